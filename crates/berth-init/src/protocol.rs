@@ -1,0 +1,138 @@
+//! The control protocol between a supervisor and berth-init.
+//!
+//! One `SOCK_SEQPACKET` socket; each message is one JSON object in one packet, and may carry file
+//! descriptors (a command's stdin, stdout and stderr) as SCM_RIGHTS. The supervisor sends [`Request`]s; init
+//! sends [`Event`]s. Init treats every request as untrusted input and the supervisor treats every event the
+//! same way: init runs inside the sandbox, where the code it hosts may have tampered with it.
+
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+use serde::{Deserialize, Serialize};
+
+/// The descriptor number init finds its control socket on.
+pub const CONTROL_FD: i32 = 3;
+
+/// The largest message either side sends or accepts.
+pub const MAX_MESSAGE: usize = 64 * 1024;
+
+/// Which of a command's standard streams arrive as descriptors with an [`Request::Exec`], in order.
+/// A stream that is not attached reads from or writes to `/dev/null`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attached {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+}
+
+/// What a supervisor asks of init.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Run a command in its own process group.
+    Exec {
+        id: u64,
+        argv: Vec<String>,
+        /// `KEY=VALUE` strings: the command's whole environment.
+        env: Vec<String>,
+        cwd: String,
+        uid: u32,
+        gid: u32,
+        attached: Attached,
+    },
+    /// Send a signal to every process of a running command's process group.
+    Signal { id: u64, signal: i32 },
+}
+
+/// What init reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Event {
+    /// Init is up and listening. `landlock` says whether its rules are `enforced`, `partial` (the kernel's
+    /// landlock lacks some) or `unavailable`.
+    Ready { version: String, landlock: String },
+    /// A command started; `pid` is its pid inside the sandbox.
+    Started { id: u64, pid: i32 },
+    /// A command could not be started. `code` follows the shell: 127 not found, 126 not executable.
+    Failed { id: u64, code: i32, message: String },
+    /// A command ended (its own process; children it left behind keep running until the sandbox ends).
+    Exited {
+        id: u64,
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+    /// A request was malformed; nothing was done.
+    Rejected { message: String },
+    /// Sent by berth instead of `Ready` when building the sandbox failed before init could start.
+    SetupFailed { message: String },
+}
+
+/// Errors of the control channel.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("control socket")]
+    Io(#[from] berth_sys::SysError),
+    #[error("malformed control message")]
+    Decode(#[from] serde_json::Error),
+    #[error("the other end of the control socket closed")]
+    Closed,
+}
+
+/// Send one message with its descriptors.
+pub fn send<T: Serialize>(sock: BorrowedFd<'_>, msg: &T, fds: &[BorrowedFd<'_>]) -> Result<(), ProtocolError> {
+    let bytes = serde_json::to_vec(msg)?;
+    berth_sys::fd::send(sock, &bytes, fds)?;
+    Ok(())
+}
+
+/// Receive one message and the descriptors it carried.
+pub fn recv<T: for<'de> Deserialize<'de>>(sock: BorrowedFd<'_>) -> Result<(T, Vec<OwnedFd>), ProtocolError> {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    let (n, fds) = berth_sys::fd::recv(sock, &mut buf)?;
+    if n == 0 {
+        return Err(ProtocolError::Closed);
+    }
+    Ok((serde_json::from_slice(&buf[..n])?, fds))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_and_reject_unknown_fields() {
+        let req = Request::Signal { id: 7, signal: 15 };
+        let text = serde_json::to_string(&req).unwrap();
+        assert_eq!(text, r#"{"op":"signal","id":7,"signal":15}"#);
+        assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), req);
+        assert!(serde_json::from_str::<Request>(r#"{"op":"signal","id":7,"signal":15,"x":1}"#).is_err());
+        assert!(serde_json::from_str::<Request>(r#"{"op":"format_disk"}"#).is_err());
+    }
+
+    #[test]
+    fn messages_carry_descriptors() {
+        let (a, b) = berth_sys::fd::seqpacket_pair().unwrap();
+        let (r, _w) = rustix::pipe::pipe().unwrap();
+        use std::os::fd::AsFd;
+        send(
+            a.as_fd(),
+            &Event::Ready {
+                version: "1".into(),
+                landlock: "enforced".into(),
+            },
+            &[r.as_fd()],
+        )
+        .unwrap();
+        let (ev, fds): (Event, _) = recv(b.as_fd()).unwrap();
+        assert_eq!(
+            ev,
+            Event::Ready {
+                version: "1".into(),
+                landlock: "enforced".into()
+            }
+        );
+        assert_eq!(fds.len(), 1);
+        drop(a);
+        assert!(matches!(recv::<Event>(b.as_fd()), Err(ProtocolError::Closed)));
+    }
+}

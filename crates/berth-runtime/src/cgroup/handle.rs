@@ -1,0 +1,234 @@
+//! A handle on one sandbox's cgroup: its directories, and what is done to all of them alike.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rustix::io::Errno;
+
+use super::fsio::{self, Fs};
+use super::{CgroupError, Usage, Version, kill, v1, v2};
+
+/// How long [`Cgroup::remove`] keeps retrying a busy directory (its tasks may still be exiting).
+const REMOVE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The directories of one cgroup, by layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Kind {
+    V1(v1::Dirs),
+    V2(PathBuf),
+    /// From `open` with a name that is not a valid cgroup name: no directories, and every
+    /// fallible method fails with [`CgroupError::InvalidName`].
+    Invalid {
+        version: Version,
+        reason: &'static str,
+    },
+}
+
+/// One sandbox's cgroup. Creating it is [`Hierarchy::create`](super::Hierarchy::create); a handle
+/// on one that may already exist is [`Hierarchy::open`](super::Hierarchy::open). Dropping the handle
+/// leaves the cgroup alone: call [`Cgroup::kill_all`] and [`Cgroup::remove`].
+#[derive(Debug, Clone)]
+pub struct Cgroup {
+    name: String,
+    kind: Kind,
+    paths: Vec<PathBuf>,
+    fs: Fs,
+    warnings: Vec<String>,
+}
+
+impl Cgroup {
+    pub(crate) fn new(name: &str, kind: Kind, fs: Fs) -> Cgroup {
+        let paths = match &kind {
+            Kind::V1(dirs) => dirs.distinct(),
+            Kind::V2(dir) => vec![dir.clone()],
+            Kind::Invalid { .. } => Vec::new(),
+        };
+        Cgroup {
+            name: name.to_owned(),
+            kind,
+            paths,
+            fs,
+            warnings: Vec::new(),
+        }
+    }
+
+    pub(crate) fn with_warnings(mut self, warnings: Vec<String>) -> Cgroup {
+        self.warnings = warnings;
+        self
+    }
+
+    pub(crate) fn kind(&self) -> &Kind {
+        &self.kind
+    }
+
+    /// The directory whose freezer (and, on v2, `cgroup.kill`) acts on the whole cgroup (empty for
+    /// an invalid name).
+    pub(crate) fn control_dir(&self) -> &Path {
+        match &self.kind {
+            Kind::V1(dirs) => &dirs.freezer,
+            Kind::V2(dir) => dir,
+            Kind::Invalid { .. } => Path::new(""),
+        }
+    }
+
+    /// Fails for a handle opened with an invalid name.
+    fn check(&self) -> Result<(), CgroupError> {
+        match self.kind {
+            Kind::Invalid { reason, .. } => Err(CgroupError::InvalidName {
+                name: self.name.clone(),
+                reason,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn version(&self) -> Version {
+        match self.kind {
+            Kind::V1(_) => Version::V1,
+            Kind::V2(_) => Version::V2,
+            Kind::Invalid { version, .. } => version,
+        }
+    }
+
+    /// Its directories, one per hierarchy (one in all on v2; co-mounted controllers share one).
+    pub fn paths(&self) -> &[PathBuf] {
+        &self.paths
+    }
+
+    /// Things worth telling the user about how the limits were applied (e.g. swap accounting off).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Whether any of its directories is still there.
+    pub fn exists(&self) -> bool {
+        self.paths.iter().any(|p| p.is_dir())
+    }
+
+    /// Move process `pid` (all its threads) into the cgroup, in every hierarchy.
+    pub fn add_process(&self, pid: i32) -> Result<(), CgroupError> {
+        self.check()?;
+        for dir in &self.paths {
+            let path = dir.join("cgroup.procs");
+            fsio::write(&path, &pid.to_string()).map_err(|source| CgroupError::AddProcess { pid, path, source })?;
+        }
+        Ok(())
+    }
+
+    /// The processes in the cgroup and in any cgroups nested inside it, sorted, each once.
+    /// A directory that is gone holds no processes.
+    pub fn procs(&self) -> Result<Vec<i32>, CgroupError> {
+        self.check()?;
+        let mut pids = Vec::new();
+        for dir in &self.paths {
+            procs_under(dir, &mut pids)?;
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        Ok(pids)
+    }
+
+    pub fn usage(&self) -> Result<Usage, CgroupError> {
+        match &self.kind {
+            Kind::V1(dirs) => v1::usage(dirs),
+            Kind::V2(dir) => v2::usage(dir),
+            Kind::Invalid { .. } => self.check().map(|()| Usage::default()),
+        }
+    }
+
+    /// Stop every task in the cgroup, and return once the kernel reports them all stopped.
+    pub fn freeze(&self) -> Result<(), CgroupError> {
+        match &self.kind {
+            Kind::V1(dirs) => v1::freeze(&dirs.freezer),
+            Kind::V2(dir) => v2::freeze(dir),
+            Kind::Invalid { .. } => self.check(),
+        }
+    }
+
+    pub fn thaw(&self) -> Result<(), CgroupError> {
+        match &self.kind {
+            Kind::V1(dirs) => v1::thaw(&dirs.freezer),
+            Kind::V2(dir) => v2::thaw(dir),
+            Kind::Invalid { .. } => self.check(),
+        }
+    }
+
+    /// SIGKILL everything in the cgroup (nested cgroups included) and wait until it is empty.
+    pub fn kill_all(&self) -> Result<(), CgroupError> {
+        self.check()?;
+        kill::kill_all(self)
+    }
+
+    /// Remove its directories, nested cgroups first. Busy directories are retried for up to 2 s while
+    /// tasks exit; directories already gone are fine, so this can be called again. Every directory
+    /// is tried; the first error is returned.
+    pub fn remove(&self) -> Result<(), CgroupError> {
+        self.check()?;
+        let deadline = Instant::now() + REMOVE_TIMEOUT;
+        let mut first_error = None;
+        for dir in &self.paths {
+            if let Err(e) = remove_tree(self.fs, dir, deadline) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Add the pids listed in `dir/cgroup.procs` and in those of its subdirectories.
+fn procs_under(dir: &Path, pids: &mut Vec<i32>) -> Result<(), CgroupError> {
+    let file = dir.join("cgroup.procs");
+    match fs::read_to_string(&file) {
+        Ok(text) => {
+            for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+                pids.push(line.parse().map_err(|_| fsio::invalid_data(&file, line))?);
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !dir.exists() => return Ok(()),
+        Err(source) => return Err(fsio::read_error(&file, source)),
+    }
+    for child in fsio::subdirs(dir)? {
+        procs_under(&child, pids)?;
+    }
+    Ok(())
+}
+
+/// `rmdir` a cgroup directory after its subdirectories, retrying while busy until `deadline`.
+pub(crate) fn remove_tree(fs: Fs, dir: &Path, deadline: Instant) -> Result<(), CgroupError> {
+    for child in fsio::subdirs(dir)? {
+        remove_tree(fs, &child, deadline)?;
+    }
+    loop {
+        let error = match fs.rmdir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => e,
+        };
+        let busy = Errno::from_io_error(&error) == Some(Errno::BUSY);
+        if busy && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        if busy {
+            let mut pids = Vec::new();
+            procs_under(dir, &mut pids)?;
+            if !pids.is_empty() {
+                return Err(CgroupError::NotEmpty {
+                    path: dir.to_owned(),
+                    pids,
+                });
+            }
+        }
+        return Err(CgroupError::Remove {
+            path: dir.to_owned(),
+            source: error,
+        });
+    }
+}

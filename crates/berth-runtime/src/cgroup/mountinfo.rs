@@ -1,0 +1,121 @@
+//! Reading `/proc/self/mountinfo`: just what cgroup detection needs.
+//!
+//! A line is `ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS`;
+//! paths have space, tab, newline and backslash escaped as `\ooo` octal.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+
+/// One mount, as much of it as berth looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Mount {
+    /// The directory of the mounted file system that appears at `mount_point` (`/` for a whole one).
+    pub root: PathBuf,
+    pub mount_point: PathBuf,
+    pub fstype: String,
+    /// Per-superblock options; for cgroup v1 these name the controllers (`rw,cpu,cpuacct`).
+    pub super_options: Vec<String>,
+}
+
+impl Mount {
+    pub fn has_super_option(&self, option: &str) -> bool {
+        self.super_options.iter().any(|o| o == option)
+    }
+
+    /// A cgroup v1 hierarchy with `controller` attached.
+    pub fn is_v1_with(&self, controller: &str) -> bool {
+        self.fstype == "cgroup" && self.has_super_option(controller)
+    }
+
+    pub fn is_v2(&self) -> bool {
+        self.fstype == "cgroup2"
+    }
+
+    pub fn is_whole(&self) -> bool {
+        self.root == Path::new("/")
+    }
+}
+
+/// Parse mountinfo text; lines that do not have the expected shape are skipped.
+pub(crate) fn parse(text: &str) -> Vec<Mount> {
+    text.lines().filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &str) -> Option<Mount> {
+    let mut fields = line.split_ascii_whitespace();
+    let root = fields.nth(3)?;
+    let mount_point = fields.next()?;
+    // Skip the mount options and the optional fields, up to the "-" separator.
+    fields.by_ref().find(|f| *f == "-")?;
+    let fstype = fields.next()?;
+    let _source = fields.next()?;
+    let super_options = fields.next().unwrap_or("");
+    Some(Mount {
+        root: unescape(root),
+        mount_point: unescape(mount_point),
+        fstype: fstype.to_owned(),
+        super_options: super_options.split(',').map(str::to_owned).collect(),
+    })
+}
+
+/// Undo the kernel's `\ooo` octal escapes.
+fn unescape(field: &str) -> PathBuf {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match (bytes[i], octal) {
+            (b'\\', Some(d)) => {
+                let value = d.iter().fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0'));
+                out.push(u8::try_from(value).unwrap_or(b'?'));
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(OsString::from_vec(out))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_fields_and_skips_optional_ones() {
+        let text = "36 35 98:0 /mnt1 /mnt/parent rw,noatime master:1 shared:7 - ext3 /dev/root rw,errors=continue\n\
+                    garbage line\n\
+                    41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n";
+        let mounts = parse(text);
+        assert_eq!(mounts.len(), 2);
+        assert_eq!(mounts[0].root, Path::new("/mnt1"));
+        assert_eq!(mounts[0].mount_point, Path::new("/mnt/parent"));
+        assert_eq!(mounts[0].fstype, "ext3");
+        assert_eq!(mounts[0].super_options, ["rw", "errors=continue"]);
+        assert!(mounts[1].is_v2() && mounts[1].is_whole());
+        assert!(mounts[1].has_super_option("nsdelegate"));
+    }
+
+    #[test]
+    fn unescapes_octal() {
+        assert_eq!(unescape(r"/a\040b\011c\134d"), Path::new("/a b\tc\\d"));
+        assert_eq!(unescape(r"/trailing\04"), Path::new(r"/trailing\04"));
+        assert_eq!(unescape(r"/not\999octal"), Path::new(r"/not\999octal"));
+    }
+
+    #[test]
+    fn v1_controllers_come_from_super_options() {
+        let line = "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct";
+        let m = parse_line(line).unwrap();
+        assert!(m.is_v1_with("cpu") && m.is_v1_with("cpuacct"));
+        assert!(!m.is_v1_with("memory") && !m.is_v1_with("rw,cpu"));
+        assert_eq!(m.mount_point, Path::new("/sys/fs/cgroup/cpu,cpuacct"));
+    }
+}

@@ -1,0 +1,209 @@
+//! cgroup v1: one hierarchy per controller (some perhaps co-mounted, like `cpu,cpuacct`), with
+//! `berth/<name>` made under the root of each.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::fsio::{self, Fs};
+use super::limits::{self, CPU_PERIOD_US, Limits};
+use super::mountinfo::Mount;
+use super::{CgroupError, PARENT_DIR, Usage};
+
+/// The controllers berth uses on v1.
+pub(crate) const CONTROLLERS: [&str; 5] = ["memory", "pids", "cpu", "cpuacct", "freezer"];
+
+/// How long [`freeze`] waits for `freezer.state` to read `FROZEN`.
+const FREEZE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One path per controller: where its hierarchy is mounted, or a cgroup's directory in it.
+/// Co-mounted controllers have equal paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Dirs {
+    pub memory: PathBuf,
+    pub pids: PathBuf,
+    pub cpu: PathBuf,
+    pub cpuacct: PathBuf,
+    pub freezer: PathBuf,
+}
+
+impl Dirs {
+    /// The hierarchy roots, from the mount table. Each controller must be mounted; of several
+    /// mounts of one hierarchy, a mount of its whole tree is preferred.
+    pub(crate) fn find_roots(mounts: &[Mount]) -> Result<Dirs, CgroupError> {
+        let root = |controller: &str| {
+            let mut found = mounts.iter().filter(|m| m.is_v1_with(controller));
+            let first = found.clone().next();
+            found
+                .find(|m| m.is_whole())
+                .or(first)
+                .map(|m| m.mount_point.clone())
+                .ok_or_else(|| CgroupError::MissingController {
+                    name: controller.to_owned(),
+                    detail: "no cgroup v1 hierarchy with it is mounted (see /proc/self/mountinfo)".to_owned(),
+                })
+        };
+        Ok(Dirs {
+            memory: root("memory")?,
+            pids: root("pids")?,
+            cpu: root("cpu")?,
+            cpuacct: root("cpuacct")?,
+            freezer: root("freezer")?,
+        })
+    }
+
+    /// The same relative path under each.
+    pub(crate) fn join(&self, rel: &Path) -> Dirs {
+        Dirs {
+            memory: self.memory.join(rel),
+            pids: self.pids.join(rel),
+            cpu: self.cpu.join(rel),
+            cpuacct: self.cpuacct.join(rel),
+            freezer: self.freezer.join(rel),
+        }
+    }
+
+    /// Each path once, in controller order.
+    pub(crate) fn distinct(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::with_capacity(CONTROLLERS.len());
+        for p in [&self.memory, &self.pids, &self.cpu, &self.cpuacct, &self.freezer] {
+            if !out.contains(p) {
+                out.push(p.clone());
+            }
+        }
+        out
+    }
+}
+
+/// Make the `berth/` parent in every hierarchy that lacks it.
+pub(crate) fn prepare(roots: &Dirs, fs: Fs) -> Result<(), CgroupError> {
+    for parent in roots.join(Path::new(PARENT_DIR)).distinct() {
+        fsio::ensure_dir(fs, &parent)?;
+    }
+    Ok(())
+}
+
+/// Write the limits into a new cgroup's directories. Returns warnings worth passing on.
+pub(crate) fn configure(dirs: &Dirs, limits: &Limits) -> Result<Vec<String>, CgroupError> {
+    let mut warnings = Vec::new();
+    if let Some(bytes) = limits.memory_bytes {
+        let value = bytes.to_string();
+        fsio::set(&dirs.memory, "memory.limit_in_bytes", &value)?;
+        // memory+swap at the same value: no swap at all. The file is there only with swap accounting.
+        if dirs.memory.join("memory.memsw.limit_in_bytes").exists() {
+            fsio::set(&dirs.memory, "memory.memsw.limit_in_bytes", &value)?;
+        } else {
+            fsio::set(&dirs.memory, "memory.swappiness", "0")?;
+            warnings.push(format!(
+                "swap accounting is off (no memory.memsw.limit_in_bytes in {}): set memory.swappiness=0 \
+                 instead, which keeps the sandbox out of swap but does not account swap",
+                dirs.memory.display()
+            ));
+        }
+    }
+    // The kernel's OOM killer must act at the limit. A new cgroup inherits oom_kill_disable from
+    // its parent; write it only when set, since writing the file is deprecated and logs a warning.
+    let oom_control = dirs.memory.join("memory.oom_control");
+    if fsio::keyed(&fsio::read(&oom_control)?, "oom_kill_disable") == Some(1) {
+        fsio::set(&dirs.memory, "memory.oom_control", "0")?;
+    }
+    if let Some(pids) = limits.pids {
+        fsio::set(&dirs.pids, "pids.max", &pids.to_string())?;
+    }
+    if let Some(millis) = limits.cpu_millis {
+        fsio::set(&dirs.cpu, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
+        fsio::set(
+            &dirs.cpu,
+            "cpu.cfs_quota_us",
+            &limits::cpu_quota_us(millis)?.to_string(),
+        )?;
+    }
+    Ok(warnings)
+}
+
+pub(crate) fn usage(dirs: &Dirs) -> Result<Usage, CgroupError> {
+    let oom_control = fsio::read(&dirs.memory.join("memory.oom_control"))?;
+    Ok(Usage {
+        cpu_ns: fsio::read_u64(&dirs.cpuacct.join("cpuacct.usage"))?,
+        memory_bytes: fsio::read_u64(&dirs.memory.join("memory.usage_in_bytes"))?,
+        peak_memory_bytes: fsio::read_u64(&dirs.memory.join("memory.max_usage_in_bytes"))?,
+        // The "oom_kill" line came with Linux 4.13.
+        oom_kills: fsio::keyed(&oom_control, "oom_kill").unwrap_or(0),
+        pids: fsio::read_u64(&dirs.pids.join("pids.current"))?,
+    })
+}
+
+pub(crate) fn freeze(freezer: &Path) -> Result<(), CgroupError> {
+    let path = freezer.join("freezer.state");
+    let failed = |source| CgroupError::Freeze {
+        path: path.clone(),
+        state: "FROZEN",
+        source,
+    };
+    fsio::write(&path, "FROZEN").map_err(failed)?;
+    // FREEZING until every task has stopped.
+    if fsio::wait_for(FREEZE_TIMEOUT, || Ok(fsio::read(&path)?.trim() == "FROZEN"))? {
+        Ok(())
+    } else {
+        Err(failed(fsio::timed_out("tasks still freezing after 5 s")))
+    }
+}
+
+pub(crate) fn thaw(freezer: &Path) -> Result<(), CgroupError> {
+    let path = freezer.join("freezer.state");
+    fsio::write(&path, "THAWED").map_err(|source| CgroupError::Freeze {
+        path: path.clone(),
+        state: "THAWED",
+        source,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::super::fixtures::{COMOUNTED, HYBRID};
+    use super::super::mountinfo;
+    use super::*;
+
+    #[test]
+    fn roots_of_separate_hierarchies() {
+        let roots = Dirs::find_roots(&mountinfo::parse(HYBRID)).unwrap();
+        assert_eq!(roots.memory, Path::new("/sys/fs/cgroup/memory"));
+        assert_eq!(roots.cpu, Path::new("/sys/fs/cgroup/cpu"));
+        assert_eq!(roots.cpuacct, Path::new("/sys/fs/cgroup/cpuacct"));
+        assert_eq!(roots.distinct().len(), 5);
+        let dirs = roots.join(Path::new("berth/sb1"));
+        assert_eq!(dirs.pids, Path::new("/sys/fs/cgroup/pids/berth/sb1"));
+    }
+
+    #[test]
+    fn comounted_cpu_and_cpuacct_share_a_directory() {
+        let roots = Dirs::find_roots(&mountinfo::parse(COMOUNTED)).unwrap();
+        assert_eq!(roots.cpu, Path::new("/sys/fs/cgroup/cpu,cpuacct"));
+        assert_eq!(roots.cpu, roots.cpuacct);
+        let distinct = roots.join(Path::new("berth/x")).distinct();
+        assert_eq!(distinct.len(), 4);
+        assert_eq!(distinct[2], Path::new("/sys/fs/cgroup/cpu,cpuacct/berth/x"));
+    }
+
+    #[test]
+    fn a_whole_mount_wins_over_a_bind_of_a_subtree() {
+        let bind = "50 1 0:32 /process_api /mnt/mem rw - cgroup cgroup rw,memory\n";
+        let roots = Dirs::find_roots(&mountinfo::parse(&format!("{bind}{HYBRID}"))).unwrap();
+        assert_eq!(roots.memory, Path::new("/sys/fs/cgroup/memory"));
+    }
+
+    #[test]
+    fn every_controller_must_be_mounted() {
+        let text: String = HYBRID
+            .lines()
+            .filter(|l| !l.ends_with("rw,pids"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let err = Dirs::find_roots(&mountinfo::parse(&text)).unwrap_err();
+        assert!(
+            matches!(&err, CgroupError::MissingController { name, .. } if name == "pids"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("`pids` is not available"), "{err}");
+    }
+}

@@ -1,0 +1,232 @@
+//! The sandbox's first process, between `clone` and `exec` of init: it builds the root from the plan,
+//! hardens itself, and becomes berth-init. It runs single-threaded, in the new namespaces, as root of the
+//! sandbox's user namespace — never as root of the host.
+
+use std::convert::Infallible;
+use std::fs;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::Path;
+
+use berth_init::protocol::{self, CONTROL_FD, Event};
+use berth_sys::mount::{self, Attrs, Flags};
+use berth_sys::{SysError, process, seccomp::SeccompPolicy};
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+use crate::plan::{Plan, Step};
+use crate::{RuntimeError, error_chain};
+
+/// Capabilities root inside keeps (the rest leave the bounding set): what package managers and build tools
+/// need, and nothing that administers the kernel, the network stack or other processes' memory. Numbers from
+/// <linux/capability.h>.
+const KEPT_CAPABILITIES: [u32; 12] = [
+    0,  // CHOWN
+    1,  // DAC_OVERRIDE
+    3,  // FOWNER
+    4,  // FSETID
+    5,  // KILL
+    6,  // SETGID
+    7,  // SETUID
+    8,  // SETPCAP
+    10, // NET_BIND_SERVICE
+    18, // SYS_CHROOT
+    29, // AUDIT_WRITE
+    31, // SETFCAP
+];
+
+/// The message the supervisor sends once the namespaces are mapped: the detached trees, in plan order.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct Go {
+    pub trees: usize,
+}
+
+/// Run in the cloned child; never returns.
+pub(crate) fn run(plan: &Plan, control: OwnedFd, init_exe: BorrowedFd<'_>, parent: i32) -> ! {
+    let err = match setup(plan, &control, init_exe, parent) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    };
+    let _ = protocol::send(
+        control.as_fd(),
+        &Event::SetupFailed {
+            message: error_chain(&err),
+        },
+        &[],
+    );
+    berth_sys::clone::exit_now(125)
+}
+
+fn setup(plan: &Plan, control: &OwnedFd, init_exe: BorrowedFd<'_>, parent: i32) -> Result<Infallible, RuntimeError> {
+    process::die_with_parent()?;
+    let _ = parent;
+    let (go, trees): (Go, Vec<OwnedFd>) = protocol::recv(control.as_fd())?;
+    if go.trees != trees.len() || trees.len() != plan.trees.len() {
+        return Err(RuntimeError::Setup {
+            message: "the supervisor sent the wrong number of mounts".into(),
+        });
+    }
+    process::become_id(0)?;
+    process::unshare_cgroup_namespace()?;
+    mount::make_private_recursive()?;
+    for step in &plan.steps {
+        run_step(step, &plan.root, &trees)?;
+    }
+    drop(trees);
+    process::set_hostname(&plan.hostname)?;
+    berth_sys::net::loopback_up()?;
+
+    // Init's standard streams lead nowhere: what it has to say goes over the control socket.
+    let null = rustix::fs::open("/dev/null", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| SysError::new("open /dev/null", e))?;
+    for fd in 0..3 {
+        berth_sys::fd::dup_onto(null.as_fd(), fd)?;
+    }
+    // Move what init needs out of the way of descriptor 3 before putting the control socket there.
+    let exe = rustix::io::fcntl_dupfd_cloexec(init_exe, 10).map_err(|e| SysError::new("keep the init binary", e))?;
+    let ctl = rustix::io::fcntl_dupfd_cloexec(control, 10).map_err(|e| SysError::new("keep the control socket", e))?;
+    berth_sys::fd::dup_onto(ctl.as_fd(), CONTROL_FD)?;
+    berth_sys::fd::cloexec_all_except(&[CONTROL_FD])?;
+
+    process::restrict_bounding_set(&KEPT_CAPABILITIES)?;
+    process::set_no_new_privs()?;
+    SeccompPolicy::sandbox_default().install()?;
+    Err(process::exec_fd(exe.as_fd(), &["berth", "init"], &[]).into())
+}
+
+fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<(), RuntimeError> {
+    let tree = |i: usize| {
+        trees.get(i).map(|t| t.as_fd()).ok_or_else(|| RuntimeError::Setup {
+            message: format!("missing mount {i}"),
+        })
+    };
+    match step {
+        Step::Attach { tree: i, target } => mount::attach(tree(*i)?, target)?,
+        Step::AttachInRoot { tree: i, target, file } => {
+            let target_fd = resolve_in_root(root, target, *file)?;
+            mount::attach_at(tree(*i)?, target_fd.as_fd(), Path::new(target))?;
+        }
+        Step::Overlay {
+            lower,
+            upper,
+            work,
+            target,
+        } => {
+            let opts = format!(
+                "lowerdir={},upperdir={},workdir={},userxattr",
+                lower.display(),
+                upper.display(),
+                work.display()
+            );
+            mount::mount_fs("overlay", target, "overlay", Flags::NOSUID | Flags::NODEV, &opts)?;
+        }
+        Step::Mount {
+            fstype,
+            target,
+            flags,
+            data,
+        } => mount::mount_fs(fstype, target, fstype, *flags, data)?,
+        Step::BindFile {
+            source,
+            target,
+            optional,
+        } => {
+            if fs::symlink_metadata(target).is_err() {
+                if *optional {
+                    return Ok(());
+                }
+                if source.is_dir() {
+                    fs::create_dir_all(target)
+                } else {
+                    fs::write(target, b"")
+                }
+                .map_err(|e| SysError::new(format!("create {}", target.display()), e))?;
+            }
+            mount::bind(source, target)?;
+        }
+        Step::ReadOnly { target, optional } => {
+            if *optional && fs::symlink_metadata(target).is_err() {
+                return Ok(());
+            }
+            mount::bind(target, target)?;
+            mount::set_attr(
+                target,
+                Attrs {
+                    readonly: true,
+                    nosuid: true,
+                    nodev: true,
+                    ..Attrs::default()
+                },
+                false,
+            )?;
+        }
+        Step::Seal { target } => mount::set_attr(
+            target,
+            Attrs {
+                readonly: true,
+                ..Attrs::default()
+            },
+            false,
+        )?,
+        Step::Mask { target } => {
+            if target.is_dir() {
+                mount::mount_fs(
+                    "tmpfs",
+                    target,
+                    "tmpfs",
+                    Flags::RDONLY | Flags::NOSUID | Flags::NODEV | Flags::NOEXEC,
+                    "size=0,mode=555",
+                )?;
+            }
+        }
+        Step::Mkdir { path, mode } => {
+            fs::create_dir_all(path)
+                .and_then(|()| fs::set_permissions(path, fs::Permissions::from_mode(*mode)))
+                .map_err(|e| SysError::new(format!("create {}", path.display()), e))?;
+        }
+        Step::Symlink { link, to } => {
+            symlink(to, link).map_err(|e| SysError::new(format!("create the link {}", link.display()), e))?
+        }
+        Step::Pivot { new_root } => mount::pivot_into(new_root)?,
+    }
+    Ok(())
+}
+
+/// Open `target` (a path inside the sandbox) as an `O_PATH` descriptor, resolving every component inside
+/// `root` — `..` and symlinks, absolute or relative, cannot climb out — and creating missing components
+/// (directories, or an empty file for the last one when `file`).
+fn resolve_in_root(root: &Path, target: &str, file: bool) -> Result<OwnedFd, RuntimeError> {
+    let fail = |e: rustix::io::Errno| SysError::new(format!("resolve {target} inside the sandbox"), e);
+    let rootfd =
+        rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(fail)?;
+    let parts: Vec<&str> = target.split('/').filter(|p| !p.is_empty()).collect();
+    let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+    let mut cur = rustix::io::fcntl_dupfd_cloexec(&rootfd, 0).map_err(fail)?;
+    for (i, name) in parts.iter().enumerate() {
+        let leaf_file = file && i + 1 == parts.len();
+        let rel = parts[..=i].join("/");
+        let kind = if leaf_file { OFlags::empty() } else { OFlags::DIRECTORY };
+        let open = || {
+            rustix::fs::openat2(
+                &rootfd,
+                &rel,
+                OFlags::PATH | OFlags::CLOEXEC | kind,
+                Mode::empty(),
+                resolve,
+            )
+        };
+        cur = match open() {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => {
+                if leaf_file {
+                    let flags = OFlags::CREATE | OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+                    drop(rustix::fs::openat(&cur, *name, flags, Mode::from_raw_mode(0o644)).map_err(fail)?);
+                } else {
+                    rustix::fs::mkdirat(&cur, *name, Mode::from_raw_mode(0o755)).map_err(fail)?;
+                }
+                open().map_err(fail)?
+            }
+            Err(e) => return Err(fail(e).into()),
+        };
+    }
+    Ok(cur)
+}

@@ -1,0 +1,437 @@
+//! A spec compiled into a plan: the detached trees the supervisor prepares, and the ordered steps the
+//! sandbox's first process carries out to build its root. Nothing here touches the kernel, so plans are
+//! unit-tested by equality; `child` executes them.
+
+use std::path::{Path, PathBuf};
+
+use berth_sys::mount::Flags;
+
+use crate::image::ImageLayers;
+use crate::spec::Spec;
+
+/// Where one sandbox's state lives on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub dir: PathBuf,
+}
+
+impl Layout {
+    pub fn rootfs(&self) -> PathBuf {
+        self.dir.join("rootfs")
+    }
+    pub fn upper(&self, layer: &str) -> PathBuf {
+        self.dir.join("upper").join(layer)
+    }
+    pub fn work(&self, layer: &str) -> PathBuf {
+        self.dir.join("work").join(layer)
+    }
+    pub fn lower(&self, layer: &str) -> PathBuf {
+        self.dir.join("lower").join(layer)
+    }
+    pub fn workspace(&self) -> PathBuf {
+        self.dir.join("workspace")
+    }
+    /// Directories the supervisor creates, and whether sandbox root must own them.
+    pub fn directories(&self) -> Vec<(PathBuf, bool)> {
+        let mut dirs = vec![(self.rootfs(), false), (self.workspace(), true)];
+        for layer in LAYERS {
+            dirs.push((self.upper(layer), true));
+            dirs.push((self.work(layer), true));
+            dirs.push((self.lower(layer), false));
+        }
+        dirs
+    }
+}
+
+/// The overlay layers of a sandbox root: the skeleton at `/` and the image's `/usr`.
+pub const LAYERS: [&str; 2] = ["root", "usr"];
+
+/// How a detached tree's file ownership is translated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idmap {
+    /// Through the sandbox's own user namespace: host id N is sandbox id N (image files owned by host root
+    /// are owned by root inside).
+    Sandbox,
+    /// Host `uid`/`gid` (a mounted directory's owner) is root inside; other ids are nobody.
+    Owner { uid: u32, gid: u32 },
+}
+
+/// A tree the supervisor clones and id-maps before the sandbox builds its root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tree {
+    pub source: PathBuf,
+    pub idmap: Idmap,
+    pub readonly: bool,
+}
+
+/// One step of building the root, run in order inside the new mount namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Attach detached tree number `tree` at a host path.
+    Attach {
+        tree: usize,
+        target: PathBuf,
+    },
+    /// Attach detached tree `tree` at a path inside the sandbox root, resolved within it and created if
+    /// missing (as a directory, or as an empty file when `file`).
+    AttachInRoot {
+        tree: usize,
+        target: String,
+        file: bool,
+    },
+    Overlay {
+        lower: PathBuf,
+        upper: PathBuf,
+        work: PathBuf,
+        target: PathBuf,
+    },
+    Mount {
+        fstype: &'static str,
+        target: PathBuf,
+        flags: Flags,
+        data: String,
+    },
+    /// Bind a host path (looked up before the pivot) onto a target, creating an empty file target.
+    /// Missing targets are skipped when `optional`.
+    BindFile {
+        source: PathBuf,
+        target: PathBuf,
+        optional: bool,
+    },
+    /// Bind a path onto itself and make that bind read-only. Skipped if missing and `optional`.
+    ReadOnly {
+        target: PathBuf,
+        optional: bool,
+    },
+    /// Make the mount at `target` (already a mount point) read-only, leaving the mounts below it as they are.
+    Seal {
+        target: PathBuf,
+    },
+    /// Cover a directory with an empty read-only tmpfs. Skipped if missing.
+    Mask {
+        target: PathBuf,
+    },
+    Mkdir {
+        path: PathBuf,
+        mode: u32,
+    },
+    Symlink {
+        link: PathBuf,
+        to: &'static str,
+    },
+    /// Make `new_root` the root and drop the host's.
+    Pivot {
+        new_root: PathBuf,
+    },
+}
+
+/// Everything needed to build one sandbox's root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Where the new root is assembled on the host (seen only from inside the new mount namespace).
+    pub root: PathBuf,
+    pub trees: Vec<Tree>,
+    pub steps: Vec<Step>,
+    pub hostname: String,
+}
+
+/// Files in /proc that reveal or change host state, covered with /dev/null.
+const PROC_MASKED_FILES: [&str; 6] = [
+    "kcore",
+    "keys",
+    "timer_list",
+    "sched_debug",
+    "latency_stats",
+    "sysrq-trigger",
+];
+/// Directories in /proc that reveal host hardware, covered with an empty tmpfs.
+const PROC_MASKED_DIRS: [&str; 3] = ["acpi", "scsi", "asound"];
+/// Directories in /proc that would change the host if written, made read-only.
+const PROC_READONLY: [&str; 5] = ["sys", "bus", "fs", "irq", "sysrq-trigger"];
+/// The device nodes a sandbox gets, bound from the host.
+pub const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+
+/// Compile a spec into a plan.
+pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u32, u32)]) -> Plan {
+    let root = layout.rootfs();
+    let at = |p: &str| root.join(p.trim_start_matches('/'));
+    let nosuid_nodev_noexec = Flags::NOSUID | Flags::NODEV | Flags::NOEXEC;
+    let mut trees = vec![
+        Tree {
+            source: layers.skeleton.clone(),
+            idmap: Idmap::Sandbox,
+            readonly: true,
+        },
+        Tree {
+            source: layers.usr.clone(),
+            idmap: Idmap::Sandbox,
+            readonly: true,
+        },
+    ];
+    let mut steps = Vec::new();
+    for (i, layer) in LAYERS.iter().enumerate() {
+        steps.push(Step::Attach {
+            tree: i,
+            target: layout.lower(layer),
+        });
+    }
+    steps.push(Step::Overlay {
+        lower: layout.lower("root"),
+        upper: layout.upper("root"),
+        work: layout.work("root"),
+        target: root.clone(),
+    });
+    steps.push(Step::Overlay {
+        lower: layout.lower("usr"),
+        upper: layout.upper("usr"),
+        work: layout.work("usr"),
+        target: at("/usr"),
+    });
+    steps.push(Step::Mount {
+        fstype: "proc",
+        target: at("/proc"),
+        flags: nosuid_nodev_noexec,
+        data: String::new(),
+    });
+    for f in PROC_MASKED_FILES {
+        steps.push(Step::BindFile {
+            source: "/dev/null".into(),
+            target: at(&format!("/proc/{f}")),
+            optional: true,
+        });
+    }
+    for d in PROC_MASKED_DIRS {
+        steps.push(Step::Mask {
+            target: at(&format!("/proc/{d}")),
+        });
+    }
+    for d in PROC_READONLY {
+        steps.push(Step::ReadOnly {
+            target: at(&format!("/proc/{d}")),
+            optional: true,
+        });
+    }
+    steps.push(Step::Mount {
+        fstype: "sysfs",
+        target: at("/sys"),
+        flags: nosuid_nodev_noexec | Flags::RDONLY,
+        data: String::new(),
+    });
+    steps.push(Step::Mount {
+        fstype: "tmpfs",
+        target: at("/dev"),
+        flags: Flags::NOSUID | Flags::NOEXEC,
+        data: "mode=755,size=64k,nr_inodes=64".into(),
+    });
+    for d in DEVICES {
+        steps.push(Step::BindFile {
+            source: Path::new("/dev").join(d),
+            target: at(&format!("/dev/{d}")),
+            optional: false,
+        });
+    }
+    steps.push(Step::Mkdir {
+        path: at("/dev/pts"),
+        mode: 0o755,
+    });
+    steps.push(Step::Mount {
+        fstype: "devpts",
+        target: at("/dev/pts"),
+        flags: Flags::NOSUID | Flags::NOEXEC,
+        data: "newinstance,ptmxmode=0666,mode=620,gid=5".into(),
+    });
+    steps.push(Step::Mkdir {
+        path: at("/dev/shm"),
+        mode: 0o1777,
+    });
+    steps.push(Step::Mount {
+        fstype: "tmpfs",
+        target: at("/dev/shm"),
+        flags: Flags::NOSUID | Flags::NODEV,
+        data: "mode=1777".into(),
+    });
+    for (link, to) in [
+        ("/dev/ptmx", "pts/ptmx"),
+        ("/dev/fd", "/proc/self/fd"),
+        ("/dev/stdin", "/proc/self/fd/0"),
+        ("/dev/stdout", "/proc/self/fd/1"),
+        ("/dev/stderr", "/proc/self/fd/2"),
+    ] {
+        steps.push(Step::Symlink { link: at(link), to });
+    }
+    steps.push(Step::Seal { target: at("/dev") });
+    steps.push(Step::Mount {
+        fstype: "tmpfs",
+        target: at("/tmp"),
+        flags: Flags::NOSUID | Flags::NODEV,
+        data: "mode=1777".into(),
+    });
+    steps.push(Step::BindFile {
+        source: layout.workspace(),
+        target: at("/workspace"),
+        optional: false,
+    });
+
+    // Shallower targets first, so that a mount inside another mounted directory lands on top of it.
+    let mut mounts: Vec<(usize, &crate::spec::BindMount)> = spec.mounts.iter().enumerate().collect();
+    mounts.sort_by_key(|(_, m)| m.target.matches('/').count());
+    for (i, m) in mounts {
+        let (uid, gid) = owners.get(i).copied().unwrap_or((0, 0));
+        trees.push(Tree {
+            source: m.host.clone(),
+            idmap: Idmap::Owner { uid, gid },
+            readonly: m.readonly,
+        });
+        steps.push(Step::AttachInRoot {
+            tree: trees.len() - 1,
+            target: m.target.clone(),
+            file: !m.host.is_dir(),
+        });
+    }
+    steps.push(Step::Pivot { new_root: root.clone() });
+    Plan {
+        root,
+        trees,
+        steps,
+        hostname: spec.name.clone(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::cgroup::Limits;
+    use crate::spec::{BindMount, Spec};
+
+    fn spec(mounts: Vec<BindMount>) -> Spec {
+        Spec {
+            name: "t1".into(),
+            image: "host".into(),
+            limits: Limits::default(),
+            mounts,
+        }
+    }
+
+    fn layers() -> ImageLayers {
+        ImageLayers {
+            skeleton: "/data/images/host/rootfs".into(),
+            usr: "/usr".into(),
+        }
+    }
+
+    #[test]
+    fn root_is_overlays_over_idmapped_read_only_trees_then_pivot() {
+        let layout = Layout {
+            dir: "/data/sandboxes/abc".into(),
+        };
+        let plan = compile(&spec(vec![]), &layers(), &layout, &[]);
+        assert_eq!(plan.trees.len(), 2);
+        assert!(plan.trees.iter().all(|t| t.readonly && t.idmap == Idmap::Sandbox));
+        assert_eq!(
+            plan.steps[0],
+            Step::Attach {
+                tree: 0,
+                target: "/data/sandboxes/abc/lower/root".into()
+            }
+        );
+        assert_eq!(
+            plan.steps[2],
+            Step::Overlay {
+                lower: "/data/sandboxes/abc/lower/root".into(),
+                upper: "/data/sandboxes/abc/upper/root".into(),
+                work: "/data/sandboxes/abc/work/root".into(),
+                target: "/data/sandboxes/abc/rootfs".into(),
+            }
+        );
+        assert_eq!(
+            plan.steps.last(),
+            Some(&Step::Pivot {
+                new_root: "/data/sandboxes/abc/rootfs".into()
+            })
+        );
+        assert_eq!(plan.hostname, "t1");
+    }
+
+    #[test]
+    fn proc_is_masked_and_sys_is_read_only() {
+        let layout = Layout { dir: "/s".into() };
+        let plan = compile(&spec(vec![]), &layers(), &layout, &[]);
+        let kcore = Step::BindFile {
+            source: "/dev/null".into(),
+            target: "/s/rootfs/proc/kcore".into(),
+            optional: true,
+        };
+        assert!(plan.steps.contains(&kcore));
+        assert!(plan.steps.contains(&Step::ReadOnly {
+            target: "/s/rootfs/proc/sys".into(),
+            optional: true
+        }));
+        let proc_at = plan
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::Mount { fstype: "proc", .. }))
+            .unwrap();
+        let kcore_at = plan.steps.iter().position(|s| *s == kcore).unwrap();
+        assert!(proc_at < kcore_at, "masks must come after /proc is mounted");
+        assert!(plan.steps.iter().any(|s| matches!(s,
+            Step::Mount { fstype: "sysfs", flags, .. } if flags.contains(Flags::RDONLY))));
+    }
+
+    #[test]
+    fn user_mounts_are_owner_mapped_and_ordered_shallow_first() {
+        let layout = Layout { dir: "/s".into() };
+        let mounts = vec![
+            BindMount {
+                host: "/nonexistent-a".into(),
+                target: "/workspace/a/b".into(),
+                readonly: true,
+            },
+            BindMount {
+                host: "/nonexistent-b".into(),
+                target: "/workspace/a".into(),
+                readonly: false,
+            },
+        ];
+        let plan = compile(&spec(mounts), &layers(), &layout, &[(1000, 1001), (0, 0)]);
+        assert_eq!(
+            plan.trees[2],
+            Tree {
+                source: "/nonexistent-b".into(),
+                idmap: Idmap::Owner { uid: 0, gid: 0 },
+                readonly: false
+            }
+        );
+        assert_eq!(
+            plan.trees[3],
+            Tree {
+                source: "/nonexistent-a".into(),
+                idmap: Idmap::Owner { uid: 1000, gid: 1001 },
+                readonly: true
+            }
+        );
+        let targets: Vec<&str> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::AttachInRoot { target, .. } => Some(target.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(targets, ["/workspace/a", "/workspace/a/b"]);
+        let ws = plan
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::BindFile { target, .. } if target.ends_with("rootfs/workspace")))
+            .unwrap();
+        let first_user = plan
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::AttachInRoot { .. }))
+            .unwrap();
+        assert!(
+            ws < first_user,
+            "user mounts under /workspace must land on top of the workspace"
+        );
+    }
+}

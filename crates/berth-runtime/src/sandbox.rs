@@ -1,0 +1,447 @@
+//! The lifecycle of one sandbox on the host: create, talk to its init, destroy and prove nothing is left.
+
+use std::fs::{self, File};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use berth_init::protocol::{self, Attached, Event, Request};
+use berth_sys::clone::{Forked, Namespaces};
+use berth_sys::mount::Attrs;
+use berth_sys::process;
+use rustix::event::{PollFd, PollFlags};
+use rustix::fs::FlockOperation;
+
+use crate::RuntimeError;
+use crate::cgroup::{Cgroup, Hierarchy, Usage};
+use crate::child::{self, Go};
+use crate::ids::{IDS_PER_SANDBOX, IdBlock};
+use crate::image::Images;
+use crate::plan::{self, Idmap, Layout, Plan};
+use crate::spec::{self, Spec};
+
+/// Most bind mounts one sandbox may have.
+pub const MAX_MOUNTS: usize = 32;
+
+/// One host's sandbox runtime, rooted at a data directory.
+pub struct Runtime {
+    root: PathBuf,
+    hierarchy: Hierarchy,
+    images: Images,
+    /// The berth binary, opened once: every sandbox's init is started from it.
+    exe: OwnedFd,
+}
+
+/// A running sandbox. Dropping it destroys it; [`Sandbox::destroy`] does the same and reports how it went.
+pub struct Sandbox {
+    id: String,
+    layout: Layout,
+    claim_path: PathBuf,
+    _claim: File,
+    _ids: IdBlock,
+    cgroup: Cgroup,
+    pid: i32,
+    pidfd: OwnedFd,
+    control: OwnedFd,
+    destroyed: bool,
+}
+
+/// A command's standard streams, handed to it as they are.
+#[derive(Clone, Copy, Default)]
+pub struct Stdio<'a> {
+    pub stdin: Option<BorrowedFd<'a>>,
+    pub stdout: Option<BorrowedFd<'a>>,
+    pub stderr: Option<BorrowedFd<'a>>,
+}
+
+/// What destroying a sandbox did, in order, and what the leak check found.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Teardown {
+    pub steps: Vec<String>,
+    pub leftovers: Vec<String>,
+}
+
+impl Runtime {
+    /// Open the runtime on `root`, creating it if needed, and clean up what crashed runs left behind.
+    pub fn open(root: &Path) -> Result<Runtime, RuntimeError> {
+        if !rustix::process::geteuid().is_root() {
+            return Err(RuntimeError::NotRoot);
+        }
+        let text = root.to_string_lossy();
+        if !root.is_absolute() || text.contains([',', ':', '=', '\n']) {
+            return Err(RuntimeError::DataRoot {
+                path: root.to_path_buf(),
+                reason: "it must be an absolute path without ',', ':' or '='".into(),
+            });
+        }
+        for sub in ["sandboxes", "images"] {
+            fs::create_dir_all(root.join(sub)).map_err(|source| RuntimeError::PrepareRoot {
+                path: root.join(sub),
+                source,
+            })?;
+        }
+        let exe = rustix::fs::open(
+            "/proc/self/exe",
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| berth_sys::SysError::new("open the berth binary", e))?;
+        let rt = Runtime {
+            root: root.to_path_buf(),
+            hierarchy: Hierarchy::detect()?,
+            images: Images::new(root.join("images")),
+            exe,
+        };
+        rt.sweep();
+        Ok(rt)
+    }
+
+    pub fn hierarchy(&self) -> &Hierarchy {
+        &self.hierarchy
+    }
+
+    /// Remove sandboxes whose supervisor died without tearing them down (their claim is no longer held).
+    /// Returns the ids removed.
+    pub fn sweep(&self) -> Vec<String> {
+        let mut removed = Vec::new();
+        let Ok(entries) = fs::read_dir(self.root.join("sandboxes")) else {
+            return removed;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(id) = name.strip_suffix(".lock") else { continue };
+            let Ok(file) = File::options().write(true).open(entry.path()) else {
+                continue;
+            };
+            if rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+                continue;
+            }
+            let cg = self.hierarchy.open(id);
+            let _ = cg.kill_all();
+            let _ = cg.remove();
+            let _ = fs::remove_dir_all(self.root.join("sandboxes").join(id));
+            let _ = fs::remove_file(entry.path());
+            removed.push(id.to_string());
+        }
+        removed
+    }
+
+    /// Build and start a sandbox. On error nothing of it is left behind.
+    pub fn create(&self, spec: &Spec) -> Result<Sandbox, RuntimeError> {
+        spec::check_name(&spec.name)?;
+        if spec.mounts.len() > MAX_MOUNTS {
+            return Err(RuntimeError::TooManyMounts { max: MAX_MOUNTS });
+        }
+        let mut owners = Vec::new();
+        for m in &spec.mounts {
+            let meta = fs::metadata(&m.host).map_err(|_| RuntimeError::MountSource { path: m.host.clone() })?;
+            owners.push((meta.uid(), meta.gid()));
+        }
+        let layers = self.images.layers(&spec.image)?;
+        let id = new_id()?;
+        let claim_path = self.root.join("sandboxes").join(format!("{id}.lock"));
+        let claim = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&claim_path)
+            .map_err(|source| RuntimeError::PrepareSandbox { source })?;
+        rustix::fs::flock(&claim, FlockOperation::NonBlockingLockExclusive)
+            .map_err(|e| RuntimeError::PrepareSandbox { source: e.into() })?;
+        let layout = Layout {
+            dir: self.root.join("sandboxes").join(&id),
+        };
+        let ids = IdBlock::claim(Path::new(crate::ids::CLAIMS_DIR))?;
+        // From here on, a failure must undo what was made: `Partial` does that when dropped.
+        let mut partial = Partial {
+            layout: Some(layout.clone()),
+            cgroup: None,
+            claim_path: Some(claim_path.clone()),
+        };
+        prepare_dirs(&layout, &spec.name, ids.base()).map_err(|source| RuntimeError::PrepareSandbox { source })?;
+        partial.cgroup = Some(self.hierarchy.create(&id, &spec.limits)?);
+        let plan = plan::compile(spec, &layers, &layout, &owners);
+
+        let (parent_sock, child_sock) = berth_sys::fd::seqpacket_pair()?;
+        let parent_pid = rustix::process::getpid().as_raw_nonzero().get();
+        let (pid, pidfd) = match berth_sys::clone::spawn(Namespaces::ALL)? {
+            Forked::Child => {
+                drop(parent_sock);
+                child::run(&plan, child_sock, self.exe.as_fd(), parent_pid)
+            }
+            Forked::Parent { pid, pidfd } => (pid, pidfd),
+        };
+        drop(child_sock);
+        let started = start_child(pid, &plan, ids.base(), partial.cgroup.as_ref(), parent_sock.as_fd());
+        if let Err(e) = started {
+            let _ = process::pidfd_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
+            let _ = process::pidfd_wait(pidfd.as_fd());
+            return Err(e);
+        }
+        let cgroup = partial.cgroup.take().ok_or(RuntimeError::InitGone)?;
+        partial.layout = None;
+        partial.claim_path = None;
+        Ok(Sandbox {
+            id,
+            layout,
+            claim_path,
+            _claim: claim,
+            _ids: ids,
+            cgroup,
+            pid,
+            pidfd,
+            control: parent_sock,
+            destroyed: false,
+        })
+    }
+}
+
+/// Map the child's ids, put it in its cgroups, hand it its mounts, and wait for init to say it is ready.
+fn start_child(
+    pid: i32,
+    plan: &Plan,
+    base: u32,
+    cgroup: Option<&Cgroup>,
+    control: BorrowedFd<'_>,
+) -> Result<(), RuntimeError> {
+    process::write_id_maps(pid, base, IDS_PER_SANDBOX)?;
+    if let Some(cg) = cgroup {
+        cg.add_process(pid)?;
+    }
+    let userns = process::open_namespace(pid, "user")?;
+    let mut owner_ns: Vec<((u32, u32), OwnedFd)> = Vec::new();
+    let mut trees = Vec::with_capacity(plan.trees.len());
+    for t in &plan.trees {
+        let attrs = Attrs {
+            readonly: t.readonly,
+            nosuid: true,
+            nodev: true,
+            noexec: false,
+        };
+        let ns = match t.idmap {
+            Idmap::Sandbox => userns.as_fd(),
+            Idmap::Owner { uid, gid } => {
+                if !owner_ns.iter().any(|(k, _)| *k == (uid, gid)) {
+                    let ns =
+                        berth_sys::clone::user_namespace(&format!("{uid} {base} 1\n"), &format!("{gid} {base} 1\n"))?;
+                    owner_ns.push(((uid, gid), ns));
+                }
+                owner_ns
+                    .iter()
+                    .find(|(k, _)| *k == (uid, gid))
+                    .map(|(_, ns)| ns.as_fd())
+                    .ok_or(RuntimeError::InitGone)?
+            }
+        };
+        trees.push(berth_sys::mount::clone_idmapped(&t.source, ns, attrs, true)?);
+    }
+    let fds: Vec<BorrowedFd<'_>> = trees.iter().map(|t| t.as_fd()).collect();
+    protocol::send(control, &Go { trees: fds.len() }, &fds)?;
+    match protocol::recv::<Event>(control) {
+        Ok((Event::Ready { .. }, _)) => Ok(()),
+        Ok((Event::SetupFailed { message }, _)) => Err(RuntimeError::Setup { message }),
+        Ok((other, _)) => Err(RuntimeError::Setup {
+            message: format!("unexpected first message {other:?}"),
+        }),
+        Err(protocol::ProtocolError::Closed) => Err(RuntimeError::Setup {
+            message: "the sandbox's first process died".into(),
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Create the sandbox's directories, owned by its root where it must write, and its per-sandbox /etc files.
+fn prepare_dirs(layout: &Layout, hostname: &str, base: u32) -> std::io::Result<()> {
+    let owner = (
+        Some(rustix::fs::Uid::from_raw(base)),
+        Some(rustix::fs::Gid::from_raw(base)),
+    );
+    fs::create_dir_all(&layout.dir)?;
+    for (dir, sandbox_owned) in layout.directories() {
+        fs::create_dir_all(&dir)?;
+        if sandbox_owned {
+            rustix::fs::chown(&dir, owner.0, owner.1)?;
+        }
+    }
+    let etc = layout.upper("root").join("etc");
+    fs::create_dir_all(&etc)?;
+    rustix::fs::chown(&etc, owner.0, owner.1)?;
+    for (name, text) in [
+        ("hostname", format!("{hostname}\n")),
+        (
+            "hosts",
+            format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"),
+        ),
+    ] {
+        fs::write(etc.join(name), text)?;
+        rustix::fs::chown(etc.join(name), owner.0, owner.1)?;
+    }
+    Ok(())
+}
+
+fn new_id() -> Result<String, RuntimeError> {
+    let mut bytes = [0u8; 6];
+    rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
+        .map_err(|e| berth_sys::SysError::new("read random bytes", e))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// What a failed `create` has made so far; removed on drop.
+struct Partial {
+    layout: Option<Layout>,
+    cgroup: Option<Cgroup>,
+    claim_path: Option<PathBuf>,
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if let Some(cg) = self.cgroup.take() {
+            let _ = cg.kill_all();
+            let _ = cg.remove();
+        }
+        if let Some(layout) = self.layout.take() {
+            let _ = fs::remove_dir_all(&layout.dir);
+        }
+        if let Some(p) = self.claim_path.take() {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+impl Sandbox {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Init's pid on the host.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Ask init to run a command.
+    pub fn exec(
+        &self,
+        id: u64,
+        argv: &[String],
+        env: &[String],
+        cwd: &str,
+        stdio: Stdio<'_>,
+    ) -> Result<(), RuntimeError> {
+        let attached = Attached {
+            stdin: stdio.stdin.is_some(),
+            stdout: stdio.stdout.is_some(),
+            stderr: stdio.stderr.is_some(),
+        };
+        let fds: Vec<BorrowedFd<'_>> = [stdio.stdin, stdio.stdout, stdio.stderr]
+            .into_iter()
+            .flatten()
+            .collect();
+        let req = Request::Exec {
+            id,
+            argv: argv.to_vec(),
+            env: env.to_vec(),
+            cwd: cwd.to_string(),
+            uid: 0,
+            gid: 0,
+            attached,
+        };
+        protocol::send(self.control.as_fd(), &req, &fds)?;
+        Ok(())
+    }
+
+    /// Send a signal to a command's process group.
+    pub fn signal(&self, id: u64, signal: i32) -> Result<(), RuntimeError> {
+        protocol::send(self.control.as_fd(), &Request::Signal { id, signal }, &[])?;
+        Ok(())
+    }
+
+    /// The control socket, for callers that poll it alongside other descriptors.
+    pub fn control(&self) -> BorrowedFd<'_> {
+        self.control.as_fd()
+    }
+
+    /// Wait up to `timeout` (forever when `None`) for init's next event.
+    pub fn next_event(&self, timeout: Option<Duration>) -> Result<Option<Event>, RuntimeError> {
+        let ts = timeout.map(|d| rustix::time::Timespec {
+            tv_sec: d.as_secs() as i64,
+            tv_nsec: i64::from(d.subsec_nanos()),
+        });
+        let mut fds = [PollFd::new(&self.control, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, ts.as_ref()) {
+            Ok(0) | Err(rustix::io::Errno::INTR) => return Ok(None),
+            Ok(_) => {}
+            Err(e) => return Err(berth_sys::SysError::new("wait for the sandbox", e).into()),
+        }
+        match protocol::recv::<Event>(self.control.as_fd()) {
+            Ok((ev, _)) => Ok(Some(ev)),
+            Err(protocol::ProtocolError::Closed) => Err(RuntimeError::InitGone),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// CPU, memory and OOM accounting of everything in the sandbox so far.
+    pub fn usage(&self) -> Result<Usage, RuntimeError> {
+        Ok(self.cgroup.usage()?)
+    }
+
+    /// Kill every process in the sandbox now (init included); the sandbox can then only be destroyed.
+    pub fn kill(&self) -> Result<(), RuntimeError> {
+        process::pidfd_signal(self.pidfd.as_fd(), rustix::process::Signal::KILL)?;
+        Ok(())
+    }
+
+    /// Tear the sandbox down and check that nothing of it remains.
+    pub fn destroy(mut self) -> Result<Teardown, RuntimeError> {
+        let report = self.teardown();
+        if report.leftovers.is_empty() {
+            Ok(report)
+        } else {
+            Err(RuntimeError::Leak {
+                leftovers: report.leftovers,
+            })
+        }
+    }
+
+    fn teardown(&mut self) -> Teardown {
+        self.destroyed = true;
+        let mut t = Teardown::default();
+        // Init is PID 1 of the sandbox's pid namespace: when it dies the kernel kills every other process in
+        // it, and init is reaped only after they are all gone.
+        let _ = process::pidfd_signal(self.pidfd.as_fd(), rustix::process::Signal::KILL);
+        match process::pidfd_wait(self.pidfd.as_fd()) {
+            Ok(_) => t.steps.push("killed every process".into()),
+            Err(e) => t
+                .leftovers
+                .push(format!("init (pid {}): {}", self.pid, crate::error_chain(&e))),
+        }
+        if let Err(e) = self.cgroup.kill_all().and_then(|()| self.cgroup.remove()) {
+            t.leftovers.push(format!("cgroup: {}", crate::error_chain(&e)));
+        } else {
+            t.steps.push("removed cgroups".into());
+        }
+        // The sandbox's mounts lived only in its own mount namespace, which ended with its last process;
+        // what remains on the host is its directory.
+        match fs::remove_dir_all(&self.layout.dir) {
+            Ok(()) => t.steps.push("removed the file system".into()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => t.leftovers.push(format!("{}: {e}", self.layout.dir.display())),
+        }
+        let _ = fs::remove_file(&self.claim_path);
+        if self.cgroup.exists() {
+            t.leftovers.push(format!("cgroup {}", self.id));
+        }
+        if self.layout.dir.exists() {
+            t.leftovers.push(self.layout.dir.display().to_string());
+        }
+        t
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if !self.destroyed {
+            let _ = self.teardown();
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! Landlock: a second, unprivileged layer of file-system access control applied inside the sandbox.
+
+use landlock::{
+    ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, Scope,
+};
+
+use crate::error::{SysError, SysResult};
+
+/// What the kernel did with a landlock request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LandlockStatus {
+    /// Every requested restriction is enforced.
+    Enforced,
+    /// Some restrictions are enforced; this kernel's landlock ABI lacks the others.
+    Partial,
+    /// The kernel has no landlock.
+    Unavailable,
+}
+
+/// The rule set berth applies: the whole tree may be read, written and executed (everything visible is the
+/// sandbox's own), but device nodes cannot be created, device ioctls are limited to terminals, and abstract
+/// unix sockets and signals cannot reach outside the sandbox's landlock domain.
+pub fn restrict_sandbox(tty_paths: &[&str]) -> SysResult<LandlockStatus> {
+    let abi = ABI::V6;
+    let all = AccessFs::from_all(abi);
+    let denied = AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev;
+    let err =
+        |e: landlock::RulesetError| SysError::new(format!("apply landlock rules: {e}"), std::io::ErrorKind::Other);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(all)
+        .map_err(err)?
+        .scope(Scope::AbstractUnixSocket | Scope::Signal)
+        .map_err(err)?
+        .create()
+        .map_err(err)?;
+    let root =
+        PathFd::new("/").map_err(|e| SysError::new(format!("open / for landlock: {e}"), std::io::ErrorKind::Other))?;
+    ruleset = ruleset.add_rule(PathBeneath::new(root, all & !denied)).map_err(err)?;
+    for path in tty_paths {
+        if let Ok(fd) = PathFd::new(path) {
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(
+                    fd,
+                    AccessFs::from_all(abi) & !(AccessFs::MakeChar | AccessFs::MakeBlock),
+                ))
+                .map_err(err)?;
+        }
+    }
+    let status = ruleset.restrict_self().map_err(err)?;
+    Ok(match status.ruleset {
+        RulesetStatus::FullyEnforced => LandlockStatus::Enforced,
+        RulesetStatus::PartiallyEnforced => LandlockStatus::Partial,
+        RulesetStatus::NotEnforced => LandlockStatus::Unavailable,
+    })
+}

@@ -1,0 +1,194 @@
+//! Mounts: the classic calls for file systems, the new mount API for detached, idmapped trees.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::CWD;
+use rustix::mount::{MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags};
+
+use crate::error::{Context, SysError, SysResult};
+
+pub use rustix::mount::MountFlags as Flags;
+
+/// Stop mount events from travelling between this mount namespace and the one it was copied from.
+pub fn make_private_recursive() -> SysResult<()> {
+    rustix::mount::mount_change("/", MountPropagationFlags::PRIVATE | MountPropagationFlags::REC)
+        .ctx(|| "make the mount tree private")
+}
+
+/// Mount a file system: `mount -t fstype -o data source target`.
+pub fn mount_fs(source: &str, target: &Path, fstype: &str, flags: MountFlags, data: &str) -> SysResult<()> {
+    let data =
+        std::ffi::CString::new(data).map_err(|_| SysError::new("mount options", std::io::ErrorKind::InvalidInput))?;
+    rustix::mount::mount(source, target, fstype, flags, Some(data.as_c_str()))
+        .ctx(|| format!("mount {fstype} on {}", target.display()))
+}
+
+/// Bind-mount `source` (a path or `/proc/self/fd/N`) onto `target`.
+pub fn bind(source: &Path, target: &Path) -> SysResult<()> {
+    rustix::mount::mount_bind(source, target).ctx(|| format!("bind {} onto {}", source.display(), target.display()))
+}
+
+/// Attributes for [`set_attr`]: read-only, nosuid, nodev, noexec.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Attrs {
+    pub readonly: bool,
+    pub nosuid: bool,
+    pub nodev: bool,
+    pub noexec: bool,
+}
+
+impl Attrs {
+    fn bits(self) -> u64 {
+        let mut b = 0;
+        for (on, bit) in [
+            (self.readonly, rustix::mount::MountAttrFlags::MOUNT_ATTR_RDONLY),
+            (self.nosuid, rustix::mount::MountAttrFlags::MOUNT_ATTR_NOSUID),
+            (self.nodev, rustix::mount::MountAttrFlags::MOUNT_ATTR_NODEV),
+            (self.noexec, rustix::mount::MountAttrFlags::MOUNT_ATTR_NOEXEC),
+        ] {
+            if on {
+                b |= u64::from(bit.bits());
+            }
+        }
+        b
+    }
+}
+
+/// `struct mount_attr` from <linux/mount.h>.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+const AT_RECURSIVE: u32 = 0x8000;
+
+fn mount_setattr(dir: BorrowedFd<'_>, path: &str, recursive: bool, attr: &MountAttr) -> std::io::Result<()> {
+    let path = std::ffi::CString::new(path).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    let flags = libc::AT_EMPTY_PATH as u32 | if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: `path` and `attr` are valid for the duration of the call and the size passed matches the
+    // struct layout the kernel expects (MOUNT_ATTR_SIZE_VER0 = 32 bytes).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            flags,
+            attr as *const MountAttr,
+            size_of::<MountAttr>(),
+        )
+    };
+    if r != 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Set attributes on the mount at `target` (and, with `recursive`, every mount below it), keeping the
+/// attributes it already has.
+pub fn set_attr(target: &Path, attrs: Attrs, recursive: bool) -> SysResult<()> {
+    let dir = rustix::fs::open(
+        target,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ctx(|| format!("open {}", target.display()))?;
+    let attr = MountAttr {
+        attr_set: attrs.bits(),
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    mount_setattr(dir.as_fd(), "", recursive, &attr).ctx(|| format!("set mount attributes on {}", target.display()))
+}
+
+/// Clone the mount tree at `source` into a detached mount whose file ownership is seen through the id
+/// mapping of the user namespace `userns`, optionally read-only. Attach it with [`attach`].
+pub fn clone_idmapped(source: &Path, userns: BorrowedFd<'_>, attrs: Attrs, recursive: bool) -> SysResult<OwnedFd> {
+    let mut flags = OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC;
+    if recursive {
+        flags |= OpenTreeFlags::AT_RECURSIVE;
+    }
+    let tree =
+        rustix::mount::open_tree(CWD, source, flags).ctx(|| format!("clone the mount at {}", source.display()))?;
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP | attrs.bits(),
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    mount_setattr(tree.as_fd(), "", recursive, &attr).ctx(|| {
+        format!(
+            "idmap the mount of {} (does its file system support idmapped mounts?)",
+            source.display()
+        )
+    })?;
+    Ok(tree)
+}
+
+/// Clone the mount tree at `source` into a detached bind mount (no id mapping).
+pub fn clone_tree(source: &Path, attrs: Attrs, recursive: bool) -> SysResult<OwnedFd> {
+    let mut flags = OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC;
+    if recursive {
+        flags |= OpenTreeFlags::AT_RECURSIVE;
+    }
+    let tree =
+        rustix::mount::open_tree(CWD, source, flags).ctx(|| format!("clone the mount at {}", source.display()))?;
+    if attrs != Attrs::default() {
+        let attr = MountAttr {
+            attr_set: attrs.bits(),
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        mount_setattr(tree.as_fd(), "", recursive, &attr)
+            .ctx(|| format!("set mount attributes on {}", source.display()))?;
+    }
+    Ok(tree)
+}
+
+/// Attach a detached mount (from [`clone_idmapped`] or [`clone_tree`]) at `target`.
+pub fn attach(tree: BorrowedFd<'_>, target: &Path) -> SysResult<()> {
+    rustix::mount::move_mount(tree, "", CWD, target, MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH)
+        .ctx(|| format!("attach a mount at {}", target.display()))
+}
+
+/// Attach a detached mount onto an already opened target directory or file (an `O_PATH` descriptor).
+pub fn attach_at(tree: BorrowedFd<'_>, target: BorrowedFd<'_>, shown_as: &Path) -> SysResult<()> {
+    rustix::mount::move_mount(
+        tree,
+        "",
+        target,
+        "",
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+    )
+    .ctx(|| format!("attach a mount at {}", shown_as.display()))
+}
+
+/// Make `new_root` the root of this mount namespace and detach the old root entirely.
+pub fn pivot_into(new_root: &Path) -> SysResult<()> {
+    rustix::process::chdir(new_root).ctx(|| format!("enter {}", new_root.display()))?;
+    // pivot_root(".", ".") stacks the old root on top of the new one; unmounting "." then drops the old root
+    // without needing a put_old directory inside the sandbox's file system.
+    rustix::process::pivot_root(".", ".").ctx(|| "pivot into the sandbox root")?;
+    rustix::mount::unmount(".", UnmountFlags::DETACH).ctx(|| "detach the host's root")?;
+    rustix::process::chdir("/").ctx(|| "enter /")
+}
+
+/// Unmount lazily.
+pub fn unmount_detach(target: &Path) -> SysResult<()> {
+    rustix::mount::unmount(target, UnmountFlags::DETACH).ctx(|| format!("unmount {}", target.display()))
+}
+
+/// Whether an errno means "this kernel or file system does not do that".
+pub fn is_unsupported(err: &SysError) -> bool {
+    matches!(
+        err.errno(),
+        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::EPERM)
+    )
+}

@@ -1,0 +1,282 @@
+//! Process credentials, capabilities, signals and exec.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use rustix::process::Signal;
+
+use crate::error::{Context, SysError, SysResult};
+
+/// Write the uid and gid maps of `pid`'s user namespace: inside ids `0..count` map to host ids
+/// `host_base..host_base + count`. Called by the (host root) parent.
+pub fn write_id_maps(pid: i32, host_base: u32, count: u32) -> SysResult<()> {
+    let map = format!("0 {host_base} {count}\n");
+    std::fs::write(format!("/proc/{pid}/uid_map"), &map).ctx(|| "write the sandbox's uid map")?;
+    std::fs::write(format!("/proc/{pid}/gid_map"), &map).ctx(|| "write the sandbox's gid map")
+}
+
+/// Write an arbitrary uid/gid map (`inside outside count` lines) for `pid`.
+pub fn write_maps(pid: i32, uid_map: &str, gid_map: &str) -> SysResult<()> {
+    std::fs::write(format!("/proc/{pid}/uid_map"), uid_map).ctx(|| "write a uid map")?;
+    std::fs::write(format!("/proc/{pid}/gid_map"), gid_map).ctx(|| "write a gid map")
+}
+
+/// Drop every supplementary group and become uid/gid `id` of the current user namespace.
+pub fn become_id(id: u32) -> SysResult<()> {
+    // These are per-thread system calls; callers are single-threaded (a freshly cloned child or init).
+    rustix::thread::set_thread_groups(&[]).ctx(|| "drop supplementary groups")?;
+    let gid = rustix::process::Gid::from_raw(id);
+    rustix::thread::set_thread_res_gid(gid, gid, gid).ctx(|| format!("become gid {id}"))?;
+    let uid = rustix::process::Uid::from_raw(id);
+    rustix::thread::set_thread_res_uid(uid, uid, uid).ctx(|| format!("become uid {id}"))
+}
+
+/// Ask the kernel to SIGKILL this process when its parent dies. (A parent that died before this call is
+/// noticed by the caller some other way: from a new pid namespace, getppid() says 0 either way.)
+pub fn die_with_parent() -> SysResult<()> {
+    rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).ctx(|| "set the parent-death signal")
+}
+
+/// Mark the process not dumpable: its /proc files become unreadable to others and it cannot be ptraced
+/// without CAP_SYS_PTRACE.
+pub fn set_not_dumpable() -> SysResult<()> {
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .ctx(|| "mark the process not dumpable")
+}
+
+/// Set no_new_privs: no exec can ever grant more privilege (setuid bits and file capabilities are ignored).
+pub fn set_no_new_privs() -> SysResult<()> {
+    rustix::thread::set_no_new_privs(true).ctx(|| "set no_new_privs")
+}
+
+/// The highest capability number this kernel knows.
+pub fn last_capability() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+}
+
+/// Remove every capability not in `keep` from the bounding set, and clear the ambient set.
+pub fn restrict_bounding_set(keep: &[u32]) -> SysResult<()> {
+    for cap in 0..=last_capability() {
+        if keep.contains(&cap) {
+            continue;
+        }
+        // SAFETY: PR_CAPBSET_DROP takes a capability number and touches no memory.
+        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if r != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EINVAL) {
+                return Err(SysError::new(
+                    format!("drop capability {cap} from the bounding set"),
+                    err,
+                ));
+            }
+        }
+    }
+    // SAFETY: PR_CAP_AMBIENT_CLEAR_ALL takes no pointers.
+    let r = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    if r != 0 {
+        return Err(SysError::new(
+            "clear ambient capabilities",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// Set the host name of the current UTS namespace.
+pub fn set_hostname(name: &str) -> SysResult<()> {
+    rustix::system::sethostname(name.as_bytes()).ctx(|| format!("set the host name to {name}"))
+}
+
+/// Enter a new cgroup namespace rooted at the cgroups this process is in now.
+pub fn unshare_cgroup_namespace() -> SysResult<()> {
+    // SAFETY: unshare(CLONE_NEWCGROUP) only changes this process's cgroup namespace; no memory is shared
+    // with other threads (the caller is single-threaded).
+    let r = unsafe { libc::unshare(libc::CLONE_NEWCGROUP) };
+    if r != 0 {
+        return Err(SysError::new(
+            "create a cgroup namespace",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// Replace this process with the program behind `exe` (an open descriptor), never returning on success.
+pub fn exec_fd(exe: BorrowedFd<'_>, argv: &[&str], env: &[String]) -> SysError {
+    let to_c = |s: &str| CString::new(s).unwrap_or_default();
+    let argv_c: Vec<CString> = argv.iter().map(|a| to_c(a)).collect();
+    let env_c: Vec<CString> = env.iter().map(|e| to_c(e)).collect();
+    let mut argv_p: Vec<*const libc::c_char> = argv_c.iter().map(|c| c.as_ptr()).collect();
+    argv_p.push(std::ptr::null());
+    let mut env_p: Vec<*const libc::c_char> = env_c.iter().map(|c| c.as_ptr()).collect();
+    env_p.push(std::ptr::null());
+    let empty = c"";
+    // SAFETY: argv and envp are NULL-terminated arrays of pointers into CStrings that outlive the call;
+    // execveat only returns on failure.
+    unsafe {
+        libc::syscall(
+            libc::SYS_execveat,
+            exe.as_raw_fd(),
+            empty.as_ptr(),
+            argv_p.as_ptr(),
+            env_p.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    SysError::new("start berth's init inside the sandbox", std::io::Error::last_os_error())
+}
+
+/// Send `signal` to the process behind a pidfd.
+pub fn pidfd_signal(pidfd: BorrowedFd<'_>, signal: Signal) -> SysResult<()> {
+    match rustix::process::pidfd_send_signal(pidfd, signal) {
+        Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+        Err(e) => Err(SysError::new("signal a process", e)),
+    }
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+/// Wait for the process behind a pidfd to end, and reap it.
+pub fn pidfd_wait(pidfd: BorrowedFd<'_>) -> SysResult<Exit> {
+    loop {
+        match rustix::process::waitid(
+            rustix::process::WaitId::PidFd(pidfd),
+            rustix::process::WaitIdOptions::EXITED,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(SysError::new("wait for a process", e)),
+            Ok(Some(status)) => {
+                return Ok(match status.terminating_signal() {
+                    Some(sig) => Exit::Signal(sig),
+                    None => Exit::Code(status.exit_status().unwrap_or(0)),
+                });
+            }
+            Ok(None) => continue,
+        }
+    }
+}
+
+/// Block `signals` for this thread and return a descriptor that reads them (signalfd).
+pub fn signal_fd(signals: &[i32]) -> SysResult<OwnedFd> {
+    // SAFETY: sigset_t is plain old data and sigemptyset/sigaddset only write into it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: see above; `set` is a valid, exclusively borrowed sigset_t.
+    unsafe { libc::sigemptyset(&mut set) };
+    for s in signals {
+        // SAFETY: as above.
+        unsafe { libc::sigaddset(&mut set, *s) };
+    }
+    // SAFETY: `set` is initialised; a null old-set pointer is allowed.
+    let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if r != 0 {
+        return Err(SysError::new("block signals", std::io::Error::from_raw_os_error(r)));
+    }
+    // SAFETY: `set` is initialised; -1 asks for a new descriptor which we take ownership of below.
+    let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(SysError::new("create a signalfd", std::io::Error::last_os_error()));
+    }
+    // SAFETY: signalfd returned a new descriptor nobody else owns.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// Read pending signal numbers from a signalfd (non-blocking; empty when none are pending).
+pub fn read_signals(fd: impl AsFd) -> Vec<i32> {
+    let mut out = Vec::new();
+    // SAFETY: signalfd_siginfo is plain old data.
+    let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: reading into a properly sized, exclusively borrowed signalfd_siginfo.
+        let n = unsafe {
+            libc::read(
+                fd.as_fd().as_raw_fd(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size_of::<libc::signalfd_siginfo>(),
+            )
+        };
+        if n != size_of::<libc::signalfd_siginfo>() as isize {
+            return out;
+        }
+        out.push(info.ssi_signo as i32);
+    }
+}
+
+/// Unblock all signals and restore their default dispositions (for a process about to exec a command).
+pub fn reset_signals() {
+    // SAFETY: sigset_t is plain old data; sigemptyset initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t; SIG_SETMASK with an empty set unblocks everything.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Wait for any child without blocking: `Some((pid, exit))` for one reaped child, `None` when none is ready.
+pub fn reap_any() -> Option<(i32, Exit)> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: waitpid writes only into `status`.
+    let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+    if pid <= 0 {
+        return None;
+    }
+    let exit = if libc::WIFSIGNALED(status) {
+        Exit::Signal(libc::WTERMSIG(status))
+    } else {
+        Exit::Code(libc::WEXITSTATUS(status))
+    };
+    Some((pid, exit))
+}
+
+/// Send a signal to a process group (negative pid), ignoring groups that are already gone.
+pub fn kill_group(pgid: i32, signal: i32) {
+    // SAFETY: kill takes plain integers.
+    unsafe { libc::kill(-pgid, signal) };
+}
+
+/// Send a signal to one process, ignoring a process that is already gone.
+pub fn kill_pid(pid: i32, signal: i32) {
+    // SAFETY: kill takes plain integers.
+    unsafe { libc::kill(pid, signal) };
+}
+
+/// Open a process's namespace file (such as `user`) from /proc.
+pub fn open_namespace(pid: i32, kind: &str) -> SysResult<OwnedFd> {
+    rustix::fs::open(
+        format!("/proc/{pid}/ns/{kind}"),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ctx(|| format!("open the {kind} namespace of process {pid}"))
+}
+
+/// Make `cmd` start with no blocked signals, whatever the caller blocks (init blocks the signals it reads
+/// from a signalfd, and a blocked SIGTERM would make the command unkillable by `timeout` and friends).
+pub fn unblock_signals_on_exec(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook runs between fork and exec and only calls sigemptyset and pthread_sigmask, which are
+    // async-signal-safe and allocate nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            reset_signals();
+            Ok(())
+        });
+    }
+}

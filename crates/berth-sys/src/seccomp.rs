@@ -1,0 +1,526 @@
+//! A seccomp-BPF denylist, written as data and compiled by hand into a classic BPF program.
+//!
+//! What it is for: narrowing the kernel's attack surface inside the sandbox. Syscalls an agent's tools have
+//! no business making (loading kernel modules, `bpf`, `perf_event_open`, `userfaultfd`, the keyring, mount
+//! and namespace manipulation, setting the clock, rebooting, injecting terminal input) fail with `EPERM`.
+//! Everything else is allowed.
+//!
+//! What it is not: the sandbox boundary. It is a denylist, so a syscall nobody thought of is allowed; the
+//! boundary is the namespaces, mounts, Landlock rules and dropped privileges set up elsewhere. The filter
+//! only makes the kernel code reachable from inside smaller.
+//!
+//! The program it compiles:
+//! 1. `seccomp_data.arch` must be the native audit arch, or the process is killed (on x86_64 this catches
+//!    i386 syscalls made through `int 0x80`, whose numbers mean different calls).
+//! 2. On x86_64, any number with the x32 bit set gets `EPERM` (x32 numbers would bypass the rules below).
+//! 3. One block per rule: compare the number, then (optionally) the low 32 bits of one argument.
+//! 4. Allow.
+//!
+//! Conditional jumps in classic BPF have 8-bit offsets. Every conditional jump this compiler emits goes at
+//! most a rule body ahead, and bodies longer than 255 instructions are skipped with `BPF_JA`, whose offset
+//! is 32 bits, so no policy can overflow an offset.
+
+use std::io;
+
+use crate::error::{Context, SysError, SysResult};
+
+#[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_endian = "little"))))]
+compile_error!("berth's seccomp filter supports x86_64 and little-endian aarch64 only");
+
+/// `AUDIT_ARCH_X86_64`: `EM_X86_64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE`.
+#[cfg(target_arch = "x86_64")]
+pub const AUDIT_ARCH_NATIVE: u32 = 0xC000_003E;
+/// `AUDIT_ARCH_AARCH64`: `EM_AARCH64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE`.
+#[cfg(target_arch = "aarch64")]
+pub const AUDIT_ARCH_NATIVE: u32 = 0xC000_00B7;
+
+/// Syscall numbers with this bit set belong to the x32 ABI (x86_64 only).
+pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// The largest program the kernel accepts (`BPF_MAXINSNS`).
+pub const MAX_INSNS: usize = libc::BPF_MAXINSNS as usize;
+
+// The opcodes emitted (and the only ones the unit tests' interpreter understands).
+const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const JMP_JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
+const JMP_JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const JMP_JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+
+// Offsets into `struct seccomp_data` (native endian; both supported arches are little-endian, so the low
+// half of a 64-bit argument comes first).
+const OFF_NR: u32 = 0;
+const OFF_ARCH: u32 = 4;
+const OFF_ARGS: u32 = 16;
+
+const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+const RET_KILL_PROCESS: u32 = libc::SECCOMP_RET_KILL_PROCESS;
+
+fn ret_errno(errno: u16) -> u32 {
+    libc::SECCOMP_RET_ERRNO | (u32::from(errno) & libc::SECCOMP_RET_DATA)
+}
+
+/// One of the six syscall arguments in `seccomp_data.args`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arg {
+    A0 = 0,
+    A1 = 1,
+    A2 = 2,
+    A3 = 3,
+    A4 = 4,
+    A5 = 5,
+}
+
+/// A test on the low 32 bits of one argument. Only the low half is read: for every argument this policy
+/// looks at (`clone`/`unshare` flags, the `ioctl` request, the `personality` value) that is what the kernel
+/// uses, so a caller setting high bits cannot slip past.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgTest {
+    /// Matches when any of these bits is set.
+    AnyBitSet(u32),
+    /// Matches when the value is one of these.
+    OneOf(Vec<u32>),
+    /// Matches when the value is none of these.
+    NoneOf(Vec<u32>),
+}
+
+/// A denied syscall: when `nr` is called (and `when`, if given, matches) it fails with `errno`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeccompRule {
+    /// The syscall's name, for people reading the policy.
+    pub name: String,
+    /// The native syscall number.
+    pub nr: u32,
+    /// Returned to the caller; the kernel caps it at 4095.
+    pub errno: u16,
+    /// Deny only when this argument test matches; `None` denies every call.
+    pub when: Option<(Arg, ArgTest)>,
+}
+
+/// A seccomp denylist as data. The default action is allow; each rule denies one syscall.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SeccompPolicy {
+    pub rules: Vec<SeccompRule>,
+}
+
+const EPERM: u16 = libc::EPERM as u16;
+
+/// Syscalls denied outright with `EPERM`. (`stime` exists on neither supported arch, so it is not here.)
+const DENIED: &[(&str, libc::c_long)] = &[
+    ("kexec_load", libc::SYS_kexec_load),
+    ("kexec_file_load", libc::SYS_kexec_file_load),
+    ("init_module", libc::SYS_init_module),
+    ("finit_module", libc::SYS_finit_module),
+    ("delete_module", libc::SYS_delete_module),
+    ("bpf", libc::SYS_bpf),
+    ("perf_event_open", libc::SYS_perf_event_open),
+    ("userfaultfd", libc::SYS_userfaultfd),
+    ("keyctl", libc::SYS_keyctl),
+    ("add_key", libc::SYS_add_key),
+    ("request_key", libc::SYS_request_key),
+    ("open_by_handle_at", libc::SYS_open_by_handle_at),
+    ("name_to_handle_at", libc::SYS_name_to_handle_at),
+    ("swapon", libc::SYS_swapon),
+    ("swapoff", libc::SYS_swapoff),
+    ("reboot", libc::SYS_reboot),
+    ("settimeofday", libc::SYS_settimeofday),
+    ("clock_settime", libc::SYS_clock_settime),
+    ("clock_adjtime", libc::SYS_clock_adjtime),
+    ("adjtimex", libc::SYS_adjtimex),
+    ("acct", libc::SYS_acct),
+    ("quotactl", libc::SYS_quotactl),
+    ("quotactl_fd", libc::SYS_quotactl_fd),
+    #[cfg(target_arch = "x86_64")]
+    ("iopl", libc::SYS_iopl),
+    #[cfg(target_arch = "x86_64")]
+    ("ioperm", libc::SYS_ioperm),
+    ("mount", libc::SYS_mount),
+    ("umount2", libc::SYS_umount2),
+    ("pivot_root", libc::SYS_pivot_root),
+    ("move_mount", libc::SYS_move_mount),
+    ("open_tree", libc::SYS_open_tree),
+    ("fsopen", libc::SYS_fsopen),
+    ("fsconfig", libc::SYS_fsconfig),
+    ("fsmount", libc::SYS_fsmount),
+    ("fspick", libc::SYS_fspick),
+    ("mount_setattr", libc::SYS_mount_setattr),
+    ("lookup_dcookie", libc::SYS_lookup_dcookie),
+    ("nfsservctl", libc::SYS_nfsservctl),
+    ("vhangup", libc::SYS_vhangup),
+    ("syslog", libc::SYS_syslog),
+    #[cfg(target_arch = "x86_64")]
+    ("uselib", libc::SYS_uselib),
+    // Sandboxed processes must not join namespaces they were not put in.
+    ("setns", libc::SYS_setns),
+];
+
+/// `personality` values still allowed: `PER_LINUX`, `PER_LINUX32` and the query `0xffffffff`. The rest
+/// (e.g. `ADDR_NO_RANDOMIZE`, `READ_IMPLIES_EXEC`) weaken the process's own hardening.
+const PERSONALITY_ALLOWED: [u32; 3] = [0, 8, 0xffff_ffff];
+
+fn rule(name: &str, nr: libc::c_long, errno: u16, when: Option<(Arg, ArgTest)>) -> SeccompRule {
+    SeccompRule {
+        name: name.to_owned(),
+        nr: nr as u32,
+        errno,
+        when,
+    }
+}
+
+impl SeccompPolicy {
+    /// The policy berth installs in every sandbox.
+    pub fn sandbox_default() -> SeccompPolicy {
+        let newuser = libc::CLONE_NEWUSER as u32;
+        let mut rules: Vec<SeccompRule> = DENIED.iter().map(|&(name, nr)| rule(name, nr, EPERM, None)).collect();
+        rules.extend([
+            // New user namespaces hand out a full set of capabilities over fresh kernel objects, which is
+            // where much of the kernel's privilege-escalation surface lives. clone's flags are arg0 on both
+            // x86_64 and aarch64.
+            rule(
+                "unshare",
+                libc::SYS_unshare,
+                EPERM,
+                Some((Arg::A0, ArgTest::AnyBitSet(newuser))),
+            ),
+            rule(
+                "clone",
+                libc::SYS_clone,
+                EPERM,
+                Some((Arg::A0, ArgTest::AnyBitSet(newuser))),
+            ),
+            // clone3 passes its flags in memory, which BPF cannot read. ENOSYS makes libc fall back to clone,
+            // which the rule above filters.
+            rule("clone3", libc::SYS_clone3, libc::ENOSYS as u16, None),
+            // TIOCSTI pushes bytes into a terminal's input queue, so a sandboxed process sharing the
+            // terminal could type commands into the shell outside (CVE-2017-5226, bubblewrap). TIOCLINUX
+            // can do the same through the console's selection buffer.
+            rule(
+                "ioctl",
+                libc::SYS_ioctl,
+                EPERM,
+                Some((
+                    Arg::A1,
+                    ArgTest::OneOf(vec![libc::TIOCSTI as u32, libc::TIOCLINUX as u32]),
+                )),
+            ),
+            rule(
+                "personality",
+                libc::SYS_personality,
+                EPERM,
+                Some((Arg::A0, ArgTest::NoneOf(PERSONALITY_ALLOWED.to_vec()))),
+            ),
+        ]);
+        SeccompPolicy { rules }
+    }
+
+    /// The syscall names this policy has rules for, in rule order.
+    pub fn rule_names(&self) -> Vec<&str> {
+        self.rules.iter().map(|r| r.name.as_str()).collect()
+    }
+
+    /// Compile to a classic BPF program for `SECCOMP_SET_MODE_FILTER`. Never fails; a policy too large for
+    /// the kernel (more than [`MAX_INSNS`] instructions) is refused by [`install`](Self::install).
+    pub fn compile(&self) -> Vec<libc::sock_filter> {
+        let mut p = vec![
+            stmt(LD_W_ABS, OFF_ARCH),
+            jump(JMP_JEQ_K, AUDIT_ARCH_NATIVE, 1, 0),
+            stmt(RET_K, RET_KILL_PROCESS),
+            stmt(LD_W_ABS, OFF_NR),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        p.extend([jump(JMP_JSET_K, X32_SYSCALL_BIT, 0, 1), stmt(RET_K, ret_errno(EPERM))]);
+        // Invariant between blocks: the accumulator holds the syscall number.
+        for r in &self.rules {
+            let body = rule_body(r);
+            skip_unless_equal(&mut p, r.nr, body.len());
+            p.extend(body);
+        }
+        p.push(stmt(RET_K, RET_ALLOW));
+        p
+    }
+
+    /// Install the filter on every thread of the calling process (`SECCOMP_FILTER_FLAG_TSYNC`). It stays
+    /// for the life of the process and is inherited by its children and across `execve`.
+    ///
+    /// The caller must set no_new_privs first (see [`set_no_new_privs`]); without it this returns an error
+    /// rather than relying on `CAP_SYS_ADMIN`. After this, `clone3` fails with `ENOSYS` in this process.
+    pub fn install(&self) -> SysResult<()> {
+        let nnp = rustix::thread::no_new_privs().ctx(|| "read no_new_privs")?;
+        if !nnp {
+            return Err(SysError::new(
+                "install the seccomp filter: no_new_privs is not set (call set_no_new_privs first)",
+                io::ErrorKind::PermissionDenied,
+            ));
+        }
+        let filter = self.compile();
+        if filter.len() > MAX_INSNS {
+            return Err(SysError::new(
+                format!(
+                    "install the seccomp filter: {} instructions, the kernel takes {MAX_INSNS}",
+                    filter.len()
+                ),
+                io::ErrorKind::InvalidInput,
+            ));
+        }
+        let prog = libc::sock_fprog {
+            len: filter.len() as u16,
+            filter: filter.as_ptr().cast_mut(),
+        };
+        // SAFETY: `prog` points at `filter`, `prog.len` valid instructions that outlive the call; the kernel
+        // only reads them (copying the program) and keeps no pointer.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER as libc::c_ulong,
+                libc::SECCOMP_FILTER_FLAG_TSYNC,
+                &prog as *const libc::sock_fprog,
+            )
+        };
+        match r {
+            0 => Ok(()),
+            -1 => Err(SysError::new("install the seccomp filter", io::Error::last_os_error())),
+            tid => Err(SysError::new(
+                format!("install the seccomp filter: thread {tid} could not be synchronised"),
+                io::ErrorKind::ResourceBusy,
+            )),
+        }
+    }
+}
+
+/// Set no_new_privs on the calling thread (inherited by its children and kept across `execve`): setuid
+/// binaries stop granting privileges, and an unprivileged process may install a seccomp filter.
+pub fn set_no_new_privs() -> SysResult<()> {
+    rustix::thread::set_no_new_privs(true).ctx(|| "set no_new_privs")
+}
+
+fn stmt(code: u16, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt: 0, jf: 0, k }
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+/// Emit "if A != k, skip the next `len` instructions", with a short jump when the offset fits in 8 bits.
+fn skip_unless_equal(p: &mut Vec<libc::sock_filter>, k: u32, len: usize) {
+    match u8::try_from(len) {
+        Ok(short) => p.push(jump(JMP_JEQ_K, k, 0, short)),
+        Err(_) => p.extend([jump(JMP_JEQ_K, k, 1, 0), stmt(JMP_JA, len as u32)]),
+    }
+}
+
+/// The instructions run once a rule's syscall number matched. They end with the accumulator holding the
+/// syscall number again (or with a return), and jump no further than their own end.
+fn rule_body(r: &SeccompRule) -> Vec<libc::sock_filter> {
+    let deny = stmt(RET_K, ret_errno(r.errno));
+    let Some((arg, test)) = &r.when else {
+        return vec![deny];
+    };
+    let mut b = vec![stmt(LD_W_ABS, OFF_ARGS + 8 * (*arg as u32))];
+    match test {
+        ArgTest::AnyBitSet(bits) => b.extend([jump(JMP_JSET_K, *bits, 0, 1), deny]),
+        ArgTest::OneOf(values) => {
+            for &v in values {
+                b.extend([jump(JMP_JEQ_K, v, 0, 1), deny]);
+            }
+        }
+        ArgTest::NoneOf(values) => {
+            // Each allowed value jumps (with a 32-bit JA) to the reload of the number at the end.
+            for (i, &v) in values.iter().enumerate() {
+                let rest = 2 * (values.len() - i - 1) + 1;
+                b.extend([jump(JMP_JEQ_K, v, 0, 1), stmt(JMP_JA, rest as u32)]);
+            }
+            b.push(deny);
+        }
+    }
+    b.push(stmt(LD_W_ABS, OFF_NR));
+    b
+}
+
+#[cfg(test)]
+// `libc::Ioctl` is `c_ulong` on glibc and `c_int` on musl, so casting it is needless on one of them.
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::unnecessary_cast)]
+mod tests {
+    use super::*;
+
+    /// Run a classic BPF program over a `seccomp_data`, the way the kernel would.
+    fn run(prog: &[libc::sock_filter], data: &[u8; 64]) -> u32 {
+        let (mut a, mut pc) = (0u32, 0usize);
+        loop {
+            let ins = prog[pc];
+            pc += 1;
+            match ins.code {
+                LD_W_ABS => a = u32::from_ne_bytes(data[ins.k as usize..][..4].try_into().unwrap()),
+                JMP_JA => pc += ins.k as usize,
+                JMP_JEQ_K => pc += usize::from(if a == ins.k { ins.jt } else { ins.jf }),
+                JMP_JSET_K => pc += usize::from(if a & ins.k != 0 { ins.jt } else { ins.jf }),
+                RET_K => return ins.k,
+                other => panic!("unexpected opcode {other:#x}"),
+            }
+        }
+    }
+
+    fn data(arch: u32, nr: u32, args: [u64; 6]) -> [u8; 64] {
+        let mut d = [0u8; 64];
+        d[0..4].copy_from_slice(&nr.to_ne_bytes());
+        d[4..8].copy_from_slice(&arch.to_ne_bytes());
+        for (i, a) in args.iter().enumerate() {
+            d[16 + 8 * i..][..8].copy_from_slice(&a.to_ne_bytes());
+        }
+        d
+    }
+
+    fn verdict(prog: &[libc::sock_filter], nr: libc::c_long, args: [u64; 6]) -> u32 {
+        run(prog, &data(AUDIT_ARCH_NATIVE, nr as u32, args))
+    }
+
+    /// Every jump lands inside the program, and the program cannot fall off its end.
+    fn assert_well_formed(prog: &[libc::sock_filter]) {
+        assert!(prog.len() <= MAX_INSNS);
+        assert_eq!(prog.last().unwrap().code, RET_K);
+        for (pc, ins) in prog.iter().enumerate() {
+            let targets = match ins.code {
+                JMP_JA => vec![ins.k as usize],
+                JMP_JEQ_K | JMP_JSET_K => vec![usize::from(ins.jt), usize::from(ins.jf)],
+                _ => vec![],
+            };
+            for off in targets {
+                assert!(
+                    pc + 1 + off < prog.len(),
+                    "jump at {pc} by {off} leaves a {}-long program",
+                    prog.len()
+                );
+            }
+        }
+    }
+
+    const EPERM_RET: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+
+    #[test]
+    fn verdicts() {
+        let p = SeccompPolicy::sandbox_default().compile();
+        assert_well_formed(&p);
+        let newuser = libc::CLONE_NEWUSER as u64;
+        let newns = libc::CLONE_NEWNS as u64;
+        let sigchld = libc::SIGCHLD as u64;
+        let allowed: &[(libc::c_long, [u64; 6])] = &[
+            (libc::SYS_read, [0; 6]),
+            (libc::SYS_write, [1, 0, 5, 0, 0, 0]),
+            (libc::SYS_openat, [0; 6]),
+            (
+                libc::SYS_clone,
+                [
+                    libc::CLONE_VM as u64 | libc::CLONE_THREAD as u64 | sigchld,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                ],
+            ),
+            (libc::SYS_unshare, [newns, 0, 0, 0, 0, 0]),
+            (libc::SYS_ioctl, [0, libc::TCGETS as u64, 0, 0, 0, 0]),
+            (libc::SYS_personality, [0xffff_ffff, 0, 0, 0, 0, 0]),
+            (libc::SYS_personality, [0, 0, 0, 0, 0, 0]),
+        ];
+        for &(nr, args) in allowed {
+            assert_eq!(verdict(&p, nr, args), RET_ALLOW, "syscall {nr} {args:x?}");
+        }
+        let denied: &[(libc::c_long, [u64; 6])] = &[
+            (libc::SYS_unshare, [newuser | newns, 0, 0, 0, 0, 0]),
+            (libc::SYS_unshare, [0xffff_ffff_0000_0000 | newuser, 0, 0, 0, 0, 0]),
+            (libc::SYS_clone, [newuser | sigchld, 0, 0, 0, 0, 0]),
+            (libc::SYS_ioctl, [0, libc::TIOCSTI as u64, 0, 0, 0, 0]),
+            (libc::SYS_ioctl, [0, 0xffff_ffff_0000_5412, 0, 0, 0, 0]),
+            (libc::SYS_ioctl, [0, libc::TIOCLINUX as u64, 0, 0, 0, 0]),
+            (libc::SYS_personality, [libc::ADDR_NO_RANDOMIZE as u64, 0, 0, 0, 0, 0]),
+            (libc::SYS_mount, [0; 6]),
+            (libc::SYS_setns, [0; 6]),
+        ];
+        for &(nr, args) in denied {
+            assert_eq!(verdict(&p, nr, args), EPERM_RET, "syscall {nr} {args:x?}");
+        }
+        assert_eq!(
+            verdict(&p, libc::SYS_clone3, [0; 6]),
+            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+        );
+        // 0x40000003 is AUDIT_ARCH_I386 (`int 0x80`), where 5 is open: a foreign arch is killed, whatever the number.
+        assert_eq!(run(&p, &data(0x4000_0003, 5, [0; 6])), RET_KILL_PROCESS);
+        assert_eq!(run(&p, &data(0, libc::SYS_read as u32, [0; 6])), RET_KILL_PROCESS);
+        #[cfg(target_arch = "x86_64")]
+        for nr in [
+            X32_SYSCALL_BIT,
+            X32_SYSCALL_BIT | libc::SYS_read as u32,
+            X32_SYSCALL_BIT | 101,
+        ] {
+            assert_eq!(run(&p, &data(AUDIT_ARCH_NATIVE, nr, [0; 6])), EPERM_RET, "x32 {nr:#x}");
+        }
+    }
+
+    #[test]
+    fn every_unconditional_rule_denies() {
+        let policy = SeccompPolicy::sandbox_default();
+        let p = policy.compile();
+        for r in policy.rules.iter().filter(|r| r.when.is_none()) {
+            let want = libc::SECCOMP_RET_ERRNO | u32::from(r.errno);
+            assert_eq!(run(&p, &data(AUDIT_ARCH_NATIVE, r.nr, [0; 6])), want, "{}", r.name);
+        }
+        let mut expected: Vec<&str> = "\
+            kexec_load kexec_file_load init_module finit_module delete_module bpf perf_event_open \
+            userfaultfd keyctl add_key request_key open_by_handle_at name_to_handle_at swapon \
+            swapoff reboot settimeofday clock_settime clock_adjtime adjtimex acct quotactl \
+            quotactl_fd mount umount2 pivot_root move_mount open_tree fsopen fsconfig fsmount fspick \
+            mount_setattr lookup_dcookie nfsservctl vhangup syslog setns unshare clone clone3 ioctl \
+            personality"
+            .split_whitespace()
+            .collect();
+        if cfg!(target_arch = "x86_64") {
+            expected.extend(["iopl", "ioperm", "uselib"]);
+        }
+        let mut names = policy.rule_names();
+        names.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(names, expected);
+    }
+
+    #[test]
+    fn long_rules_use_long_jumps() {
+        let values: Vec<u32> = (100..500).collect();
+        let policy = SeccompPolicy {
+            rules: vec![
+                rule(
+                    "personality",
+                    libc::SYS_personality,
+                    EPERM,
+                    Some((Arg::A0, ArgTest::NoneOf(values.clone()))),
+                ),
+                rule("ioctl", libc::SYS_ioctl, EPERM, Some((Arg::A1, ArgTest::OneOf(values)))),
+                rule("bpf", libc::SYS_bpf, EPERM, None),
+            ],
+        };
+        let p = policy.compile();
+        assert_well_formed(&p);
+        for (v, personality, ioctl) in [
+            (99, EPERM_RET, RET_ALLOW),
+            (100, RET_ALLOW, EPERM_RET),
+            (499, RET_ALLOW, EPERM_RET),
+        ] {
+            assert_eq!(
+                verdict(&p, libc::SYS_personality, [v, 0, 0, 0, 0, 0]),
+                personality,
+                "personality {v}"
+            );
+            assert_eq!(verdict(&p, libc::SYS_ioctl, [0, v, 0, 0, 0, 0]), ioctl, "ioctl {v}");
+        }
+        assert_eq!(verdict(&p, libc::SYS_bpf, [0; 6]), EPERM_RET);
+        assert_eq!(verdict(&p, libc::SYS_read, [0; 6]), RET_ALLOW);
+    }
+
+    #[test]
+    fn empty_policy_allows_native_calls_only() {
+        let p = SeccompPolicy::default().compile();
+        assert_well_formed(&p);
+        assert_eq!(verdict(&p, libc::SYS_mount, [0; 6]), RET_ALLOW);
+        assert_eq!(run(&p, &data(0x4000_0003, 0, [0; 6])), RET_KILL_PROCESS);
+    }
+}

@@ -1,0 +1,113 @@
+//! The command line, as data. Each verb's behaviour lives in `commands/`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use berth_runtime::spec::{self, BindMount};
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "berth",
+    version,
+    about = "Sandboxes where AI coding agents live and do their work"
+)]
+pub struct Cli {
+    /// berth's data directory.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_ROOT",
+        default_value = "/var/lib/berth",
+        value_name = "DIR"
+    )]
+    pub root: PathBuf,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command in a new, ephemeral sandbox and remove the sandbox when it ends.
+    Run(RunArgs),
+    /// Report what this process can see and do, as JSON (run it inside a sandbox to inspect one).
+    Probe(ProbeArgs),
+    /// Show what berth would use on this host: cgroup version, kernel features.
+    Info,
+    /// PID 1 inside a sandbox (started by berth only).
+    #[command(hide = true)]
+    Init,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Memory limit (no swap), such as 512M or 2G. Default: half of the host's memory.
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub memory: Option<u64>,
+    /// Most processes and threads that may exist at once.
+    #[arg(long, value_parser = parse_count, default_value = "4096", value_name = "N")]
+    pub pids: u64,
+    /// CPU limit in cores, such as 0.5 or 1.5.
+    #[arg(long, value_parser = parse_cpus, value_name = "CORES")]
+    pub cpus: Option<u64>,
+    /// Kill the command and everything it started after this long (exit code 124), such as 30s or 5m.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Option<Duration>,
+    /// Set an environment variable (repeatable).
+    #[arg(long = "env", short = 'e', value_parser = parse_env, value_name = "KEY=VALUE")]
+    pub env: Vec<(String, String)>,
+    /// Working directory inside the sandbox (created if missing).
+    #[arg(long, short = 'w', value_parser = parse_sandbox_path, default_value = "/workspace", value_name = "DIR")]
+    pub workdir: String,
+    /// Bring a host directory or file in (repeatable). Files root writes land owned by the host path's owner.
+    #[arg(long = "mount", short = 'm', value_parser = parse_mount, value_name = "HOST:SANDBOX[:ro]")]
+    pub mounts: Vec<BindMount>,
+    /// Image to build the root file system from.
+    #[arg(long, default_value = "host", value_name = "NAME")]
+    pub image: String,
+    /// Sandbox name, also its host name. Default: berth-<id>.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Print one JSON object describing the run on stdout when it ends.
+    #[arg(long)]
+    pub json: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Try a TCP connection to HOST:PORT and report whether it succeeded (repeatable).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub connect: Vec<String>,
+    /// Try to read a path and report whether it succeeded (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// Try to create and write a file at a path and report whether it succeeded (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    spec::parse_size(s).map_err(|e| e.to_string())
+}
+fn parse_count(s: &str) -> Result<u64, String> {
+    spec::parse_count(s).map_err(|e| e.to_string())
+}
+fn parse_cpus(s: &str) -> Result<u64, String> {
+    spec::parse_cpus(s).map_err(|e| e.to_string())
+}
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    spec::parse_duration(s).map_err(|e| e.to_string())
+}
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    spec::parse_env(s).map_err(|e| e.to_string())
+}
+fn parse_mount(s: &str) -> Result<BindMount, String> {
+    spec::parse_mount(s).map_err(|e| e.to_string())
+}
+fn parse_sandbox_path(s: &str) -> Result<String, String> {
+    spec::sandbox_path(s).map_err(|e| e.to_string())
+}

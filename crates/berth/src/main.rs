@@ -1,0 +1,32 @@
+//! The `berth` command: one binary that is the CLI, (later) the daemon, and PID 1 inside every sandbox.
+#![forbid(unsafe_code)]
+
+mod cli;
+mod commands;
+mod exit;
+
+use clap::Parser;
+
+fn main() {
+    // PID 1 inside a sandbox takes this path before anything else runs: no argument parsing, no allocation
+    // beyond what init itself needs.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "init") && std::process::id() == 1 {
+        std::process::exit(berth_init::main());
+    }
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { exit::BERTH_FAILED } else { 0 };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    let code = match commands::dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("berth: {}", exit::render(&e));
+            exit::BERTH_FAILED
+        }
+    };
+    std::process::exit(code);
+}

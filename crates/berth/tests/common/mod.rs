@@ -1,0 +1,136 @@
+//! Helpers for tests that drive the real `berth` binary as root.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// A data root of its own for one test, checked for leftovers when the test ends.
+pub struct Berth {
+    pub root: tempfile::TempDir,
+}
+
+impl Berth {
+    pub fn new() -> Berth {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "berth's integration tests create real sandboxes and must run as root"
+        );
+        Berth {
+            root: tempfile::Builder::new().prefix("berth-test-").tempdir().unwrap(),
+        }
+    }
+
+    /// `berth --root ROOT ARGS...`, ready to run.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_berth"));
+        c.arg("--root").arg(self.root.path()).args(args).stdin(Stdio::null());
+        c
+    }
+
+    /// Run `berth run [opts] -- cmd...` and return its output.
+    pub fn run(&self, opts: &[&str], cmd: &[&str]) -> Output {
+        let mut args = vec!["run"];
+        args.extend_from_slice(opts);
+        args.push("--");
+        args.extend_from_slice(cmd);
+        self.cmd(&args).output().unwrap()
+    }
+
+    /// Run `berth probe ARGS` inside a sandbox (the berth binary is mounted read-only at /opt/berth) and
+    /// parse its report.
+    pub fn probe(&self, opts: &[&str], probe_args: &[&str]) -> Value {
+        let mut all = vec!["--mount", self.bin_mount()];
+        all.extend_from_slice(opts);
+        let mut cmd = vec!["/opt/berth/berth", "probe"];
+        cmd.extend_from_slice(probe_args);
+        let out = self.run(&all, &cmd);
+        assert!(
+            out.status.success(),
+            "probe failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("probe output {e}: {}", text(&out.stdout)))
+    }
+
+    /// `HOST_DIR_OF_BERTH:/opt/berth:ro`
+    pub fn bin_mount(&self) -> &'static str {
+        let dir = Path::new(env!("CARGO_BIN_EXE_berth"))
+            .parent()
+            .unwrap()
+            .display()
+            .to_string();
+        Box::leak(format!("{dir}:/opt/berth:ro").into_boxed_str())
+    }
+
+    /// Sandboxes this root still holds on disk.
+    pub fn leftovers(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.root.path().join("sandboxes"))
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Berth {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let left = self.leftovers();
+        assert!(left.is_empty(), "sandboxes left behind: {left:?}");
+    }
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Every cgroup directory berth has on this host, in all hierarchies.
+pub fn berth_cgroups() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for base in [
+        "/sys/fs/cgroup",
+        "/sys/fs/cgroup/memory",
+        "/sys/fs/cgroup/pids",
+        "/sys/fs/cgroup/cpu",
+        "/sys/fs/cgroup/cpuacct",
+        "/sys/fs/cgroup/freezer",
+    ] {
+        if let Ok(d) = std::fs::read_dir(Path::new(base).join("berth")) {
+            out.extend(d.flatten().filter(|e| e.path().is_dir()).map(|e| e.path()));
+        }
+    }
+    out
+}
+
+/// Host processes whose command line contains `needle`, with their real, effective, saved and fs uids.
+pub fn host_processes_with(needle: &str) -> Vec<(i32, Vec<u64>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if !cmdline.contains(needle) || cmdline.contains("berth") {
+            continue;
+        }
+        let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+        let uids = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .map(|v| v.split_whitespace().filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_default();
+        out.push((pid, uids));
+    }
+    out
+}
+
+/// Send SIGTERM to a running `berth` child.
+pub fn terminate(child: &mut std::process::Child) {
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+}

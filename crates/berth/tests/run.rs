@@ -1,0 +1,440 @@
+//! `berth run`, end to end, as root: the contract scripts rely on, isolation, limits, and cleanup.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
+
+use common::{Berth, berth_cgroups, text};
+use serde_json::Value;
+
+fn json_of(out: &std::process::Output) -> Value {
+    let last = text(&out.stdout).lines().last().unwrap_or_default().to_string();
+    serde_json::from_str(&last).unwrap_or_else(|e| panic!("--json output {e}: {}", text(&out.stdout)))
+}
+
+fn assert_gone(id: &str) {
+    let left: Vec<_> = berth_cgroups().into_iter().filter(|p| p.ends_with(id)).collect();
+    assert!(left.is_empty(), "cgroups left for {id}: {left:?}");
+}
+
+#[test]
+fn exit_codes_follow_the_command() {
+    let b = Berth::new();
+    assert_eq!(b.run(&[], &["true"]).status.code(), Some(0));
+    assert_eq!(b.run(&[], &["sh", "-c", "exit 3"]).status.code(), Some(3));
+    assert_eq!(b.run(&[], &["sh", "-c", "kill -TERM $$"]).status.code(), Some(143));
+    assert_eq!(b.run(&[], &["sh", "-c", "kill -KILL $$"]).status.code(), Some(137));
+    let missing = b.run(&[], &["no-such-command-anywhere"]);
+    assert_eq!(missing.status.code(), Some(127));
+    assert!(text(&missing.stderr).contains("not found"), "{}", text(&missing.stderr));
+    let not_exec = b.run(&[], &["/etc/passwd"]);
+    assert_eq!(not_exec.status.code(), Some(126), "{}", text(&not_exec.stderr));
+}
+
+#[test]
+fn stdout_and_stderr_stay_apart_and_stdin_flows_in() {
+    let b = Berth::new();
+    let out = b.run(&[], &["sh", "-c", "echo out; echo err >&2; echo out2"]);
+    assert_eq!(text(&out.stdout), "out\nout2\n");
+    assert_eq!(text(&out.stderr), "err\n");
+
+    let mut child = b
+        .cmd(&["run", "--", "tr", "a-z", "A-Z"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello sandbox\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(text(&out.stdout), "HELLO SANDBOX\n");
+}
+
+#[test]
+fn json_summary_reports_the_run() {
+    let b = Berth::new();
+    let out = b.run(&["--json"], &["sh", "-c", "echo hi; exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(lines[0], "hi");
+    let j = json_of(&out);
+    assert_eq!(j["exit_code"], 7);
+    assert_eq!(j["signal"], Value::Null);
+    assert_eq!(j["timed_out"], false);
+    assert_eq!(j["oom_killed"], false);
+    for key in ["duration_ms", "cpu_ms", "peak_memory_bytes"] {
+        assert!(j[key].is_u64(), "{key} in {j}");
+    }
+    assert!(j["peak_memory_bytes"].as_u64().unwrap() > 0);
+    assert_gone(j["id"].as_str().unwrap());
+}
+
+#[test]
+fn bad_options_fail_with_one_sentence_and_125() {
+    let b = Berth::new();
+    for (opts, needle) in [
+        (vec!["--memory", "lots"], "not a size"),
+        (vec!["--cpus=-1"], "not a CPU count"),
+        (vec!["--cpus", "0"], "not a CPU count"),
+        (vec!["--pids", "0"], "positive whole number"),
+        (vec!["--timeout", "soon"], "not a duration"),
+        (vec!["--env", "NOEQUALS"], "KEY=VALUE"),
+        (vec!["--mount", "relative:/x"], "HOST:SANDBOX"),
+        (vec!["--mount", "/nonexistent-berth-src:/x"], "does not exist"),
+        (vec!["--mount", "/tmp:/proc"], "reserved"),
+        (vec!["--image", "nope"], "no image named"),
+        (vec!["--name", "bad name"], "not a valid sandbox name"),
+        (vec!["--workdir", "relative"], "absolute"),
+    ] {
+        let out = b.run(&opts, &["true"]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{opts:?}: {err}");
+        assert!(err.contains(needle), "{opts:?}: {err}");
+        assert!(!err.contains("panicked"), "{opts:?}: {err}");
+    }
+    let out = b.cmd(&["run"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+}
+
+#[test]
+fn memory_limit_oom_kills_a_hog() {
+    let b = Berth::new();
+    let out = b.run(
+        &["--memory", "64M", "--json"],
+        &["python3", "-c", "x = bytearray(512 << 20); print('survived')"],
+    );
+    let j = json_of(&out);
+    assert_eq!(j["oom_killed"], true, "{j} {}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(137));
+    assert!(!text(&out.stdout).contains("survived"));
+}
+
+#[test]
+fn pids_limit_stops_a_fork_bomb() {
+    let b = Berth::new();
+    // A bounded bomb: try to start 200 sleepers; at most the limit can exist at once.
+    let bomb = "import os, time\nstarted = 0\nfor i in range(200):\n    try:\n        pid = os.fork()\n    except OSError:\n        continue\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    started += 1\nprint(started, len([p for p in os.listdir('/proc') if p.isdigit()]))\n";
+    let out = b.run(&["--pids", "32"], &["python3", "-c", bomb]);
+    let counts: Vec<u32> = text(&out.stdout)
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    assert_eq!(counts.len(), 2, "{} {}", text(&out.stdout), text(&out.stderr));
+    assert!(counts[0] < 200, "every fork succeeded despite the limit");
+    assert!(counts[1] <= 32, "{} processes with a limit of 32", counts[1]);
+    assert!(
+        counts[0] >= 10,
+        "the bomb should have filled the limit, started {}",
+        counts[0]
+    );
+}
+
+#[test]
+fn cpu_limit_throttles() {
+    let b = Berth::new();
+    let spin = ["timeout", "2", "sh", "-c", "while :; do :; done"];
+    let j = json_of(&b.run(&["--cpus", "0.2", "--json"], &spin));
+    let cpu = j["cpu_ms"].as_u64().unwrap();
+    assert!(
+        cpu < 1000,
+        "0.2 cores for 2 s must burn well under 1 s of CPU, burned {cpu} ms"
+    );
+    let free = json_of(&b.run(&["--json"], &spin))["cpu_ms"].as_u64().unwrap();
+    assert!(free > cpu * 2, "unlimited spin burned {free} ms, limited {cpu} ms");
+}
+
+#[test]
+fn timeout_kills_the_whole_tree_even_when_it_ignores_sigterm() {
+    let b = Berth::new();
+    let script = "sh -c 'trap \"\" TERM; sleep 300' & sh -c 'trap \"\" TERM; sleep 301 & wait' & echo started; wait";
+    let out = b.run(&["--timeout", "1s", "--json"], &["sh", "-c", script]);
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    let j = json_of(&out);
+    assert_eq!(j["timed_out"], true);
+    assert!(text(&out.stderr).contains("timed out"));
+    assert!(common::host_processes_with("sleep 300").is_empty());
+    assert!(common::host_processes_with("sleep 301").is_empty());
+    assert_gone(j["id"].as_str().unwrap());
+}
+
+#[test]
+fn root_inside_writes_usr_and_etc_but_the_host_sees_nothing() {
+    let b = Berth::new();
+    let marker = format!("berth-test-{}", std::process::id());
+    let script = format!(
+        "set -e; echo '#!/bin/sh' > /usr/local/bin/{marker}; chmod +x /usr/local/bin/{marker}; \
+         echo '10.9.8.7 {marker}' >> /etc/hosts; mkdir -p /usr/lib/{marker}; touch /opt/{marker}; \
+         id -u; stat -c %U /etc/passwd; {marker} && echo ran"
+    );
+    let out = b.run(&[], &["sh", "-c", &script]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "0\nroot\nran\n");
+    assert!(!std::path::Path::new(&format!("/usr/local/bin/{marker}")).exists());
+    assert!(!std::path::Path::new(&format!("/usr/lib/{marker}")).exists());
+    assert!(!std::path::Path::new(&format!("/opt/{marker}")).exists());
+    assert!(!std::fs::read_to_string("/etc/hosts").unwrap().contains(&marker));
+    // The next sandbox starts clean.
+    let again = b.run(
+        &[],
+        &[
+            "sh",
+            "-c",
+            &format!("test -e /usr/local/bin/{marker} && echo leaked || echo clean"),
+        ],
+    );
+    assert_eq!(text(&again.stdout), "clean\n");
+}
+
+#[test]
+fn host_files_outside_the_image_are_invisible() {
+    let b = Berth::new();
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "host secret").unwrap();
+    let secret_path = secret.path().display().to_string();
+    let root_path = b.root.path().display().to_string();
+    let report = b.probe(
+        &[],
+        &[
+            "--read",
+            &secret_path,
+            "--read",
+            "/etc/shadow",
+            "--read",
+            &root_path,
+            "--read",
+            "/proc/1/exe",
+            "--read",
+            "/proc/kcore",
+        ],
+    );
+    assert_ne!(report["read"][&secret_path], "ok");
+    assert_ne!(report["read"][&root_path], "ok");
+    assert_ne!(
+        report["read"]["/proc/1/exe"], "ok",
+        "init's binary must not be reachable through /proc"
+    );
+    let kcore = std::fs::metadata("/proc/kcore").is_ok();
+    if kcore {
+        assert_ne!(report["read"]["/proc/kcore"].as_str().unwrap_or_default(), "ok");
+    }
+    let shadow = b.run(&[], &["cat", "/etc/shadow"]);
+    assert!(
+        !text(&shadow.stdout).contains("$"),
+        "the host's password hashes must not be visible"
+    );
+    let mounts = report["mounts"].as_array().unwrap();
+    assert!(
+        !mounts.iter().any(|m| m.as_str().unwrap().starts_with("/home")),
+        "{mounts:?}"
+    );
+}
+
+#[test]
+fn pid_1_is_berth_init_and_the_command_is_not_host_root() {
+    let b = Berth::new();
+    let r = b.probe(&[], &[]);
+    assert_eq!(r["pid1"], serde_json::json!(["berth", "init"]));
+    assert_eq!(r["uid"], 0);
+    let map = r["uid_map"].as_str().unwrap();
+    let host_base: u64 = map.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(
+        host_base >= 0x7000_0000,
+        "sandbox root must map to an unprivileged host id, got {map}"
+    );
+    assert_eq!(r["no_new_privs"], true);
+    assert_eq!(r["seccomp"], "2");
+    assert_ne!(r["cap_bnd"], "000001ffffffffff", "the bounding set must be trimmed");
+}
+
+#[test]
+fn the_only_interface_is_lo_and_host_loopback_is_unreachable() {
+    let b = Berth::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    let r = b.probe(&[], &["--connect", &target]);
+    assert_eq!(r["interfaces"], serde_json::json!(["lo"]));
+    assert_ne!(r["connect"][&target], "connected");
+    listener.set_nonblocking(true).unwrap();
+    assert!(
+        listener.accept().is_err(),
+        "nothing may have reached the host's listener"
+    );
+}
+
+#[test]
+fn sandbox_processes_run_as_unprivileged_host_ids() {
+    let b = Berth::new();
+    let needle = format!("sleep {}", 4000 + std::process::id() % 1000);
+    let mut child = b
+        .cmd(&["run", "--", "sh", "-c", &format!("echo ready; exec {needle}")])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    let procs = common::host_processes_with(&needle);
+    // SIGTERM to berth run is forwarded to the command, which ends, and the sandbox is torn down.
+    common::terminate(&mut child);
+    assert_eq!(child.wait().unwrap().code(), Some(143));
+    assert_eq!(procs.len(), 1, "{procs:?}");
+    for uid in &procs[0].1 {
+        assert!(
+            *uid >= 0x7000_0000,
+            "host uid {uid} is not in berth's unprivileged range"
+        );
+    }
+}
+
+#[test]
+fn concurrent_sandboxes_cannot_see_each_other() {
+    let b = Berth::new();
+    let mut a = b
+        .cmd(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo secret > /tmp/a-file; echo s > /workspace/a-file; cat /proc/self/uid_map; exec sleep 60",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut a_map = String::new();
+    BufReader::new(a.stdout.take().unwrap()).read_line(&mut a_map).unwrap();
+    let r = b.probe(&[], &["--read", "/tmp/a-file", "--read", "/workspace/a-file"]);
+    common::terminate(&mut a);
+    a.wait().unwrap();
+    let pids: Vec<i64> = r["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_i64().unwrap())
+        .collect();
+    assert!(pids.len() <= 3, "a sandbox sees only its own processes, saw {pids:?}");
+    assert_ne!(r["read"]["/tmp/a-file"], "ok");
+    assert_ne!(r["read"]["/workspace/a-file"], "ok");
+    assert_ne!(
+        r["uid_map"].as_str().unwrap().split_whitespace().nth(1),
+        a_map.split_whitespace().nth(1),
+        "host id ranges must differ"
+    );
+}
+
+#[test]
+fn a_killed_run_takes_its_sandbox_with_it_and_the_next_run_sweeps_the_rest() {
+    let b = Berth::new();
+    let needle = format!("sleep {}", 5000 + std::process::id() % 1000);
+    let mut child = b
+        .cmd(&["run", "--", "sh", "-c", &format!("echo ready; exec {needle}")])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(common::host_processes_with(&needle).len(), 1);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Init dies with its supervisor (parent-death signal), and every process of the sandbox with init.
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        common::host_processes_with(&needle).is_empty()
+    });
+    assert!(gone, "the sandbox's processes outlived a SIGKILLed berth run");
+    assert!(
+        !b.leftovers().is_empty(),
+        "a SIGKILLed run cannot clean up after itself"
+    );
+    assert_eq!(b.run(&[], &["true"]).status.code(), Some(0));
+    assert!(
+        b.leftovers().is_empty(),
+        "the next run must sweep what the killed one left"
+    );
+}
+
+#[test]
+fn mounts_are_idmapped_to_the_owner_of_the_host_directory() {
+    let b = Berth::new();
+    let dir = tempfile::tempdir().unwrap();
+    let owner = (
+        Some(rustix::fs::Uid::from_raw(4321)),
+        Some(rustix::fs::Gid::from_raw(4322)),
+    );
+    std::fs::write(dir.path().join("in.txt"), "from the host\n").unwrap();
+    rustix::fs::chown(dir.path(), owner.0, owner.1).unwrap();
+    rustix::fs::chown(dir.path().join("in.txt"), owner.0, owner.1).unwrap();
+    let spec = format!("{}:/workspace/proj", dir.path().display());
+    let script = "set -e; cat proj/in.txt; stat -c '%u:%g' proj/in.txt; echo new > proj/out.txt; mkdir proj/sub";
+    let out = b.run(&["--mount", &spec], &["sh", "-c", script]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "from the host\n0:0\n");
+    use std::os::unix::fs::MetadataExt;
+    for made in ["out.txt", "sub"] {
+        let meta = std::fs::metadata(dir.path().join(made)).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (4321, 4322),
+            "{made} must belong to the directory's owner on the host"
+        );
+    }
+
+    let ro = format!("{}:/data:ro", dir.path().display());
+    let out = b.run(&["--mount", &ro], &["sh", "-c", "cat /data/in.txt && echo x > /data/y"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), "from the host\n");
+    assert!(text(&out.stderr).contains("Read-only"), "{}", text(&out.stderr));
+    assert!(!dir.path().join("y").exists());
+
+    let file = format!("{}/in.txt:/etc/berth-in.txt:ro", dir.path().display());
+    let out = b.run(&["--mount", &file], &["cat", "/etc/berth-in.txt"]);
+    assert_eq!(text(&out.stdout), "from the host\n", "{}", text(&out.stderr));
+}
+
+#[test]
+fn env_and_workdir_reach_the_command() {
+    let b = Berth::new();
+    let out = b.run(
+        &["--env", "GREETING=hi there", "-e", "HOME=/tmp", "--workdir", "/tmp/w/x"],
+        &["sh", "-c", "echo \"$GREETING\"; echo $HOME; pwd"],
+    );
+    assert_eq!(text(&out.stdout), "hi there\n/tmp\n/tmp/w/x\n", "{}", text(&out.stderr));
+    let out = b.run(&[], &["sh", "-c", "pwd; echo $PATH; hostname"]);
+    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(lines[0], "/workspace");
+    assert!(lines[1].contains("/usr/bin"));
+    let out = b.run(&["--name", "agent-7"], &["hostname"]);
+    assert_eq!(text(&out.stdout), "agent-7\n");
+}
+
+#[test]
+fn sandbox_blocks_namespace_mount_and_kernel_calls() {
+    let b = Berth::new();
+    for (what, script) in [
+        ("new user namespace", "unshare --user true"),
+        ("new mount namespace", "unshare --mount true"),
+        ("mount", "mount -t tmpfs none /mnt"),
+        ("set the clock", "date -s '2001-01-01'"),
+        (
+            "load a module",
+            "python3 -c 'import ctypes,sys; sys.exit(0 if ctypes.CDLL(None).syscall(175, 0, 0, 0) == 0 else 1)'",
+        ),
+        (
+            "raw socket",
+            "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)'",
+        ),
+        ("device node", "mknod /tmp/sda b 8 0"),
+    ] {
+        let out = b.run(&[], &["sh", "-c", script]);
+        assert_ne!(
+            out.status.code(),
+            Some(0),
+            "{what} must fail inside: {}",
+            text(&out.stdout)
+        );
+    }
+}
