@@ -11,14 +11,8 @@ use rustix::event::{PollFd, PollFlags};
 use crate::protocol::{self, Attached, CONTROL_FD, Event, ProtocolError, Request};
 
 /// Signals init takes from the outside and hands on to the commands it runs.
-const FORWARDED: [i32; 6] = [
-    libc_sig::TERM,
-    libc_sig::INT,
-    libc_sig::HUP,
-    libc_sig::QUIT,
-    libc_sig::USR1,
-    libc_sig::USR2,
-];
+const FORWARDED: [i32; 6] =
+    [libc_sig::TERM, libc_sig::INT, libc_sig::HUP, libc_sig::QUIT, libc_sig::USR1, libc_sig::USR2];
 
 /// Signal numbers (Linux, every architecture berth runs on).
 mod libc_sig {
@@ -69,25 +63,13 @@ pub fn run() -> i32 {
             return 125;
         }
     };
-    let mut init = Init {
-        control,
-        running: HashMap::new(),
-    };
-    if init
-        .report(&Event::Ready {
-            version: env!("CARGO_PKG_VERSION").into(),
-            landlock,
-        })
-        .is_err()
-    {
+    let mut init = Init { control, running: HashMap::new() };
+    if init.report(&Event::Ready { version: env!("CARGO_PKG_VERSION").into(), landlock }).is_err() {
         return 125;
     }
     loop {
         let (control_ready, signal_ready) = {
-            let mut fds = [
-                PollFd::new(&init.control, PollFlags::IN),
-                PollFd::new(&sigfd, PollFlags::IN),
-            ];
+            let mut fds = [PollFd::new(&init.control, PollFlags::IN), PollFd::new(&sigfd, PollFlags::IN)];
             match rustix::event::poll(&mut fds, None) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(_) => return 125,
@@ -124,15 +106,7 @@ impl Init {
 
     fn handle(&mut self, req: Request, fds: Vec<OwnedFd>) {
         match req {
-            Request::Exec {
-                id,
-                argv,
-                env,
-                cwd,
-                uid,
-                gid,
-                attached,
-            } => {
+            Request::Exec { id, argv, env, cwd, uid, gid, attached } => {
                 let ev = match self.spawn(&argv, &env, &cwd, uid, gid, attached, fds) {
                     Ok(pid) => {
                         self.running.insert(pid, id);
@@ -144,9 +118,7 @@ impl Init {
             }
             Request::Signal { id, signal } => {
                 if !(1..=64).contains(&signal) {
-                    let _ = self.report(&Event::Rejected {
-                        message: format!("{signal} is not a signal number"),
-                    });
+                    let _ = self.report(&Event::Rejected { message: format!("{signal} is not a signal number") });
                     return;
                 }
                 for (pid, _) in self.running.iter().filter(|(_, i)| **i == id) {
@@ -170,26 +142,16 @@ impl Init {
         let Some(program) = argv.first().filter(|p| !p.is_empty()) else {
             return Err((125, "no command given".into()));
         };
-        let expected = [attached.stdin, attached.stdout, attached.stderr]
-            .iter()
-            .filter(|a| **a)
-            .count();
+        let expected = [attached.stdin, attached.stdout, attached.stderr].iter().filter(|a| **a).count();
         if fds.len() != expected {
-            return Err((
-                125,
-                format!("expected {expected} stream descriptors, got {}", fds.len()),
-            ));
+            return Err((125, format!("expected {expected} stream descriptors, got {}", fds.len())));
         }
         if let Err(e) = std::fs::create_dir_all(cwd) {
             return Err((125, format!("cannot create the working directory {cwd}: {e}")));
         }
         let mut fds = fds.into_iter();
         let mut stream = |on: bool| {
-            if on {
-                fds.next().map(Stdio::from).unwrap_or_else(Stdio::null)
-            } else {
-                Stdio::null()
-            }
+            if on { fds.next().map(Stdio::from).unwrap_or_else(Stdio::null) } else { Stdio::null() }
         };
         let mut cmd = Command::new(program);
         cmd.args(&argv[1..])

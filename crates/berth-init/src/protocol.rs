@@ -55,11 +55,7 @@ pub enum Event {
     /// A command could not be started. `code` follows the shell: 127 not found, 126 not executable.
     Failed { id: u64, code: i32, message: String },
     /// A command ended (its own process; children it left behind keep running until the sandbox ends).
-    Exited {
-        id: u64,
-        code: Option<i32>,
-        signal: Option<i32>,
-    },
+    Exited { id: u64, code: Option<i32>, signal: Option<i32> },
     /// A request was malformed; nothing was done.
     Rejected { message: String },
     /// Sent by berth instead of `Ready` when building the sandbox failed before init could start.
@@ -114,23 +110,9 @@ mod tests {
         let (a, b) = berth_sys::fd::seqpacket_pair().unwrap();
         let (r, _w) = rustix::pipe::pipe().unwrap();
         use std::os::fd::AsFd;
-        send(
-            a.as_fd(),
-            &Event::Ready {
-                version: "1".into(),
-                landlock: "enforced".into(),
-            },
-            &[r.as_fd()],
-        )
-        .unwrap();
+        send(a.as_fd(), &Event::Ready { version: "1".into(), landlock: "enforced".into() }, &[r.as_fd()]).unwrap();
         let (ev, fds): (Event, _) = recv(b.as_fd()).unwrap();
-        assert_eq!(
-            ev,
-            Event::Ready {
-                version: "1".into(),
-                landlock: "enforced".into()
-            }
-        );
+        assert_eq!(ev, Event::Ready { version: "1".into(), landlock: "enforced".into() });
         assert_eq!(fds.len(), 1);
         drop(a);
         assert!(matches!(recv::<Event>(b.as_fd()), Err(ProtocolError::Closed)));

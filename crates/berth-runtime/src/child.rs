@@ -13,6 +13,7 @@ use berth_sys::mount::{self, Attrs, Flags};
 use berth_sys::{SysError, process, seccomp::SeccompPolicy};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
+use crate::cgroup::Entry;
 use crate::plan::{Plan, Step};
 use crate::{RuntimeError, error_chain};
 
@@ -41,30 +42,28 @@ pub(crate) struct Go {
 }
 
 /// Run in the cloned child; never returns.
-pub(crate) fn run(plan: &Plan, control: OwnedFd, init_exe: BorrowedFd<'_>, parent: i32) -> ! {
-    let err = match setup(plan, &control, init_exe, parent) {
+pub(crate) fn run(plan: &Plan, control: OwnedFd, init_exe: BorrowedFd<'_>, cgroup: &Entry) -> ! {
+    let err = match setup(plan, &control, init_exe, cgroup) {
         Ok(never) => match never {},
         Err(e) => e,
     };
-    let _ = protocol::send(
-        control.as_fd(),
-        &Event::SetupFailed {
-            message: error_chain(&err),
-        },
-        &[],
-    );
+    let _ = protocol::send(control.as_fd(), &Event::SetupFailed { message: error_chain(&err) }, &[]);
     berth_sys::clone::exit_now(125)
 }
 
-fn setup(plan: &Plan, control: &OwnedFd, init_exe: BorrowedFd<'_>, parent: i32) -> Result<Infallible, RuntimeError> {
+fn setup(plan: &Plan, control: &OwnedFd, init_exe: BorrowedFd<'_>, cgroup: &Entry) -> Result<Infallible, RuntimeError> {
     process::die_with_parent()?;
-    let _ = parent;
+    if let Entry::Tasks(files) = cgroup {
+        // Move this (single-threaded) process into its cgroups itself: see `Entry`.
+        for f in files {
+            rustix::io::write(f, b"0").map_err(|e| SysError::new("join the sandbox's cgroups", e))?;
+        }
+    }
     let (go, trees): (Go, Vec<OwnedFd>) = protocol::recv(control.as_fd())?;
     if go.trees != trees.len() || trees.len() != plan.trees.len() {
-        return Err(RuntimeError::Setup {
-            message: "the supervisor sent the wrong number of mounts".into(),
-        });
+        return Err(RuntimeError::Setup { message: "the supervisor sent the wrong number of mounts".into() });
     }
+    crate::trace::mark("child: join cgroups, receive trees");
     process::become_id(0)?;
     process::unshare_cgroup_namespace()?;
     mount::make_private_recursive()?;
@@ -72,9 +71,12 @@ fn setup(plan: &Plan, control: &OwnedFd, init_exe: BorrowedFd<'_>, parent: i32) 
         run_step(step, &plan.root, &trees)?;
     }
     drop(trees);
+    crate::trace::mark("child: mounts");
     process::set_hostname(&plan.hostname)?;
     berth_sys::net::loopback_up()?;
 
+    crate::trace::mark("child: hostname, lo");
+    crate::trace::mark("child: about to harden and exec");
     // Init's standard streams lead nowhere: what it has to say goes over the control socket.
     let null = rustix::fs::open("/dev/null", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| SysError::new("open /dev/null", e))?;
@@ -89,15 +91,15 @@ fn setup(plan: &Plan, control: &OwnedFd, init_exe: BorrowedFd<'_>, parent: i32) 
 
     process::restrict_bounding_set(&KEPT_CAPABILITIES)?;
     process::set_no_new_privs()?;
+    crate::trace::mark("child: fds, caps");
     SeccompPolicy::sandbox_default().install()?;
+    crate::trace::mark("child: seccomp");
     Err(process::exec_fd(exe.as_fd(), &["berth", "init"], &[]).into())
 }
 
 fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<(), RuntimeError> {
     let tree = |i: usize| {
-        trees.get(i).map(|t| t.as_fd()).ok_or_else(|| RuntimeError::Setup {
-            message: format!("missing mount {i}"),
-        })
+        trees.get(i).map(|t| t.as_fd()).ok_or_else(|| RuntimeError::Setup { message: format!("missing mount {i}") })
     };
     match step {
         Step::Attach { tree: i, target } => mount::attach(tree(*i)?, target)?,
@@ -105,12 +107,7 @@ fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<(), RuntimeEr
             let target_fd = resolve_in_root(root, target, *file)?;
             mount::attach_at(tree(*i)?, target_fd.as_fd(), Path::new(target))?;
         }
-        Step::Overlay {
-            lower,
-            upper,
-            work,
-            target,
-        } => {
+        Step::Overlay { lower, upper, work, target } => {
             let opts = format!(
                 "lowerdir={},upperdir={},workdir={},userxattr",
                 lower.display(),
@@ -119,27 +116,14 @@ fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<(), RuntimeEr
             );
             mount::mount_fs("overlay", target, "overlay", Flags::NOSUID | Flags::NODEV, &opts)?;
         }
-        Step::Mount {
-            fstype,
-            target,
-            flags,
-            data,
-        } => mount::mount_fs(fstype, target, fstype, *flags, data)?,
-        Step::BindFile {
-            source,
-            target,
-            optional,
-        } => {
+        Step::Mount { fstype, target, flags, data } => mount::mount_fs(fstype, target, fstype, *flags, data)?,
+        Step::BindFile { source, target, optional } => {
             if fs::symlink_metadata(target).is_err() {
                 if *optional {
                     return Ok(());
                 }
-                if source.is_dir() {
-                    fs::create_dir_all(target)
-                } else {
-                    fs::write(target, b"")
-                }
-                .map_err(|e| SysError::new(format!("create {}", target.display()), e))?;
+                if source.is_dir() { fs::create_dir_all(target) } else { fs::write(target, b"") }
+                    .map_err(|e| SysError::new(format!("create {}", target.display()), e))?;
             }
             mount::bind(source, target)?;
         }
@@ -148,25 +132,9 @@ fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<(), RuntimeEr
                 return Ok(());
             }
             mount::bind(target, target)?;
-            mount::set_attr(
-                target,
-                Attrs {
-                    readonly: true,
-                    nosuid: true,
-                    nodev: true,
-                    ..Attrs::default()
-                },
-                false,
-            )?;
+            mount::set_attr(target, Attrs { readonly: true, nosuid: true, nodev: true, ..Attrs::default() }, false)?;
         }
-        Step::Seal { target } => mount::set_attr(
-            target,
-            Attrs {
-                readonly: true,
-                ..Attrs::default()
-            },
-            false,
-        )?,
+        Step::Seal { target } => mount::set_attr(target, Attrs { readonly: true, ..Attrs::default() }, false)?,
         Step::Mask { target } => {
             if target.is_dir() {
                 mount::mount_fs(
@@ -182,6 +150,9 @@ fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<(), RuntimeEr
             fs::create_dir_all(path)
                 .and_then(|()| fs::set_permissions(path, fs::Permissions::from_mode(*mode)))
                 .map_err(|e| SysError::new(format!("create {}", path.display()), e))?;
+        }
+        Step::WriteFile { path, contents } => {
+            fs::write(path, contents).map_err(|e| SysError::new(format!("write {}", path.display()), e))?
         }
         Step::Symlink { link, to } => {
             symlink(to, link).map_err(|e| SysError::new(format!("create the link {}", link.display()), e))?
@@ -205,15 +176,7 @@ fn resolve_in_root(root: &Path, target: &str, file: bool) -> Result<OwnedFd, Run
         let leaf_file = file && i + 1 == parts.len();
         let rel = parts[..=i].join("/");
         let kind = if leaf_file { OFlags::empty() } else { OFlags::DIRECTORY };
-        let open = || {
-            rustix::fs::openat2(
-                &rootfd,
-                &rel,
-                OFlags::PATH | OFlags::CLOEXEC | kind,
-                Mode::empty(),
-                resolve,
-            )
-        };
+        let open = || rustix::fs::openat2(&rootfd, &rel, OFlags::PATH | OFlags::CLOEXEC | kind, Mode::empty(), resolve);
         cur = match open() {
             Ok(fd) => fd,
             Err(rustix::io::Errno::NOENT) => {

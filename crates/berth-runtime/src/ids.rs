@@ -77,9 +77,6 @@ mod tests {
         drop(a);
         assert_eq!(IdBlock::claim(dir.path()).unwrap().slot(), freed);
         let top = u64::from(HOST_ID_BASE) + u64::from(MAX_SLOTS) * u64::from(IDS_PER_SANDBOX);
-        assert!(
-            top < u64::from(u32::MAX - 1),
-            "every block must stay below the invalid id (u32::MAX)"
-        );
+        assert!(top < u64::from(u32::MAX - 1), "every block must stay below the invalid id (u32::MAX)");
     }
 }

@@ -94,15 +94,9 @@ impl Images {
         let skeleton = self.dir.join("host").join(format!("rootfs-v{SKELETON_VERSION}"));
         if !skeleton.join("etc/passwd").exists() {
             self.build_skeleton(&skeleton)
-                .map_err(|source| RuntimeError::PrepareImage {
-                    name: name.to_string(),
-                    source,
-                })?;
+                .map_err(|source| RuntimeError::PrepareImage { name: name.to_string(), source })?;
         }
-        Ok(ImageLayers {
-            skeleton,
-            usr: PathBuf::from("/usr"),
-        })
+        Ok(ImageLayers { skeleton, usr: PathBuf::from("/usr") })
     }
 
     fn build_skeleton(&self, dest: &Path) -> std::io::Result<()> {

@@ -12,6 +12,7 @@ pub mod image;
 pub mod plan;
 mod sandbox;
 pub mod spec;
+pub mod trace;
 
 use std::path::PathBuf;
 

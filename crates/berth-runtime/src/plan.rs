@@ -9,7 +9,12 @@ use berth_sys::mount::Flags;
 use crate::image::ImageLayers;
 use crate::spec::Spec;
 
-/// Where one sandbox's state lives on the host.
+/// Where one sandbox's state lives while its root is built.
+///
+/// `dir` is a host directory that every sandbox shares as a mount point only: each sandbox mounts its own
+/// private tmpfs on it inside its own mount namespace and keeps its writable layers, workspace and root
+/// there. The host never sees those files, and they vanish with the sandbox's last process: an ephemeral
+/// sandbox leaves nothing on disk by construction. (Its writes count against its memory limit.)
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     pub dir: PathBuf,
@@ -31,14 +36,13 @@ impl Layout {
     pub fn workspace(&self) -> PathBuf {
         self.dir.join("workspace")
     }
-    /// Directories the supervisor creates, and whether sandbox root must own them.
-    pub fn directories(&self) -> Vec<(PathBuf, bool)> {
-        let mut dirs = vec![(self.rootfs(), false), (self.workspace(), true)];
+    /// The directories made inside the scratch file system before anything is mounted.
+    pub fn directories(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.rootfs(), self.workspace()];
         for layer in LAYERS {
-            dirs.push((self.upper(layer), true));
-            dirs.push((self.work(layer), true));
-            dirs.push((self.lower(layer), false));
+            dirs.extend([self.upper(layer), self.work(layer), self.lower(layer)]);
         }
+        dirs.push(self.upper("root").join("etc"));
         dirs
     }
 }
@@ -115,6 +119,10 @@ pub enum Step {
         path: PathBuf,
         mode: u32,
     },
+    WriteFile {
+        path: PathBuf,
+        contents: String,
+    },
     Symlink {
         link: PathBuf,
         to: &'static str,
@@ -136,14 +144,7 @@ pub struct Plan {
 }
 
 /// Files in /proc that reveal or change host state, covered with /dev/null.
-const PROC_MASKED_FILES: [&str; 6] = [
-    "kcore",
-    "keys",
-    "timer_list",
-    "sched_debug",
-    "latency_stats",
-    "sysrq-trigger",
-];
+const PROC_MASKED_FILES: [&str; 6] = ["kcore", "keys", "timer_list", "sched_debug", "latency_stats", "sysrq-trigger"];
 /// Directories in /proc that reveal host hardware, covered with an empty tmpfs.
 const PROC_MASKED_DIRS: [&str; 3] = ["acpi", "scsi", "asound"];
 /// Directories in /proc that would change the host if written, made read-only.
@@ -157,23 +158,27 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
     let at = |p: &str| root.join(p.trim_start_matches('/'));
     let nosuid_nodev_noexec = Flags::NOSUID | Flags::NODEV | Flags::NOEXEC;
     let mut trees = vec![
-        Tree {
-            source: layers.skeleton.clone(),
-            idmap: Idmap::Sandbox,
-            readonly: true,
-        },
-        Tree {
-            source: layers.usr.clone(),
-            idmap: Idmap::Sandbox,
-            readonly: true,
-        },
+        Tree { source: layers.skeleton.clone(), idmap: Idmap::Sandbox, readonly: true },
+        Tree { source: layers.usr.clone(), idmap: Idmap::Sandbox, readonly: true },
     ];
-    let mut steps = Vec::new();
+    // The scratch file system is as large as the memory limit: its pages are charged to the sandbox anyway.
+    let size = spec.limits.memory_bytes.map(|b| format!(",size={b}")).unwrap_or_default();
+    let mut steps = vec![Step::Mount {
+        fstype: "tmpfs",
+        target: layout.dir.clone(),
+        flags: Flags::NOSUID | Flags::NODEV,
+        data: format!("mode=755{size}"),
+    }];
+    steps.extend(layout.directories().into_iter().map(|path| Step::Mkdir { path, mode: 0o755 }));
+    let hostname = &spec.name;
+    let etc = layout.upper("root").join("etc");
+    steps.push(Step::WriteFile { path: etc.join("hostname"), contents: format!("{hostname}\n") });
+    steps.push(Step::WriteFile {
+        path: etc.join("hosts"),
+        contents: format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"),
+    });
     for (i, layer) in LAYERS.iter().enumerate() {
-        steps.push(Step::Attach {
-            tree: i,
-            target: layout.lower(layer),
-        });
+        steps.push(Step::Attach { tree: i, target: layout.lower(layer) });
     }
     steps.push(Step::Overlay {
         lower: layout.lower("root"),
@@ -187,29 +192,15 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
         work: layout.work("usr"),
         target: at("/usr"),
     });
-    steps.push(Step::Mount {
-        fstype: "proc",
-        target: at("/proc"),
-        flags: nosuid_nodev_noexec,
-        data: String::new(),
-    });
+    steps.push(Step::Mount { fstype: "proc", target: at("/proc"), flags: nosuid_nodev_noexec, data: String::new() });
     for f in PROC_MASKED_FILES {
-        steps.push(Step::BindFile {
-            source: "/dev/null".into(),
-            target: at(&format!("/proc/{f}")),
-            optional: true,
-        });
+        steps.push(Step::BindFile { source: "/dev/null".into(), target: at(&format!("/proc/{f}")), optional: true });
     }
     for d in PROC_MASKED_DIRS {
-        steps.push(Step::Mask {
-            target: at(&format!("/proc/{d}")),
-        });
+        steps.push(Step::Mask { target: at(&format!("/proc/{d}")) });
     }
     for d in PROC_READONLY {
-        steps.push(Step::ReadOnly {
-            target: at(&format!("/proc/{d}")),
-            optional: true,
-        });
+        steps.push(Step::ReadOnly { target: at(&format!("/proc/{d}")), optional: true });
     }
     steps.push(Step::Mount {
         fstype: "sysfs",
@@ -230,20 +221,14 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
             optional: false,
         });
     }
-    steps.push(Step::Mkdir {
-        path: at("/dev/pts"),
-        mode: 0o755,
-    });
+    steps.push(Step::Mkdir { path: at("/dev/pts"), mode: 0o755 });
     steps.push(Step::Mount {
         fstype: "devpts",
         target: at("/dev/pts"),
         flags: Flags::NOSUID | Flags::NOEXEC,
         data: "newinstance,ptmxmode=0666,mode=620,gid=5".into(),
     });
-    steps.push(Step::Mkdir {
-        path: at("/dev/shm"),
-        mode: 0o1777,
-    });
+    steps.push(Step::Mkdir { path: at("/dev/shm"), mode: 0o1777 });
     steps.push(Step::Mount {
         fstype: "tmpfs",
         target: at("/dev/shm"),
@@ -266,35 +251,18 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
         flags: Flags::NOSUID | Flags::NODEV,
         data: "mode=1777".into(),
     });
-    steps.push(Step::BindFile {
-        source: layout.workspace(),
-        target: at("/workspace"),
-        optional: false,
-    });
+    steps.push(Step::BindFile { source: layout.workspace(), target: at("/workspace"), optional: false });
 
     // Shallower targets first, so that a mount inside another mounted directory lands on top of it.
     let mut mounts: Vec<(usize, &crate::spec::BindMount)> = spec.mounts.iter().enumerate().collect();
     mounts.sort_by_key(|(_, m)| m.target.matches('/').count());
     for (i, m) in mounts {
         let (uid, gid) = owners.get(i).copied().unwrap_or((0, 0));
-        trees.push(Tree {
-            source: m.host.clone(),
-            idmap: Idmap::Owner { uid, gid },
-            readonly: m.readonly,
-        });
-        steps.push(Step::AttachInRoot {
-            tree: trees.len() - 1,
-            target: m.target.clone(),
-            file: !m.host.is_dir(),
-        });
+        trees.push(Tree { source: m.host.clone(), idmap: Idmap::Owner { uid, gid }, readonly: m.readonly });
+        steps.push(Step::AttachInRoot { tree: trees.len() - 1, target: m.target.clone(), file: !m.host.is_dir() });
     }
     steps.push(Step::Pivot { new_root: root.clone() });
-    Plan {
-        root,
-        trees,
-        steps,
-        hostname: spec.name.clone(),
-    }
+    Plan { root, trees, steps, hostname: spec.name.clone() }
 }
 
 #[cfg(test)]
@@ -305,38 +273,29 @@ mod tests {
     use crate::spec::{BindMount, Spec};
 
     fn spec(mounts: Vec<BindMount>) -> Spec {
-        Spec {
-            name: "t1".into(),
-            image: "host".into(),
-            limits: Limits::default(),
-            mounts,
-        }
+        Spec { name: "t1".into(), image: "host".into(), limits: Limits::default(), mounts }
     }
 
     fn layers() -> ImageLayers {
-        ImageLayers {
-            skeleton: "/data/images/host/rootfs".into(),
-            usr: "/usr".into(),
-        }
+        ImageLayers { skeleton: "/data/images/host/rootfs".into(), usr: "/usr".into() }
     }
 
     #[test]
     fn root_is_overlays_over_idmapped_read_only_trees_then_pivot() {
-        let layout = Layout {
-            dir: "/data/sandboxes/abc".into(),
-        };
+        let layout = Layout { dir: "/data/sandboxes/abc".into() };
         let plan = compile(&spec(vec![]), &layers(), &layout, &[]);
         assert_eq!(plan.trees.len(), 2);
         assert!(plan.trees.iter().all(|t| t.readonly && t.idmap == Idmap::Sandbox));
-        assert_eq!(
-            plan.steps[0],
-            Step::Attach {
-                tree: 0,
-                target: "/data/sandboxes/abc/lower/root".into()
-            }
+        assert!(matches!(&plan.steps[0], Step::Mount { fstype: "tmpfs", target, .. } if target.ends_with("abc")));
+        let first_attach = plan.steps.iter().position(|s| matches!(s, Step::Attach { .. })).unwrap();
+        assert!(
+            plan.steps[..first_attach]
+                .iter()
+                .all(|s| matches!(s, Step::Mount { .. } | Step::Mkdir { .. } | Step::WriteFile { .. }))
         );
+        assert_eq!(plan.steps[first_attach], Step::Attach { tree: 0, target: "/data/sandboxes/abc/lower/root".into() });
         assert_eq!(
-            plan.steps[2],
+            plan.steps[first_attach + 2],
             Step::Overlay {
                 lower: "/data/sandboxes/abc/lower/root".into(),
                 upper: "/data/sandboxes/abc/upper/root".into(),
@@ -344,12 +303,7 @@ mod tests {
                 target: "/data/sandboxes/abc/rootfs".into(),
             }
         );
-        assert_eq!(
-            plan.steps.last(),
-            Some(&Step::Pivot {
-                new_root: "/data/sandboxes/abc/rootfs".into()
-            })
-        );
+        assert_eq!(plan.steps.last(), Some(&Step::Pivot { new_root: "/data/sandboxes/abc/rootfs".into() }));
         assert_eq!(plan.hostname, "t1");
     }
 
@@ -357,21 +311,11 @@ mod tests {
     fn proc_is_masked_and_sys_is_read_only() {
         let layout = Layout { dir: "/s".into() };
         let plan = compile(&spec(vec![]), &layers(), &layout, &[]);
-        let kcore = Step::BindFile {
-            source: "/dev/null".into(),
-            target: "/s/rootfs/proc/kcore".into(),
-            optional: true,
-        };
+        let kcore =
+            Step::BindFile { source: "/dev/null".into(), target: "/s/rootfs/proc/kcore".into(), optional: true };
         assert!(plan.steps.contains(&kcore));
-        assert!(plan.steps.contains(&Step::ReadOnly {
-            target: "/s/rootfs/proc/sys".into(),
-            optional: true
-        }));
-        let proc_at = plan
-            .steps
-            .iter()
-            .position(|s| matches!(s, Step::Mount { fstype: "proc", .. }))
-            .unwrap();
+        assert!(plan.steps.contains(&Step::ReadOnly { target: "/s/rootfs/proc/sys".into(), optional: true }));
+        let proc_at = plan.steps.iter().position(|s| matches!(s, Step::Mount { fstype: "proc", .. })).unwrap();
         let kcore_at = plan.steps.iter().position(|s| *s == kcore).unwrap();
         assert!(proc_at < kcore_at, "masks must come after /proc is mounted");
         assert!(plan.steps.iter().any(|s| matches!(s,
@@ -382,33 +326,17 @@ mod tests {
     fn user_mounts_are_owner_mapped_and_ordered_shallow_first() {
         let layout = Layout { dir: "/s".into() };
         let mounts = vec![
-            BindMount {
-                host: "/nonexistent-a".into(),
-                target: "/workspace/a/b".into(),
-                readonly: true,
-            },
-            BindMount {
-                host: "/nonexistent-b".into(),
-                target: "/workspace/a".into(),
-                readonly: false,
-            },
+            BindMount { host: "/nonexistent-a".into(), target: "/workspace/a/b".into(), readonly: true },
+            BindMount { host: "/nonexistent-b".into(), target: "/workspace/a".into(), readonly: false },
         ];
         let plan = compile(&spec(mounts), &layers(), &layout, &[(1000, 1001), (0, 0)]);
         assert_eq!(
             plan.trees[2],
-            Tree {
-                source: "/nonexistent-b".into(),
-                idmap: Idmap::Owner { uid: 0, gid: 0 },
-                readonly: false
-            }
+            Tree { source: "/nonexistent-b".into(), idmap: Idmap::Owner { uid: 0, gid: 0 }, readonly: false }
         );
         assert_eq!(
             plan.trees[3],
-            Tree {
-                source: "/nonexistent-a".into(),
-                idmap: Idmap::Owner { uid: 1000, gid: 1001 },
-                readonly: true
-            }
+            Tree { source: "/nonexistent-a".into(), idmap: Idmap::Owner { uid: 1000, gid: 1001 }, readonly: true }
         );
         let targets: Vec<&str> = plan
             .steps
@@ -424,14 +352,7 @@ mod tests {
             .iter()
             .position(|s| matches!(s, Step::BindFile { target, .. } if target.ends_with("rootfs/workspace")))
             .unwrap();
-        let first_user = plan
-            .steps
-            .iter()
-            .position(|s| matches!(s, Step::AttachInRoot { .. }))
-            .unwrap();
-        assert!(
-            ws < first_user,
-            "user mounts under /workspace must land on top of the workspace"
-        );
+        let first_user = plan.steps.iter().position(|s| matches!(s, Step::AttachInRoot { .. })).unwrap();
+        assert!(ws < first_user, "user mounts under /workspace must land on top of the workspace");
     }
 }

@@ -14,7 +14,7 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::fs::FlockOperation;
 
 use crate::RuntimeError;
-use crate::cgroup::{Cgroup, Hierarchy, Usage};
+use crate::cgroup::{Cgroup, Entry, Hierarchy, Usage};
 use crate::child::{self, Go};
 use crate::ids::{IDS_PER_SANDBOX, IdBlock};
 use crate::image::Images;
@@ -36,7 +36,6 @@ pub struct Runtime {
 /// A running sandbox. Dropping it destroys it; [`Sandbox::destroy`] does the same and reports how it went.
 pub struct Sandbox {
     id: String,
-    layout: Layout,
     claim_path: PathBuf,
     _claim: File,
     _ids: IdBlock,
@@ -75,11 +74,9 @@ impl Runtime {
                 reason: "it must be an absolute path without ',', ':' or '='".into(),
             });
         }
-        for sub in ["sandboxes", "images"] {
-            fs::create_dir_all(root.join(sub)).map_err(|source| RuntimeError::PrepareRoot {
-                path: root.join(sub),
-                source,
-            })?;
+        for sub in ["sandboxes", "images", "mnt"] {
+            fs::create_dir_all(root.join(sub))
+                .map_err(|source| RuntimeError::PrepareRoot { path: root.join(sub), source })?;
         }
         let exe = rustix::fs::open(
             "/proc/self/exe",
@@ -120,7 +117,6 @@ impl Runtime {
             let cg = self.hierarchy.open(id);
             let _ = cg.kill_all();
             let _ = cg.remove();
-            let _ = fs::remove_dir_all(self.root.join("sandboxes").join(id));
             let _ = fs::remove_file(entry.path());
             removed.push(id.to_string());
         }
@@ -138,6 +134,7 @@ impl Runtime {
             let meta = fs::metadata(&m.host).map_err(|_| RuntimeError::MountSource { path: m.host.clone() })?;
             owners.push((meta.uid(), meta.gid()));
         }
+        crate::trace::mark("start");
         let layers = self.images.layers(&spec.image)?;
         let id = new_id()?;
         let claim_path = self.root.join("sandboxes").join(format!("{id}.lock"));
@@ -149,42 +146,41 @@ impl Runtime {
             .map_err(|source| RuntimeError::PrepareSandbox { source })?;
         rustix::fs::flock(&claim, FlockOperation::NonBlockingLockExclusive)
             .map_err(|e| RuntimeError::PrepareSandbox { source: e.into() })?;
-        let layout = Layout {
-            dir: self.root.join("sandboxes").join(&id),
-        };
+        let layout = Layout { dir: self.root.join("mnt") };
         let ids = IdBlock::claim(Path::new(crate::ids::CLAIMS_DIR))?;
         // From here on, a failure must undo what was made: `Partial` does that when dropped.
-        let mut partial = Partial {
-            layout: Some(layout.clone()),
-            cgroup: None,
-            claim_path: Some(claim_path.clone()),
-        };
-        prepare_dirs(&layout, &spec.name, ids.base()).map_err(|source| RuntimeError::PrepareSandbox { source })?;
+        let mut partial = Partial { cgroup: None, claim_path: Some(claim_path.clone()) };
+        crate::trace::mark("claim");
         partial.cgroup = Some(self.hierarchy.create(&id, &spec.limits)?);
+        crate::trace::mark("create cgroups");
         let plan = plan::compile(spec, &layers, &layout, &owners);
 
+        let entry = partial.cgroup.as_ref().ok_or(RuntimeError::InitGone)?.entry()?;
         let (parent_sock, child_sock) = berth_sys::fd::seqpacket_pair()?;
-        let parent_pid = rustix::process::getpid().as_raw_nonzero().get();
-        let (pid, pidfd) = match berth_sys::clone::spawn(Namespaces::ALL)? {
+        let into_cgroup = match &entry {
+            Entry::Dir(dir) => Some(dir.as_fd()),
+            Entry::Tasks(_) => None,
+        };
+        let (pid, pidfd) = match berth_sys::clone::spawn(Namespaces::ALL, into_cgroup)? {
             Forked::Child => {
                 drop(parent_sock);
-                child::run(&plan, child_sock, self.exe.as_fd(), parent_pid)
+                child::run(&plan, child_sock, self.exe.as_fd(), &entry)
             }
             Forked::Parent { pid, pidfd } => (pid, pidfd),
         };
         drop(child_sock);
-        let started = start_child(pid, &plan, ids.base(), partial.cgroup.as_ref(), parent_sock.as_fd());
+        drop(entry);
+        crate::trace::mark("clone");
+        let started = start_child(pid, &plan, ids.base(), parent_sock.as_fd());
         if let Err(e) = started {
             let _ = process::pidfd_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
             let _ = process::pidfd_wait(pidfd.as_fd());
             return Err(e);
         }
         let cgroup = partial.cgroup.take().ok_or(RuntimeError::InitGone)?;
-        partial.layout = None;
         partial.claim_path = None;
         Ok(Sandbox {
             id,
-            layout,
             claim_path,
             _claim: claim,
             _ids: ids,
@@ -197,28 +193,14 @@ impl Runtime {
     }
 }
 
-/// Map the child's ids, put it in its cgroups, hand it its mounts, and wait for init to say it is ready.
-fn start_child(
-    pid: i32,
-    plan: &Plan,
-    base: u32,
-    cgroup: Option<&Cgroup>,
-    control: BorrowedFd<'_>,
-) -> Result<(), RuntimeError> {
+/// Map the child's ids, hand it its mounts, and wait for init to say it is ready.
+fn start_child(pid: i32, plan: &Plan, base: u32, control: BorrowedFd<'_>) -> Result<(), RuntimeError> {
     process::write_id_maps(pid, base, IDS_PER_SANDBOX)?;
-    if let Some(cg) = cgroup {
-        cg.add_process(pid)?;
-    }
     let userns = process::open_namespace(pid, "user")?;
     let mut owner_ns: Vec<((u32, u32), OwnedFd)> = Vec::new();
     let mut trees = Vec::with_capacity(plan.trees.len());
     for t in &plan.trees {
-        let attrs = Attrs {
-            readonly: t.readonly,
-            nosuid: true,
-            nodev: true,
-            noexec: false,
-        };
+        let attrs = Attrs { readonly: t.readonly, nosuid: true, nodev: true, noexec: false };
         let ns = match t.idmap {
             Idmap::Sandbox => userns.as_fd(),
             Idmap::Owner { uid, gid } => {
@@ -237,47 +219,19 @@ fn start_child(
         trees.push(berth_sys::mount::clone_idmapped(&t.source, ns, attrs, true)?);
     }
     let fds: Vec<BorrowedFd<'_>> = trees.iter().map(|t| t.as_fd()).collect();
+    crate::trace::mark("map ids and clone trees");
     protocol::send(control, &Go { trees: fds.len() }, &fds)?;
-    match protocol::recv::<Event>(control) {
+    let ready = protocol::recv::<Event>(control);
+    crate::trace::mark("child setup and init ready");
+    match ready {
         Ok((Event::Ready { .. }, _)) => Ok(()),
         Ok((Event::SetupFailed { message }, _)) => Err(RuntimeError::Setup { message }),
-        Ok((other, _)) => Err(RuntimeError::Setup {
-            message: format!("unexpected first message {other:?}"),
-        }),
-        Err(protocol::ProtocolError::Closed) => Err(RuntimeError::Setup {
-            message: "the sandbox's first process died".into(),
-        }),
+        Ok((other, _)) => Err(RuntimeError::Setup { message: format!("unexpected first message {other:?}") }),
+        Err(protocol::ProtocolError::Closed) => {
+            Err(RuntimeError::Setup { message: "the sandbox's first process died".into() })
+        }
         Err(e) => Err(e.into()),
     }
-}
-
-/// Create the sandbox's directories, owned by its root where it must write, and its per-sandbox /etc files.
-fn prepare_dirs(layout: &Layout, hostname: &str, base: u32) -> std::io::Result<()> {
-    let owner = (
-        Some(rustix::fs::Uid::from_raw(base)),
-        Some(rustix::fs::Gid::from_raw(base)),
-    );
-    fs::create_dir_all(&layout.dir)?;
-    for (dir, sandbox_owned) in layout.directories() {
-        fs::create_dir_all(&dir)?;
-        if sandbox_owned {
-            rustix::fs::chown(&dir, owner.0, owner.1)?;
-        }
-    }
-    let etc = layout.upper("root").join("etc");
-    fs::create_dir_all(&etc)?;
-    rustix::fs::chown(&etc, owner.0, owner.1)?;
-    for (name, text) in [
-        ("hostname", format!("{hostname}\n")),
-        (
-            "hosts",
-            format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"),
-        ),
-    ] {
-        fs::write(etc.join(name), text)?;
-        rustix::fs::chown(etc.join(name), owner.0, owner.1)?;
-    }
-    Ok(())
 }
 
 fn new_id() -> Result<String, RuntimeError> {
@@ -289,7 +243,6 @@ fn new_id() -> Result<String, RuntimeError> {
 
 /// What a failed `create` has made so far; removed on drop.
 struct Partial {
-    layout: Option<Layout>,
     cgroup: Option<Cgroup>,
     claim_path: Option<PathBuf>,
 }
@@ -299,9 +252,6 @@ impl Drop for Partial {
         if let Some(cg) = self.cgroup.take() {
             let _ = cg.kill_all();
             let _ = cg.remove();
-        }
-        if let Some(layout) = self.layout.take() {
-            let _ = fs::remove_dir_all(&layout.dir);
         }
         if let Some(p) = self.claim_path.take() {
             let _ = fs::remove_file(p);
@@ -328,15 +278,9 @@ impl Sandbox {
         cwd: &str,
         stdio: Stdio<'_>,
     ) -> Result<(), RuntimeError> {
-        let attached = Attached {
-            stdin: stdio.stdin.is_some(),
-            stdout: stdio.stdout.is_some(),
-            stderr: stdio.stderr.is_some(),
-        };
-        let fds: Vec<BorrowedFd<'_>> = [stdio.stdin, stdio.stdout, stdio.stderr]
-            .into_iter()
-            .flatten()
-            .collect();
+        let attached =
+            Attached { stdin: stdio.stdin.is_some(), stdout: stdio.stdout.is_some(), stderr: stdio.stderr.is_some() };
+        let fds: Vec<BorrowedFd<'_>> = [stdio.stdin, stdio.stdout, stdio.stderr].into_iter().flatten().collect();
         let req = Request::Exec {
             id,
             argv: argv.to_vec(),
@@ -363,10 +307,8 @@ impl Sandbox {
 
     /// Wait up to `timeout` (forever when `None`) for init's next event.
     pub fn next_event(&self, timeout: Option<Duration>) -> Result<Option<Event>, RuntimeError> {
-        let ts = timeout.map(|d| rustix::time::Timespec {
-            tv_sec: d.as_secs() as i64,
-            tv_nsec: i64::from(d.subsec_nanos()),
-        });
+        let ts = timeout
+            .map(|d| rustix::time::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: i64::from(d.subsec_nanos()) });
         let mut fds = [PollFd::new(&self.control, PollFlags::IN)];
         match rustix::event::poll(&mut fds, ts.as_ref()) {
             Ok(0) | Err(rustix::io::Errno::INTR) => return Ok(None),
@@ -394,13 +336,7 @@ impl Sandbox {
     /// Tear the sandbox down and check that nothing of it remains.
     pub fn destroy(mut self) -> Result<Teardown, RuntimeError> {
         let report = self.teardown();
-        if report.leftovers.is_empty() {
-            Ok(report)
-        } else {
-            Err(RuntimeError::Leak {
-                leftovers: report.leftovers,
-            })
-        }
+        if report.leftovers.is_empty() { Ok(report) } else { Err(RuntimeError::Leak { leftovers: report.leftovers }) }
     }
 
     fn teardown(&mut self) -> Teardown {
@@ -409,12 +345,12 @@ impl Sandbox {
         // Init is PID 1 of the sandbox's pid namespace: when it dies the kernel kills every other process in
         // it, and init is reaped only after they are all gone.
         let _ = process::pidfd_signal(self.pidfd.as_fd(), rustix::process::Signal::KILL);
+        crate::trace::mark("command done");
         match process::pidfd_wait(self.pidfd.as_fd()) {
             Ok(_) => t.steps.push("killed every process".into()),
-            Err(e) => t
-                .leftovers
-                .push(format!("init (pid {}): {}", self.pid, crate::error_chain(&e))),
+            Err(e) => t.leftovers.push(format!("init (pid {}): {}", self.pid, crate::error_chain(&e))),
         }
+        crate::trace::mark("kill");
         if let Err(e) = self.cgroup.kill_all().and_then(|()| self.cgroup.remove()) {
             t.leftovers.push(format!("cgroup: {}", crate::error_chain(&e)));
         } else {
@@ -422,18 +358,18 @@ impl Sandbox {
         }
         // The sandbox's mounts lived only in its own mount namespace, which ended with its last process;
         // what remains on the host is its directory.
-        match fs::remove_dir_all(&self.layout.dir) {
-            Ok(()) => t.steps.push("removed the file system".into()),
+        crate::trace::mark("remove cgroups");
+        // The sandbox's files and mounts lived only in its own mount namespace (on its private tmpfs), which
+        // ended with its last process: on the host there is only the claim left to drop.
+        match fs::remove_file(&self.claim_path) {
+            Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => t.leftovers.push(format!("{}: {e}", self.layout.dir.display())),
+            Err(e) => t.leftovers.push(format!("{}: {e}", self.claim_path.display())),
         }
-        let _ = fs::remove_file(&self.claim_path);
         if self.cgroup.exists() {
             t.leftovers.push(format!("cgroup {}", self.id));
         }
-        if self.layout.dir.exists() {
-            t.leftovers.push(self.layout.dir.display().to_string());
-        }
+        crate::trace::mark("verify");
         t
     }
 }

@@ -160,17 +160,10 @@ pub fn parse_mount(s: &str) -> Result<BindMount, SpecError> {
         return Err(bad());
     }
     let target = sandbox_path(target)?;
-    if RESERVED
-        .iter()
-        .any(|r| target == *r || (*r != "/" && target.starts_with(&format!("{r}/"))))
-    {
+    if RESERVED.iter().any(|r| target == *r || (*r != "/" && target.starts_with(&format!("{r}/")))) {
         return Err(SpecError::Reserved(target));
     }
-    Ok(BindMount {
-        host: PathBuf::from(host),
-        target,
-        readonly,
-    })
+    Ok(BindMount { host: PathBuf::from(host), target, readonly })
 }
 
 /// Check a sandbox name (it becomes the host name, so it follows host name rules).
@@ -179,11 +172,7 @@ pub fn check_name(s: &str) -> Result<(), SpecError> {
         && s.len() <= 63
         && s.starts_with(|c: char| c.is_ascii_alphanumeric())
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
-    if ok {
-        Ok(())
-    } else {
-        Err(SpecError::Name(s.to_string()))
-    }
+    if ok { Ok(()) } else { Err(SpecError::Name(s.to_string())) }
 }
 
 #[cfg(test)]
@@ -236,24 +225,14 @@ mod tests {
     #[test]
     fn mounts() {
         let m = parse_mount("/src:/workspace/src:ro").unwrap();
-        assert_eq!(
-            m,
-            BindMount {
-                host: "/src".into(),
-                target: "/workspace/src".into(),
-                readonly: true
-            }
-        );
+        assert_eq!(m, BindMount { host: "/src".into(), target: "/workspace/src".into(), readonly: true });
         assert!(!parse_mount("/a:/b/").unwrap().readonly);
         assert_eq!(parse_mount("/a:/b/").unwrap().target, "/b");
         for bad in ["rel:/b", "/a", "/a:b", "/a:/b:rx", "/a:/b:ro:x", "/a:/b/../c"] {
             assert!(parse_mount(bad).is_err(), "{bad}");
         }
         for reserved in ["/a:/", "/a:/proc", "/a:/proc/sys", "/a:/dev/x", "/a:/usr"] {
-            assert!(
-                matches!(parse_mount(reserved), Err(SpecError::Reserved(_))),
-                "{reserved}"
-            );
+            assert!(matches!(parse_mount(reserved), Err(SpecError::Reserved(_))), "{reserved}");
         }
     }
 

@@ -15,12 +15,8 @@ fn hierarchy() -> Hierarchy {
         rustix::process::geteuid().is_root(),
         "the cgroup integration tests create cgroups under /sys/fs/cgroup and must run as root"
     );
-    Hierarchy::detect().unwrap_or_else(|e| {
-        panic!(
-            "no usable cgroup hierarchy on this host: {}",
-            berth_runtime::error_chain(&e)
-        )
-    })
+    Hierarchy::detect()
+        .unwrap_or_else(|e| panic!("no usable cgroup hierarchy on this host: {}", berth_runtime::error_chain(&e)))
 }
 
 /// A name no other test (or test run) uses.
@@ -39,9 +35,8 @@ impl Drop for Cleanup {
 }
 
 fn create(h: &Hierarchy, name: &str, limits: &Limits) -> Cleanup {
-    let cg = h
-        .create(name, limits)
-        .unwrap_or_else(|e| panic!("create cgroup {name}: {}", berth_runtime::error_chain(&e)));
+    let cg =
+        h.create(name, limits).unwrap_or_else(|e| panic!("create cgroup {name}: {}", berth_runtime::error_chain(&e)));
     Cleanup(cg)
 }
 
@@ -98,31 +93,19 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 fn lifecycle_limits_procs_usage_freeze_kill_remove() {
     let h = hierarchy();
     let name = unique("life");
-    let limits = Limits {
-        memory_bytes: Some(64 << 20),
-        pids: Some(32),
-        cpu_millis: Some(500),
-    };
+    let limits = Limits { memory_bytes: Some(64 << 20), pids: Some(32), cpu_millis: Some(500) };
     let guard = create(&h, &name, &limits);
     let cg = &guard.0;
 
     assert_eq!(cg.version(), h.version());
     assert!(cg.exists());
     for dir in cg.paths() {
-        assert!(
-            dir.is_dir() && dir.ends_with(format!("berth/{name}")),
-            "{}",
-            dir.display()
-        );
+        assert!(dir.is_dir() && dir.ends_with(format!("berth/{name}")), "{}", dir.display());
     }
     match h.version() {
         Version::V1 => {
             assert_eq!(control(cg, "memory.limit_in_bytes"), "67108864");
-            if cg
-                .paths()
-                .iter()
-                .any(|d| d.join("memory.memsw.limit_in_bytes").exists())
-            {
+            if cg.paths().iter().any(|d| d.join("memory.memsw.limit_in_bytes").exists()) {
                 assert_eq!(control(cg, "memory.memsw.limit_in_bytes"), "67108864");
             } else {
                 assert_eq!(control(cg, "memory.swappiness"), "0");
@@ -189,16 +172,7 @@ fn sigkill() -> i32 {
 fn invalid_names_are_refused() {
     let h = hierarchy();
     let long = "x".repeat(65);
-    for bad in [
-        "",
-        ".",
-        "..",
-        "../escape",
-        "a/b",
-        "with space",
-        "semi;colon",
-        long.as_str(),
-    ] {
+    for bad in ["", ".", "..", "../escape", "a/b", "with space", "semi;colon", long.as_str()] {
         match h.create(bad, &Limits::default()) {
             Err(CgroupError::InvalidName { name, reason }) => {
                 assert_eq!(name, bad);
@@ -224,13 +198,7 @@ fn a_name_in_use_is_refused_and_the_first_cgroup_kept() {
     let h = hierarchy();
     let name = unique("dup");
     let first = create(&h, &name, &Limits::default());
-    match h.create(
-        &name,
-        &Limits {
-            pids: Some(5),
-            ..Limits::default()
-        },
-    ) {
+    match h.create(&name, &Limits { pids: Some(5), ..Limits::default() }) {
         Err(CgroupError::Create { source, .. }) => assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists),
         Err(other) => panic!("expected Create, got {other}"),
         Ok(_) => panic!("a second cgroup with the same name was created"),
@@ -261,25 +229,14 @@ fn a_leftover_is_listed_opened_and_removed() {
 /// How many of the cgroup's processes are `sleep`.
 fn sleepers(cg: &Cgroup) -> usize {
     let comm = |pid: &i32| fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-    cg.procs()
-        .unwrap()
-        .iter()
-        .filter(|pid| comm(pid).trim() == "sleep")
-        .count()
+    cg.procs().unwrap().iter().filter(|pid| comm(pid).trim() == "sleep").count()
 }
 
 #[test]
 fn pids_limit_holds_and_every_process_is_killed() {
     let h = hierarchy();
     let name = unique("pids");
-    let guard = create(
-        &h,
-        &name,
-        &Limits {
-            pids: Some(5),
-            ..Limits::default()
-        },
-    );
+    let guard = create(&h, &name, &Limits { pids: Some(5), ..Limits::default() });
     let cg = &guard.0;
     let (mut shell, stdin) = gated("for i in 1 2 3 4 5 6 7 8 9 10; do sleep 30 & done; wait");
     cg.add_process(shell.pid()).unwrap();
@@ -305,14 +262,7 @@ fn pids_limit_holds_and_every_process_is_killed() {
 fn memory_limit_brings_the_oom_killer() {
     let h = hierarchy();
     let name = unique("oom");
-    let guard = create(
-        &h,
-        &name,
-        &Limits {
-            memory_bytes: Some(16 << 20),
-            ..Limits::default()
-        },
-    );
+    let guard = create(&h, &name, &Limits { memory_bytes: Some(16 << 20), ..Limits::default() });
     let cg = &guard.0;
     // dd fills a 64 MiB buffer: four times the limit, and no swap to go to.
     let (mut hog, stdin) = gated("exec dd if=/dev/zero of=/dev/null bs=64M count=1");
@@ -320,11 +270,7 @@ fn memory_limit_brings_the_oom_killer() {
     release(stdin);
 
     let status = hog.0.wait().unwrap();
-    assert_eq!(
-        status.signal(),
-        Some(sigkill()),
-        "the hog was not OOM-killed: {status:?}"
-    );
+    assert_eq!(status.signal(), Some(sigkill()), "the hog was not OOM-killed: {status:?}");
     let usage = cg.usage().unwrap();
     assert!(usage.oom_kills >= 1, "{usage:?}");
     assert!(usage.peak_memory_bytes > 8 << 20, "{usage:?}");
@@ -336,14 +282,7 @@ fn memory_limit_brings_the_oom_killer() {
 fn cpu_time_is_accounted() {
     let h = hierarchy();
     let name = unique("cpu");
-    let guard = create(
-        &h,
-        &name,
-        &Limits {
-            cpu_millis: Some(1000),
-            ..Limits::default()
-        },
-    );
+    let guard = create(&h, &name, &Limits { cpu_millis: Some(1000), ..Limits::default() });
     let cg = &guard.0;
     let (mut busy, stdin) = gated("i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done");
     cg.add_process(busy.pid()).unwrap();

@@ -17,14 +17,7 @@ pub struct Namespaces {
 }
 
 impl Namespaces {
-    pub const ALL: Namespaces = Namespaces {
-        user: true,
-        mount: true,
-        pid: true,
-        net: true,
-        ipc: true,
-        uts: true,
-    };
+    pub const ALL: Namespaces = Namespaces { user: true, mount: true, pid: true, net: true, ipc: true, uts: true };
 
     fn flags(self) -> u64 {
         let mut f = 0;
@@ -56,7 +49,9 @@ pub enum Forked {
 ///
 /// The caller must be single-threaded: a fork copies only the calling thread, and locks held by others would
 /// stay locked forever in the child. This is checked, and a multi-threaded caller gets an error.
-pub fn spawn(ns: Namespaces) -> SysResult<Forked> {
+///
+/// With `into_cgroup` (a cgroup v2 directory), the child is born in that cgroup (`CLONE_INTO_CGROUP`).
+pub fn spawn(ns: Namespaces, into_cgroup: Option<std::os::fd::BorrowedFd<'_>>) -> SysResult<Forked> {
     let threads = std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0);
     if threads != 1 {
         return Err(SysError::new(
@@ -70,21 +65,17 @@ pub fn spawn(ns: Namespaces) -> SysResult<Forked> {
     args.flags = ns.flags() | libc::CLONE_PIDFD as u64;
     args.pidfd = std::ptr::addr_of_mut!(pidfd) as u64;
     args.exit_signal = libc::SIGCHLD as u64;
+    if let Some(cg) = into_cgroup {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = std::os::fd::AsRawFd::as_raw_fd(&cg) as u64;
+    }
     // SAFETY: with no stack given, clone3 behaves like fork: the child runs on a copy of this stack. The
     // process has one thread (checked above), so no lock can be held by a thread that does not exist in the
     // child. `pidfd` outlives the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args as *mut libc::clone_args,
-            size_of::<libc::clone_args>(),
-        )
-    };
+    let r =
+        unsafe { libc::syscall(libc::SYS_clone3, &mut args as *mut libc::clone_args, size_of::<libc::clone_args>()) };
     match r {
-        -1 => Err(SysError::new(
-            "create a process in new namespaces",
-            std::io::Error::last_os_error(),
-        )),
+        -1 => Err(SysError::new("create a process in new namespaces", std::io::Error::last_os_error())),
         0 => Ok(Forked::Child),
         pid => Ok(Forked::Parent {
             pid: pid as i32,
@@ -106,15 +97,8 @@ pub fn exit_now(code: i32) -> ! {
 pub fn user_namespace(uid_map: &str, gid_map: &str) -> SysResult<OwnedFd> {
     let (wait_r, wait_w) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| SysError::new("create a pipe", e))?;
-    let ns = Namespaces {
-        user: true,
-        mount: false,
-        pid: false,
-        net: false,
-        ipc: false,
-        uts: false,
-    };
-    match spawn(ns)? {
+    let ns = Namespaces { user: true, mount: false, pid: false, net: false, ipc: false, uts: false };
+    match spawn(ns, None)? {
         Forked::Child => {
             drop(wait_w);
             // Hold the namespace open until the parent has a descriptor for it, then leave.
@@ -132,3 +116,6 @@ pub fn user_namespace(uid_map: &str, gid_map: &str) -> SysResult<OwnedFd> {
         }
     }
 }
+
+/// `CLONE_INTO_CGROUP` from <linux/sched.h> (a 64-bit flag, clone3 only).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;

@@ -13,10 +13,7 @@ pub type SysResult<T> = Result<T, SysError>;
 
 impl SysError {
     pub fn new(action: impl Into<String>, source: impl Into<io::Error>) -> Self {
-        Self {
-            action: action.into(),
-            source: source.into(),
-        }
+        Self { action: action.into(), source: source.into() }
     }
 
     /// The raw errno, when the failure came from the kernel.

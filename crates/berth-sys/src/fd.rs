@@ -25,10 +25,7 @@ pub fn send(sock: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> SysRes
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !fds.is_empty() && (fds.len() > MAX_FDS || !control.push(SendAncillaryMessage::ScmRights(fds))) {
-        return Err(crate::SysError::new(
-            "attach descriptors to a message",
-            std::io::ErrorKind::InvalidInput,
-        ));
+        return Err(crate::SysError::new("attach descriptors to a message", std::io::ErrorKind::InvalidInput));
     }
     loop {
         match rustix::net::sendmsg(sock, &[IoSlice::new(data)], &mut control, SendFlags::NOSIGNAL) {
@@ -70,10 +67,7 @@ pub fn cloexec_all_except(keep: &[RawFd]) -> SysResult<()> {
     // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on descriptors; no memory is involved.
     let r = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
     if r != 0 {
-        return Err(crate::SysError::new(
-            "mark descriptors close-on-exec",
-            std::io::Error::last_os_error(),
-        ));
+        return Err(crate::SysError::new("mark descriptors close-on-exec", std::io::Error::last_os_error()));
     }
     for fd in keep {
         // SAFETY: the caller names descriptors it owns; clearing FD_CLOEXEC does not change ownership.

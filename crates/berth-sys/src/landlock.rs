@@ -41,10 +41,7 @@ pub fn restrict_sandbox(tty_paths: &[&str]) -> SysResult<LandlockStatus> {
     for path in tty_paths {
         if let Ok(fd) = PathFd::new(path) {
             ruleset = ruleset
-                .add_rule(PathBeneath::new(
-                    fd,
-                    AccessFs::from_all(abi) & !(AccessFs::MakeChar | AccessFs::MakeBlock),
-                ))
+                .add_rule(PathBeneath::new(fd, AccessFs::from_all(abi) & !(AccessFs::MakeChar | AccessFs::MakeBlock)))
                 .map_err(err)?;
         }
     }

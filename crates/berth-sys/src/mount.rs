@@ -82,28 +82,16 @@ fn mount_setattr(dir: BorrowedFd<'_>, path: &str, recursive: bool, attr: &MountA
             size_of::<MountAttr>(),
         )
     };
-    if r != 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    if r != 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
 }
 
 /// Set attributes on the mount at `target` (and, with `recursive`, every mount below it), keeping the
 /// attributes it already has.
 pub fn set_attr(target: &Path, attrs: Attrs, recursive: bool) -> SysResult<()> {
-    let dir = rustix::fs::open(
-        target,
-        rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .ctx(|| format!("open {}", target.display()))?;
-    let attr = MountAttr {
-        attr_set: attrs.bits(),
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
+    let dir =
+        rustix::fs::open(target, rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+            .ctx(|| format!("open {}", target.display()))?;
+    let attr = MountAttr { attr_set: attrs.bits(), attr_clr: 0, propagation: 0, userns_fd: 0 };
     mount_setattr(dir.as_fd(), "", recursive, &attr).ctx(|| format!("set mount attributes on {}", target.display()))
 }
 
@@ -122,12 +110,8 @@ pub fn clone_idmapped(source: &Path, userns: BorrowedFd<'_>, attrs: Attrs, recur
         propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,
     };
-    mount_setattr(tree.as_fd(), "", recursive, &attr).ctx(|| {
-        format!(
-            "idmap the mount of {} (does its file system support idmapped mounts?)",
-            source.display()
-        )
-    })?;
+    mount_setattr(tree.as_fd(), "", recursive, &attr)
+        .ctx(|| format!("idmap the mount of {} (does its file system support idmapped mounts?)", source.display()))?;
     Ok(tree)
 }
 
@@ -140,12 +124,7 @@ pub fn clone_tree(source: &Path, attrs: Attrs, recursive: bool) -> SysResult<Own
     let tree =
         rustix::mount::open_tree(CWD, source, flags).ctx(|| format!("clone the mount at {}", source.display()))?;
     if attrs != Attrs::default() {
-        let attr = MountAttr {
-            attr_set: attrs.bits(),
-            attr_clr: 0,
-            propagation: 0,
-            userns_fd: 0,
-        };
+        let attr = MountAttr { attr_set: attrs.bits(), attr_clr: 0, propagation: 0, userns_fd: 0 };
         mount_setattr(tree.as_fd(), "", recursive, &attr)
             .ctx(|| format!("set mount attributes on {}", source.display()))?;
     }
@@ -187,8 +166,5 @@ pub fn unmount_detach(target: &Path) -> SysResult<()> {
 
 /// Whether an errno means "this kernel or file system does not do that".
 pub fn is_unsupported(err: &SysError) -> bool {
-    matches!(
-        err.errno(),
-        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::EPERM)
-    )
+    matches!(err.errno(), Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::EPERM))
 }

@@ -15,10 +15,7 @@ pub fn loopback_up() -> SysResult<()> {
     // SAFETY: SIOCSIFFLAGS reads a properly initialised ifreq that lives across the call.
     let r = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&sock), libc::SIOCSIFFLAGS, &mut req) };
     if r < 0 {
-        return Err(SysError::new(
-            "bring up the loopback interface",
-            std::io::Error::last_os_error(),
-        ));
+        return Err(SysError::new("bring up the loopback interface", std::io::Error::last_os_error()));
     }
     Ok(())
 }

@@ -51,10 +51,7 @@ pub fn set_no_new_privs() -> SysResult<()> {
 
 /// The highest capability number this kernel knows.
 pub fn last_capability() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(40)
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(40)
 }
 
 /// Remove every capability not in `keep` from the bounding set, and clear the ambient set.
@@ -68,28 +65,14 @@ pub fn restrict_bounding_set(keep: &[u32]) -> SysResult<()> {
         if r != 0 {
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() != Some(libc::EINVAL) {
-                return Err(SysError::new(
-                    format!("drop capability {cap} from the bounding set"),
-                    err,
-                ));
+                return Err(SysError::new(format!("drop capability {cap} from the bounding set"), err));
             }
         }
     }
     // SAFETY: PR_CAP_AMBIENT_CLEAR_ALL takes no pointers.
-    let r = unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
+    let r = unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0) };
     if r != 0 {
-        return Err(SysError::new(
-            "clear ambient capabilities",
-            std::io::Error::last_os_error(),
-        ));
+        return Err(SysError::new("clear ambient capabilities", std::io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -105,10 +88,7 @@ pub fn unshare_cgroup_namespace() -> SysResult<()> {
     // with other threads (the caller is single-threaded).
     let r = unsafe { libc::unshare(libc::CLONE_NEWCGROUP) };
     if r != 0 {
-        return Err(SysError::new(
-            "create a cgroup namespace",
-            std::io::Error::last_os_error(),
-        ));
+        return Err(SysError::new("create a cgroup namespace", std::io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -156,10 +136,7 @@ pub enum Exit {
 /// Wait for the process behind a pidfd to end, and reap it.
 pub fn pidfd_wait(pidfd: BorrowedFd<'_>) -> SysResult<Exit> {
     loop {
-        match rustix::process::waitid(
-            rustix::process::WaitId::PidFd(pidfd),
-            rustix::process::WaitIdOptions::EXITED,
-        ) {
+        match rustix::process::waitid(rustix::process::WaitId::PidFd(pidfd), rustix::process::WaitIdOptions::EXITED) {
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(SysError::new("wait for a process", e)),
             Ok(Some(status)) => {
@@ -173,21 +150,33 @@ pub fn pidfd_wait(pidfd: BorrowedFd<'_>) -> SysResult<Exit> {
     }
 }
 
-/// Block `signals` for this thread and return a descriptor that reads them (signalfd).
-pub fn signal_fd(signals: &[i32]) -> SysResult<OwnedFd> {
+fn sigset(signals: &[i32]) -> libc::sigset_t {
     // SAFETY: sigset_t is plain old data and sigemptyset/sigaddset only write into it.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: see above; `set` is a valid, exclusively borrowed sigset_t.
+    // SAFETY: `set` is a valid, exclusively borrowed sigset_t.
     unsafe { libc::sigemptyset(&mut set) };
     for s in signals {
         // SAFETY: as above.
         unsafe { libc::sigaddset(&mut set, *s) };
     }
+    set
+}
+
+/// Block `signals` for this thread (add them to its mask).
+pub fn block_signals(signals: &[i32]) -> SysResult<()> {
+    let set = sigset(signals);
     // SAFETY: `set` is initialised; a null old-set pointer is allowed.
     let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     if r != 0 {
         return Err(SysError::new("block signals", std::io::Error::from_raw_os_error(r)));
     }
+    Ok(())
+}
+
+/// Block `signals` for this thread and return a descriptor that reads them (signalfd).
+pub fn signal_fd(signals: &[i32]) -> SysResult<OwnedFd> {
+    block_signals(signals)?;
+    let set = sigset(signals);
     // SAFETY: `set` is initialised; -1 asks for a new descriptor which we take ownership of below.
     let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
     if fd < 0 {

@@ -159,12 +159,7 @@ const DENIED: &[(&str, libc::c_long)] = &[
 const PERSONALITY_ALLOWED: [u32; 3] = [0, 8, 0xffff_ffff];
 
 fn rule(name: &str, nr: libc::c_long, errno: u16, when: Option<(Arg, ArgTest)>) -> SeccompRule {
-    SeccompRule {
-        name: name.to_owned(),
-        nr: nr as u32,
-        errno,
-        when,
-    }
+    SeccompRule { name: name.to_owned(), nr: nr as u32, errno, when }
 }
 
 impl SeccompPolicy {
@@ -176,18 +171,8 @@ impl SeccompPolicy {
             // New user namespaces hand out a full set of capabilities over fresh kernel objects, which is
             // where much of the kernel's privilege-escalation surface lives. clone's flags are arg0 on both
             // x86_64 and aarch64.
-            rule(
-                "unshare",
-                libc::SYS_unshare,
-                EPERM,
-                Some((Arg::A0, ArgTest::AnyBitSet(newuser))),
-            ),
-            rule(
-                "clone",
-                libc::SYS_clone,
-                EPERM,
-                Some((Arg::A0, ArgTest::AnyBitSet(newuser))),
-            ),
+            rule("unshare", libc::SYS_unshare, EPERM, Some((Arg::A0, ArgTest::AnyBitSet(newuser)))),
+            rule("clone", libc::SYS_clone, EPERM, Some((Arg::A0, ArgTest::AnyBitSet(newuser)))),
             // clone3 passes its flags in memory, which BPF cannot read. ENOSYS makes libc fall back to clone,
             // which the rule above filters.
             rule("clone3", libc::SYS_clone3, libc::ENOSYS as u16, None),
@@ -198,10 +183,7 @@ impl SeccompPolicy {
                 "ioctl",
                 libc::SYS_ioctl,
                 EPERM,
-                Some((
-                    Arg::A1,
-                    ArgTest::OneOf(vec![libc::TIOCSTI as u32, libc::TIOCLINUX as u32]),
-                )),
+                Some((Arg::A1, ArgTest::OneOf(vec![libc::TIOCSTI as u32, libc::TIOCLINUX as u32]))),
             ),
             rule(
                 "personality",
@@ -255,17 +237,11 @@ impl SeccompPolicy {
         let filter = self.compile();
         if filter.len() > MAX_INSNS {
             return Err(SysError::new(
-                format!(
-                    "install the seccomp filter: {} instructions, the kernel takes {MAX_INSNS}",
-                    filter.len()
-                ),
+                format!("install the seccomp filter: {} instructions, the kernel takes {MAX_INSNS}", filter.len()),
                 io::ErrorKind::InvalidInput,
             ));
         }
-        let prog = libc::sock_fprog {
-            len: filter.len() as u16,
-            filter: filter.as_ptr().cast_mut(),
-        };
+        let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr().cast_mut() };
         // SAFETY: `prog` points at `filter`, `prog.len` valid instructions that outlive the call; the kernel
         // only reads them (copying the program) and keeps no pointer.
         let r = unsafe {
@@ -385,11 +361,7 @@ mod tests {
                 _ => vec![],
             };
             for off in targets {
-                assert!(
-                    pc + 1 + off < prog.len(),
-                    "jump at {pc} by {off} leaves a {}-long program",
-                    prog.len()
-                );
+                assert!(pc + 1 + off < prog.len(), "jump at {pc} by {off} leaves a {}-long program", prog.len());
             }
         }
     }
@@ -407,17 +379,7 @@ mod tests {
             (libc::SYS_read, [0; 6]),
             (libc::SYS_write, [1, 0, 5, 0, 0, 0]),
             (libc::SYS_openat, [0; 6]),
-            (
-                libc::SYS_clone,
-                [
-                    libc::CLONE_VM as u64 | libc::CLONE_THREAD as u64 | sigchld,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                ],
-            ),
+            (libc::SYS_clone, [libc::CLONE_VM as u64 | libc::CLONE_THREAD as u64 | sigchld, 0, 0, 0, 0, 0]),
             (libc::SYS_unshare, [newns, 0, 0, 0, 0, 0]),
             (libc::SYS_ioctl, [0, libc::TCGETS as u64, 0, 0, 0, 0]),
             (libc::SYS_personality, [0xffff_ffff, 0, 0, 0, 0, 0]),
@@ -440,19 +402,12 @@ mod tests {
         for &(nr, args) in denied {
             assert_eq!(verdict(&p, nr, args), EPERM_RET, "syscall {nr} {args:x?}");
         }
-        assert_eq!(
-            verdict(&p, libc::SYS_clone3, [0; 6]),
-            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
-        );
+        assert_eq!(verdict(&p, libc::SYS_clone3, [0; 6]), libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
         // 0x40000003 is AUDIT_ARCH_I386 (`int 0x80`), where 5 is open: a foreign arch is killed, whatever the number.
         assert_eq!(run(&p, &data(0x4000_0003, 5, [0; 6])), RET_KILL_PROCESS);
         assert_eq!(run(&p, &data(0, libc::SYS_read as u32, [0; 6])), RET_KILL_PROCESS);
         #[cfg(target_arch = "x86_64")]
-        for nr in [
-            X32_SYSCALL_BIT,
-            X32_SYSCALL_BIT | libc::SYS_read as u32,
-            X32_SYSCALL_BIT | 101,
-        ] {
+        for nr in [X32_SYSCALL_BIT, X32_SYSCALL_BIT | libc::SYS_read as u32, X32_SYSCALL_BIT | 101] {
             assert_eq!(run(&p, &data(AUDIT_ARCH_NATIVE, nr, [0; 6])), EPERM_RET, "x32 {nr:#x}");
         }
     }
@@ -488,28 +443,17 @@ mod tests {
         let values: Vec<u32> = (100..500).collect();
         let policy = SeccompPolicy {
             rules: vec![
-                rule(
-                    "personality",
-                    libc::SYS_personality,
-                    EPERM,
-                    Some((Arg::A0, ArgTest::NoneOf(values.clone()))),
-                ),
+                rule("personality", libc::SYS_personality, EPERM, Some((Arg::A0, ArgTest::NoneOf(values.clone())))),
                 rule("ioctl", libc::SYS_ioctl, EPERM, Some((Arg::A1, ArgTest::OneOf(values)))),
                 rule("bpf", libc::SYS_bpf, EPERM, None),
             ],
         };
         let p = policy.compile();
         assert_well_formed(&p);
-        for (v, personality, ioctl) in [
-            (99, EPERM_RET, RET_ALLOW),
-            (100, RET_ALLOW, EPERM_RET),
-            (499, RET_ALLOW, EPERM_RET),
-        ] {
-            assert_eq!(
-                verdict(&p, libc::SYS_personality, [v, 0, 0, 0, 0, 0]),
-                personality,
-                "personality {v}"
-            );
+        for (v, personality, ioctl) in
+            [(99, EPERM_RET, RET_ALLOW), (100, RET_ALLOW, EPERM_RET), (499, RET_ALLOW, EPERM_RET)]
+        {
+            assert_eq!(verdict(&p, libc::SYS_personality, [v, 0, 0, 0, 0, 0]), personality, "personality {v}");
             assert_eq!(verdict(&p, libc::SYS_ioctl, [0, v, 0, 0, 0, 0]), ioctl, "ioctl {v}");
         }
         assert_eq!(verdict(&p, libc::SYS_bpf, [0; 6]), EPERM_RET);

@@ -19,25 +19,14 @@ fn in_child(test: &str) -> bool {
         .env(CHILD, test)
         .output()
         .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(
-        out.status.success(),
-        "child failed: {:?}\n{stdout}\n{stderr}",
-        out.status
-    );
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "child failed: {:?}\n{stdout}\n{stderr}", out.status);
     assert!(stdout.contains("1 passed"), "child ran no test:\n{stdout}");
     false
 }
 
 fn runs(program: &str, args: &[&str]) -> Option<bool> {
-    let status = Command::new(program)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+    let status = Command::new(program).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status();
     status.ok().map(|s| s.success())
 }
 
@@ -64,30 +53,17 @@ fn filter_denies_and_allows() {
     assert_eq!(runs("true", &[]), Some(true));
 
     // mount fails with EPERM before the kernel looks at the (missing) target, which would be ENOENT.
-    let err = rustix::mount::mount(
-        "none",
-        "/nonexistent/berth-seccomp",
-        "tmpfs",
-        rustix::mount::MountFlags::empty(),
-        None,
-    )
-    .unwrap_err();
+    let err =
+        rustix::mount::mount("none", "/nonexistent/berth-seccomp", "tmpfs", rustix::mount::MountFlags::empty(), None)
+            .unwrap_err();
     assert_eq!(err, rustix::io::Errno::PERM);
 
     if has_unshare {
-        assert_eq!(
-            runs("unshare", &["--user", "true"]),
-            Some(false),
-            "unshare(CLONE_NEWUSER) succeeded"
-        );
+        assert_eq!(runs("unshare", &["--user", "true"]), Some(false), "unshare(CLONE_NEWUSER) succeeded");
     }
     if has_setarch {
         // personality(ADDR_NO_RANDOMIZE) is denied.
-        assert_eq!(
-            runs("setarch", &[std::env::consts::ARCH, "-R", "true"]),
-            Some(false),
-            "setarch -R succeeded"
-        );
+        assert_eq!(runs("setarch", &[std::env::consts::ARCH, "-R", "true"]), Some(false), "setarch -R succeeded");
     }
 }
 

@@ -7,20 +7,10 @@ use berth_runtime::spec::{self, BindMount};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "berth",
-    version,
-    about = "Sandboxes where AI coding agents live and do their work"
-)]
+#[command(name = "berth", version, about = "Sandboxes where AI coding agents live and do their work")]
 pub struct Cli {
     /// berth's data directory.
-    #[arg(
-        long,
-        global = true,
-        env = "BERTH_ROOT",
-        default_value = "/var/lib/berth",
-        value_name = "DIR"
-    )]
+    #[arg(long, global = true, env = "BERTH_ROOT", default_value = "/var/lib/berth", value_name = "DIR")]
     pub root: PathBuf,
 
     #[command(subcommand)]

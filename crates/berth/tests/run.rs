@@ -40,12 +40,8 @@ fn stdout_and_stderr_stay_apart_and_stdin_flows_in() {
     assert_eq!(text(&out.stdout), "out\nout2\n");
     assert_eq!(text(&out.stderr), "err\n");
 
-    let mut child = b
-        .cmd(&["run", "--", "tr", "a-z", "A-Z"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        b.cmd(&["run", "--", "tr", "a-z", "A-Z"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(b"hello sandbox\n").unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(text(&out.stdout), "HELLO SANDBOX\n");
@@ -100,10 +96,7 @@ fn bad_options_fail_with_one_sentence_and_125() {
 #[test]
 fn memory_limit_oom_kills_a_hog() {
     let b = Berth::new();
-    let out = b.run(
-        &["--memory", "64M", "--json"],
-        &["python3", "-c", "x = bytearray(512 << 20); print('survived')"],
-    );
+    let out = b.run(&["--memory", "64M", "--json"], &["python3", "-c", "x = bytearray(512 << 20); print('survived')"]);
     let j = json_of(&out);
     assert_eq!(j["oom_killed"], true, "{j} {}", text(&out.stderr));
     assert_eq!(out.status.code(), Some(137));
@@ -116,18 +109,11 @@ fn pids_limit_stops_a_fork_bomb() {
     // A bounded bomb: try to start 200 sleepers; at most the limit can exist at once.
     let bomb = "import os, time\nstarted = 0\nfor i in range(200):\n    try:\n        pid = os.fork()\n    except OSError:\n        continue\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    started += 1\nprint(started, len([p for p in os.listdir('/proc') if p.isdigit()]))\n";
     let out = b.run(&["--pids", "32"], &["python3", "-c", bomb]);
-    let counts: Vec<u32> = text(&out.stdout)
-        .split_whitespace()
-        .filter_map(|n| n.parse().ok())
-        .collect();
+    let counts: Vec<u32> = text(&out.stdout).split_whitespace().filter_map(|n| n.parse().ok()).collect();
     assert_eq!(counts.len(), 2, "{} {}", text(&out.stdout), text(&out.stderr));
     assert!(counts[0] < 200, "every fork succeeded despite the limit");
     assert!(counts[1] <= 32, "{} processes with a limit of 32", counts[1]);
-    assert!(
-        counts[0] >= 10,
-        "the bomb should have filled the limit, started {}",
-        counts[0]
-    );
+    assert!(counts[0] >= 10, "the bomb should have filled the limit, started {}", counts[0]);
 }
 
 #[test]
@@ -136,10 +122,7 @@ fn cpu_limit_throttles() {
     let spin = ["timeout", "2", "sh", "-c", "while :; do :; done"];
     let j = json_of(&b.run(&["--cpus", "0.2", "--json"], &spin));
     let cpu = j["cpu_ms"].as_u64().unwrap();
-    assert!(
-        cpu < 1000,
-        "0.2 cores for 2 s must burn well under 1 s of CPU, burned {cpu} ms"
-    );
+    assert!(cpu < 1000, "0.2 cores for 2 s must burn well under 1 s of CPU, burned {cpu} ms");
     let free = json_of(&b.run(&["--json"], &spin))["cpu_ms"].as_u64().unwrap();
     assert!(free > cpu * 2, "unlimited spin burned {free} ms, limited {cpu} ms");
 }
@@ -175,14 +158,7 @@ fn root_inside_writes_usr_and_etc_but_the_host_sees_nothing() {
     assert!(!std::path::Path::new(&format!("/opt/{marker}")).exists());
     assert!(!std::fs::read_to_string("/etc/hosts").unwrap().contains(&marker));
     // The next sandbox starts clean.
-    let again = b.run(
-        &[],
-        &[
-            "sh",
-            "-c",
-            &format!("test -e /usr/local/bin/{marker} && echo leaked || echo clean"),
-        ],
-    );
+    let again = b.run(&[], &["sh", "-c", &format!("test -e /usr/local/bin/{marker} && echo leaked || echo clean")]);
     assert_eq!(text(&again.stdout), "clean\n");
 }
 
@@ -210,24 +186,15 @@ fn host_files_outside_the_image_are_invisible() {
     );
     assert_ne!(report["read"][&secret_path], "ok");
     assert_ne!(report["read"][&root_path], "ok");
-    assert_ne!(
-        report["read"]["/proc/1/exe"], "ok",
-        "init's binary must not be reachable through /proc"
-    );
+    assert_ne!(report["read"]["/proc/1/exe"], "ok", "init's binary must not be reachable through /proc");
     let kcore = std::fs::metadata("/proc/kcore").is_ok();
     if kcore {
         assert_ne!(report["read"]["/proc/kcore"].as_str().unwrap_or_default(), "ok");
     }
     let shadow = b.run(&[], &["cat", "/etc/shadow"]);
-    assert!(
-        !text(&shadow.stdout).contains("$"),
-        "the host's password hashes must not be visible"
-    );
+    assert!(!text(&shadow.stdout).contains("$"), "the host's password hashes must not be visible");
     let mounts = report["mounts"].as_array().unwrap();
-    assert!(
-        !mounts.iter().any(|m| m.as_str().unwrap().starts_with("/home")),
-        "{mounts:?}"
-    );
+    assert!(!mounts.iter().any(|m| m.as_str().unwrap().starts_with("/home")), "{mounts:?}");
 }
 
 #[test]
@@ -238,10 +205,7 @@ fn pid_1_is_berth_init_and_the_command_is_not_host_root() {
     assert_eq!(r["uid"], 0);
     let map = r["uid_map"].as_str().unwrap();
     let host_base: u64 = map.split_whitespace().nth(1).unwrap().parse().unwrap();
-    assert!(
-        host_base >= 0x7000_0000,
-        "sandbox root must map to an unprivileged host id, got {map}"
-    );
+    assert!(host_base >= 0x7000_0000, "sandbox root must map to an unprivileged host id, got {map}");
     assert_eq!(r["no_new_privs"], true);
     assert_eq!(r["seccomp"], "2");
     assert_ne!(r["cap_bnd"], "000001ffffffffff", "the bounding set must be trimmed");
@@ -256,10 +220,7 @@ fn the_only_interface_is_lo_and_host_loopback_is_unreachable() {
     assert_eq!(r["interfaces"], serde_json::json!(["lo"]));
     assert_ne!(r["connect"][&target], "connected");
     listener.set_nonblocking(true).unwrap();
-    assert!(
-        listener.accept().is_err(),
-        "nothing may have reached the host's listener"
-    );
+    assert!(listener.accept().is_err(), "nothing may have reached the host's listener");
 }
 
 #[test]
@@ -272,9 +233,7 @@ fn sandbox_processes_run_as_unprivileged_host_ids() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert_eq!(line, "ready\n");
     let procs = common::host_processes_with(&needle);
     // SIGTERM to berth run is forwarded to the command, which ends, and the sandbox is torn down.
@@ -282,10 +241,7 @@ fn sandbox_processes_run_as_unprivileged_host_ids() {
     assert_eq!(child.wait().unwrap().code(), Some(143));
     assert_eq!(procs.len(), 1, "{procs:?}");
     for uid in &procs[0].1 {
-        assert!(
-            *uid >= 0x7000_0000,
-            "host uid {uid} is not in berth's unprivileged range"
-        );
+        assert!(*uid >= 0x7000_0000, "host uid {uid} is not in berth's unprivileged range");
     }
 }
 
@@ -308,12 +264,7 @@ fn concurrent_sandboxes_cannot_see_each_other() {
     let r = b.probe(&[], &["--read", "/tmp/a-file", "--read", "/workspace/a-file"]);
     common::terminate(&mut a);
     a.wait().unwrap();
-    let pids: Vec<i64> = r["pids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_i64().unwrap())
-        .collect();
+    let pids: Vec<i64> = r["pids"].as_array().unwrap().iter().map(|p| p.as_i64().unwrap()).collect();
     assert!(pids.len() <= 3, "a sandbox sees only its own processes, saw {pids:?}");
     assert_ne!(r["read"]["/tmp/a-file"], "ok");
     assert_ne!(r["read"]["/workspace/a-file"], "ok");
@@ -334,9 +285,7 @@ fn a_killed_run_takes_its_sandbox_with_it_and_the_next_run_sweeps_the_rest() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert_eq!(common::host_processes_with(&needle).len(), 1);
     child.kill().unwrap();
     child.wait().unwrap();
@@ -346,25 +295,16 @@ fn a_killed_run_takes_its_sandbox_with_it_and_the_next_run_sweeps_the_rest() {
         common::host_processes_with(&needle).is_empty()
     });
     assert!(gone, "the sandbox's processes outlived a SIGKILLed berth run");
-    assert!(
-        !b.leftovers().is_empty(),
-        "a SIGKILLed run cannot clean up after itself"
-    );
+    assert!(!b.leftovers().is_empty(), "a SIGKILLed run cannot clean up after itself");
     assert_eq!(b.run(&[], &["true"]).status.code(), Some(0));
-    assert!(
-        b.leftovers().is_empty(),
-        "the next run must sweep what the killed one left"
-    );
+    assert!(b.leftovers().is_empty(), "the next run must sweep what the killed one left");
 }
 
 #[test]
 fn mounts_are_idmapped_to_the_owner_of_the_host_directory() {
     let b = Berth::new();
     let dir = tempfile::tempdir().unwrap();
-    let owner = (
-        Some(rustix::fs::Uid::from_raw(4321)),
-        Some(rustix::fs::Gid::from_raw(4322)),
-    );
+    let owner = (Some(rustix::fs::Uid::from_raw(4321)), Some(rustix::fs::Gid::from_raw(4322)));
     std::fs::write(dir.path().join("in.txt"), "from the host\n").unwrap();
     rustix::fs::chown(dir.path(), owner.0, owner.1).unwrap();
     rustix::fs::chown(dir.path().join("in.txt"), owner.0, owner.1).unwrap();
@@ -376,11 +316,7 @@ fn mounts_are_idmapped_to_the_owner_of_the_host_directory() {
     use std::os::unix::fs::MetadataExt;
     for made in ["out.txt", "sub"] {
         let meta = std::fs::metadata(dir.path().join(made)).unwrap();
-        assert_eq!(
-            (meta.uid(), meta.gid()),
-            (4321, 4322),
-            "{made} must belong to the directory's owner on the host"
-        );
+        assert_eq!((meta.uid(), meta.gid()), (4321, 4322), "{made} must belong to the directory's owner on the host");
     }
 
     let ro = format!("{}:/data:ro", dir.path().display());
@@ -423,18 +359,10 @@ fn sandbox_blocks_namespace_mount_and_kernel_calls() {
             "load a module",
             "python3 -c 'import ctypes,sys; sys.exit(0 if ctypes.CDLL(None).syscall(175, 0, 0, 0) == 0 else 1)'",
         ),
-        (
-            "raw socket",
-            "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)'",
-        ),
+        ("raw socket", "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)'"),
         ("device node", "mknod /tmp/sda b 8 0"),
     ] {
         let out = b.run(&[], &["sh", "-c", script]);
-        assert_ne!(
-            out.status.code(),
-            Some(0),
-            "{what} must fail inside: {}",
-            text(&out.stdout)
-        );
+        assert_ne!(out.status.code(), Some(0), "{what} must fail inside: {}", text(&out.stdout));
     }
 }

@@ -21,11 +21,7 @@ pub enum CgroupError {
 
     /// A limit the kernel would refuse, caught before anything is created.
     #[error("invalid limit {what} = {value}: {reason}")]
-    InvalidLimit {
-        what: &'static str,
-        value: u64,
-        reason: &'static str,
-    },
+    InvalidLimit { what: &'static str, value: u64, reason: &'static str },
 
     /// `mkdir` of a cgroup (or of the shared `berth/` parent) failed; `AlreadyExists` for a name in use.
     #[error("create cgroup directory {}", path.display())]
@@ -33,18 +29,10 @@ pub enum CgroupError {
 
     /// Writing `+cpu +memory +pids` into an ancestor's `cgroup.subtree_control` failed (cgroup v2).
     #[error("enable controllers {value:?} in {}", file.display())]
-    EnableControllers {
-        file: PathBuf,
-        value: String,
-        source: io::Error,
-    },
+    EnableControllers { file: PathBuf, value: String, source: io::Error },
 
     #[error("set {} to {value:?}", file.display())]
-    SetLimit {
-        file: PathBuf,
-        value: String,
-        source: io::Error,
-    },
+    SetLimit { file: PathBuf, value: String, source: io::Error },
 
     #[error("add process {pid} to {}", path.display())]
     AddProcess { pid: i32, path: PathBuf, source: io::Error },
@@ -55,19 +43,11 @@ pub enum CgroupError {
 
     /// Freezing or thawing failed; `TimedOut` when the cgroup did not reach the state in time.
     #[error("set {} to {state}", path.display())]
-    Freeze {
-        path: PathBuf,
-        state: &'static str,
-        source: io::Error,
-    },
+    Freeze { path: PathBuf, state: &'static str, source: io::Error },
 
     /// Killing failed: writing `cgroup.kill` (no pid) or signalling one process.
     #[error("kill the processes of {}{}", path.display(), pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
-    Kill {
-        path: PathBuf,
-        pid: Option<i32>,
-        source: io::Error,
-    },
+    Kill { path: PathBuf, pid: Option<i32>, source: io::Error },
 
     #[error("remove cgroup directory {}", path.display())]
     Remove { path: PathBuf, source: io::Error },

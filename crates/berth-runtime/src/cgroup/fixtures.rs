@@ -59,9 +59,7 @@ pub(crate) fn read_trimmed(path: &Path) -> String {
 }
 
 fn write_all(dir: &Path, files: &[(&str, &str)]) -> io::Result<()> {
-    files
-        .iter()
-        .try_for_each(|(name, content)| fs::write(dir.join(name), content))
+    files.iter().try_for_each(|(name, content)| fs::write(dir.join(name), content))
 }
 
 /// A new v2 cgroup: the core files, and the files of the controllers its parent enabled for it.
@@ -115,10 +113,7 @@ pub(crate) fn populate_v2_broken(dir: &Path) -> io::Result<()> {
 /// A new v1 cgroup, its files chosen by the controllers named in its hierarchy's directory
 /// (`.../cpu,cpuacct/...` has both).
 pub(crate) fn populate_v1(dir: &Path) -> io::Result<()> {
-    let has = |c: &str| {
-        dir.components()
-            .any(|p| p.as_os_str().to_str().is_some_and(|s| s.split(',').any(|x| x == c)))
-    };
+    let has = |c: &str| dir.components().any(|p| p.as_os_str().to_str().is_some_and(|s| s.split(',').any(|x| x == c)));
     write_all(dir, &[("cgroup.procs", ""), ("tasks", "")])?;
     if has("memory") {
         write_all(
@@ -166,11 +161,7 @@ pub(crate) struct FakeV2 {
 impl FakeV2 {
     pub(crate) fn new(controllers: &str) -> FakeV2 {
         let dir = tempfile::tempdir().unwrap();
-        let files = [
-            ("cgroup.controllers", controllers),
-            ("cgroup.subtree_control", ""),
-            ("cgroup.procs", "1\n"),
-        ];
+        let files = [("cgroup.controllers", controllers), ("cgroup.subtree_control", ""), ("cgroup.procs", "1\n")];
         write_all(dir.path(), &files).unwrap();
         FakeV2 { dir }
     }
@@ -185,10 +176,7 @@ impl FakeV2 {
 
     /// A mountinfo line mounting this tree.
     pub(crate) fn mountinfo(&self) -> String {
-        format!(
-            "90 1 0:99 / {} rw,relatime - cgroup2 cgroup2 rw\n",
-            self.root().display()
-        )
+        format!("90 1 0:99 / {} rw,relatime - cgroup2 cgroup2 rw\n", self.root().display())
     }
 
     /// `berth/<name>`, made the way `create` would, without limits.
@@ -210,12 +198,7 @@ pub(crate) fn fake_v1(hierarchies: &[&str]) -> (TempDir, String) {
         let point = dir.path().join(name);
         fs::create_dir(&point).unwrap();
         write_all(&point, &[("cgroup.procs", ""), ("tasks", "")]).unwrap();
-        let line = format!(
-            "{} 1 0:{} / {} rw - cgroup cgroup rw,{name}\n",
-            100 + i,
-            100 + i,
-            point.display()
-        );
+        let line = format!("{} 1 0:{} / {} rw - cgroup cgroup rw,{name}\n", 100 + i, 100 + i, point.display());
         mountinfo.push_str(&line);
     }
     (dir, mountinfo)

@@ -26,9 +26,7 @@ impl Fs {
 
     #[cfg(test)]
     pub(crate) fn fake(populate: Populate) -> Fs {
-        Fs {
-            populate: Some(populate),
-        }
+        Fs { populate: Some(populate) }
     }
 
     pub(crate) fn mkdir(&self, path: &Path) -> io::Result<()> {
@@ -52,10 +50,7 @@ pub(crate) fn read(path: &Path) -> Result<String, CgroupError> {
 }
 
 pub(crate) fn read_error(path: &Path, source: io::Error) -> CgroupError {
-    CgroupError::Read {
-        path: path.to_owned(),
-        source,
-    }
+    CgroupError::Read { path: path.to_owned(), source }
 }
 
 /// A file holding one number.
@@ -84,10 +79,7 @@ pub(crate) fn read_keyed(path: &Path, key: &str) -> Result<u64, CgroupError> {
 }
 
 pub(crate) fn invalid_data(path: &Path, what: &str) -> CgroupError {
-    let source = io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("unexpected content: {}", what.trim()),
-    );
+    let source = io::Error::new(io::ErrorKind::InvalidData, format!("unexpected content: {}", what.trim()));
     read_error(path, source)
 }
 
@@ -101,21 +93,14 @@ pub(crate) fn write(path: &Path, value: &str) -> io::Result<()> {
 /// Write a limit, naming the file and value on failure.
 pub(crate) fn set(dir: &Path, file: &str, value: &str) -> Result<(), CgroupError> {
     let path = dir.join(file);
-    write(&path, value).map_err(|source| CgroupError::SetLimit {
-        file: path,
-        value: value.to_owned(),
-        source,
-    })
+    write(&path, value).map_err(|source| CgroupError::SetLimit { file: path, value: value.to_owned(), source })
 }
 
 /// Make a directory that may already exist (the shared `berth/` parent).
 pub(crate) fn ensure_dir(fs: Fs, path: &Path) -> Result<(), CgroupError> {
     match fs.mkdir(path) {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
-        other => other.map_err(|source| CgroupError::Create {
-            path: path.to_owned(),
-            source,
-        }),
+        other => other.map_err(|source| CgroupError::Create { path: path.to_owned(), source }),
     }
 }
 
@@ -173,10 +158,7 @@ mod tests {
         assert_eq!(keyed(text, "usage_usec"), Some(1234));
         assert_eq!(keyed(text, "system_usec"), Some(234));
         assert_eq!(keyed(text, "usage"), None);
-        assert_eq!(
-            keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"),
-            Some(3)
-        );
+        assert_eq!(keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"), Some(3));
     }
 
     #[test]

@@ -46,13 +46,7 @@ impl Cgroup {
             Kind::V2(dir) => vec![dir.clone()],
             Kind::Invalid { .. } => Vec::new(),
         };
-        Cgroup {
-            name: name.to_owned(),
-            kind,
-            paths,
-            fs,
-            warnings: Vec::new(),
-        }
+        Cgroup { name: name.to_owned(), kind, paths, fs, warnings: Vec::new() }
     }
 
     pub(crate) fn with_warnings(mut self, warnings: Vec<String>) -> Cgroup {
@@ -77,10 +71,7 @@ impl Cgroup {
     /// Fails for a handle opened with an invalid name.
     fn check(&self) -> Result<(), CgroupError> {
         match self.kind {
-            Kind::Invalid { reason, .. } => Err(CgroupError::InvalidName {
-                name: self.name.clone(),
-                reason,
-            }),
+            Kind::Invalid { reason, .. } => Err(CgroupError::InvalidName { name: self.name.clone(), reason }),
             _ => Ok(()),
         }
     }
@@ -220,15 +211,45 @@ pub(crate) fn remove_tree(fs: Fs, dir: &Path, deadline: Instant) -> Result<(), C
             let mut pids = Vec::new();
             procs_under(dir, &mut pids)?;
             if !pids.is_empty() {
-                return Err(CgroupError::NotEmpty {
-                    path: dir.to_owned(),
-                    pids,
-                });
+                return Err(CgroupError::NotEmpty { path: dir.to_owned(), pids });
             }
         }
-        return Err(CgroupError::Remove {
-            path: dir.to_owned(),
-            source: error,
-        });
+        return Err(CgroupError::Remove { path: dir.to_owned(), source: error });
+    }
+}
+
+/// How a new process enters a cgroup at birth rather than by migration. Migrating a process takes a global
+/// lock whose acquisition waits for an RCU grace period (10–15 ms here): too slow to pay on every create.
+#[derive(Debug)]
+pub enum Entry {
+    /// v1: each hierarchy's `tasks` file, opened by the supervisor. The new process writes `0` to each,
+    /// moving its own (only) thread, which the kernel does without the global lock.
+    Tasks(Vec<std::os::fd::OwnedFd>),
+    /// v2: the cgroup's directory, for `clone3(CLONE_INTO_CGROUP)`.
+    Dir(std::os::fd::OwnedFd),
+}
+
+impl Cgroup {
+    /// Open what a new process needs to be born into this cgroup.
+    pub fn entry(&self) -> Result<Entry, CgroupError> {
+        self.check()?;
+        let open = |path: PathBuf, flags: rustix::fs::OFlags| {
+            rustix::fs::open(&path, flags | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+                .map_err(|e| CgroupError::AddProcess { pid: 0, path, source: e.into() })
+        };
+        match &self.kind {
+            Kind::V1(_) => {
+                let files = self.paths.iter().map(|p| open(p.join("tasks"), rustix::fs::OFlags::WRONLY));
+                Ok(Entry::Tasks(files.collect::<Result<_, _>>()?))
+            }
+            Kind::V2(dir) => {
+                Ok(Entry::Dir(open(dir.clone(), rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::PATH)?))
+            }
+            Kind::Invalid { .. } => Err(CgroupError::AddProcess {
+                pid: 0,
+                path: PathBuf::new(),
+                source: io::ErrorKind::InvalidInput.into(),
+            }),
+        }
     }
 }

@@ -37,14 +37,13 @@ impl Hierarchy {
     pub fn detect() -> Result<Hierarchy, CgroupError> {
         let forced = match env::var(FORCE_ENV) {
             Ok(v) if v.is_empty() || v.eq_ignore_ascii_case("auto") => None,
-            Ok(v) => Some(v.parse().map_err(|_| CgroupError::Detect {
-                reason: format!("{FORCE_ENV}={v:?} is not v1, v2 or auto"),
-            })?),
+            Ok(v) => Some(
+                v.parse()
+                    .map_err(|_| CgroupError::Detect { reason: format!("{FORCE_ENV}={v:?} is not v1, v2 or auto") })?,
+            ),
             Err(env::VarError::NotPresent) => None,
             Err(env::VarError::NotUnicode(v)) => {
-                return Err(CgroupError::Detect {
-                    reason: format!("{FORCE_ENV}={v:?} is not v1, v2 or auto"),
-                });
+                return Err(CgroupError::Detect { reason: format!("{FORCE_ENV}={v:?} is not v1, v2 or auto") });
             }
         };
         let text = fsio::read(Path::new(MOUNTINFO))?;
@@ -105,10 +104,7 @@ impl Hierarchy {
         for dir in cgroup.paths() {
             if let Err(source) = self.fs.mkdir(dir) {
                 self.undo(&made);
-                return Err(CgroupError::Create {
-                    path: dir.clone(),
-                    source,
-                });
+                return Err(CgroupError::Create { path: dir.clone(), source });
             }
             made.push(dir);
         }
@@ -140,10 +136,7 @@ impl Hierarchy {
     pub fn open(&self, name: &str) -> Cgroup {
         let rel = Path::new(PARENT_DIR).join(name);
         let kind = match (name_problem(name), &self.layout) {
-            (Some(reason), _) => Kind::Invalid {
-                version: self.version(),
-                reason,
-            },
+            (Some(reason), _) => Kind::Invalid { version: self.version(), reason },
             (None, Layout::V1(roots)) => Kind::V1(roots.join(&rel)),
             (None, Layout::V2(root)) => Kind::V2(root.join(rel)),
         };
@@ -178,9 +171,7 @@ fn auto_version(mounts: &[Mount]) -> Result<Version, CgroupError> {
     if mounts.iter().any(Mount::is_v2) {
         return Ok(Version::V2);
     }
-    Err(CgroupError::Detect {
-        reason: format!("no cgroup file system is mounted (see {MOUNTINFO})"),
-    })
+    Err(CgroupError::Detect { reason: format!("no cgroup file system is mounted (see {MOUNTINFO})") })
 }
 
 #[cfg(test)]
@@ -220,10 +211,7 @@ mod tests {
         assert_eq!(h.version(), Version::V1);
         let cg = h.open("x");
         assert_eq!(cg.paths().len(), 4);
-        assert!(
-            cg.paths()
-                .contains(&PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/berth/x"))
-        );
+        assert!(cg.paths().contains(&PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/berth/x")));
     }
 
     #[test]
@@ -257,15 +245,7 @@ mod tests {
             let err = h.create(bad, &Limits::default()).unwrap_err();
             assert!(matches!(err, CgroupError::InvalidName { .. }), "{bad:?}: {err}");
         }
-        let err = h
-            .create(
-                "ok",
-                &Limits {
-                    cpu_millis: Some(1),
-                    ..Limits::default()
-                },
-            )
-            .unwrap_err();
+        let err = h.create("ok", &Limits { cpu_millis: Some(1), ..Limits::default() }).unwrap_err();
         assert!(matches!(err, CgroupError::InvalidLimit { .. }), "{err}");
     }
 }

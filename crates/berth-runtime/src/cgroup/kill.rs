@@ -16,6 +16,10 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(5);
 const ROUND_WAIT: Duration = Duration::from_millis(100);
 
 pub(crate) fn kill_all(cg: &Cgroup) -> Result<(), CgroupError> {
+    // The common case at teardown: the sandbox's init is already reaped and took everything with it.
+    if cg.procs()?.is_empty() {
+        return Ok(());
+    }
     let kill_file = match cg.kind() {
         Kind::V2(dir) => Some(dir.join("cgroup.kill")).filter(|f| f.exists()),
         Kind::V1(_) | Kind::Invalid { .. } => None,
@@ -23,11 +27,7 @@ pub(crate) fn kill_all(cg: &Cgroup) -> Result<(), CgroupError> {
     match kill_file {
         // Linux 5.14+: the kernel kills the whole subtree, and nothing can fork its way out.
         Some(file) => {
-            fsio::write(&file, "1").map_err(|source| CgroupError::Kill {
-                path: file.clone(),
-                pid: None,
-                source,
-            })?;
+            fsio::write(&file, "1").map_err(|source| CgroupError::Kill { path: file.clone(), pid: None, source })?;
             if fsio::wait_for(KILL_TIMEOUT, || Ok(cg.procs()?.is_empty()))? {
                 return Ok(());
             }
@@ -38,10 +38,7 @@ pub(crate) fn kill_all(cg: &Cgroup) -> Result<(), CgroupError> {
             }
         }
     }
-    Err(CgroupError::NotEmpty {
-        path: cg.control_dir().to_owned(),
-        pids: cg.procs()?,
-    })
+    Err(CgroupError::NotEmpty { path: cg.control_dir().to_owned(), pids: cg.procs()? })
 }
 
 /// Freeze (so nothing forks while signals go out), SIGKILL every process, thaw (frozen tasks
@@ -79,11 +76,7 @@ fn signal_all(cg: &Cgroup, pids: &[i32], me: Pid) -> Result<(), CgroupError> {
             Ok(()) | Err(Errno::SRCH) => {}
             Err(e) => {
                 let path = cg.control_dir().to_owned();
-                return Err(CgroupError::Kill {
-                    path,
-                    pid: Some(raw),
-                    source: e.into(),
-                });
+                return Err(CgroupError::Kill { path, pid: Some(raw), source: e.into() });
             }
         }
     }

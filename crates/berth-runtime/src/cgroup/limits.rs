@@ -33,14 +33,8 @@ impl Limits {
 
 /// The CFS quota, in microseconds per [`CPU_PERIOD_US`], for `millis` thousandths of a CPU.
 pub(crate) fn cpu_quota_us(millis: u64) -> Result<u64, CgroupError> {
-    let invalid = |reason| CgroupError::InvalidLimit {
-        what: "cpu_millis",
-        value: millis,
-        reason,
-    };
-    let quota = millis
-        .checked_mul(CPU_PERIOD_US / 1000)
-        .ok_or_else(|| invalid("too large"))?;
+    let invalid = |reason| CgroupError::InvalidLimit { what: "cpu_millis", value: millis, reason };
+    let quota = millis.checked_mul(CPU_PERIOD_US / 1000).ok_or_else(|| invalid("too large"))?;
     if quota < MIN_QUOTA_US {
         return Err(invalid("below the kernel's minimum of 10 (1% of one CPU)"));
     }
@@ -75,15 +69,9 @@ mod tests {
     fn too_small_or_too_large_cpu_is_refused() {
         for millis in [0, 1, 9, u64::MAX] {
             let err = cpu_quota_us(millis).unwrap_err();
-            assert!(
-                matches!(err, CgroupError::InvalidLimit { what: "cpu_millis", .. }),
-                "{err}"
-            );
+            assert!(matches!(err, CgroupError::InvalidLimit { what: "cpu_millis", .. }), "{err}");
         }
-        let limits = Limits {
-            cpu_millis: Some(5),
-            ..Limits::default()
-        };
+        let limits = Limits { cpu_millis: Some(5), ..Limits::default() };
         assert!(limits.check().is_err());
         assert!(Limits::default().check().is_ok());
     }

@@ -33,7 +33,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 pub use error::CgroupError;
-pub use handle::Cgroup;
+pub use handle::{Cgroup, Entry};
 pub use hierarchy::Hierarchy;
 pub use limits::{CPU_PERIOD_US, Limits};
 pub use name::{MAX_NAME_LEN, validate_name};
@@ -68,9 +68,7 @@ impl FromStr for Version {
         match s.to_ascii_lowercase().as_str() {
             "v1" | "1" => Ok(Version::V1),
             "v2" | "2" => Ok(Version::V2),
-            _ => Err(CgroupError::Detect {
-                reason: format!("unknown cgroup version {s:?} (expected v1 or v2)"),
-            }),
+            _ => Err(CgroupError::Detect { reason: format!("unknown cgroup version {s:?} (expected v1 or v2)") }),
         }
     }
 }

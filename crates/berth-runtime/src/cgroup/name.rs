@@ -9,10 +9,7 @@ pub const MAX_NAME_LEN: usize = 64;
 /// not containing `..` (so neither `.` nor `..` can escape or alias the parent).
 pub fn validate_name(name: &str) -> Result<(), CgroupError> {
     match problem(name) {
-        Some(reason) => Err(CgroupError::InvalidName {
-            name: name.to_owned(),
-            reason,
-        }),
+        Some(reason) => Err(CgroupError::InvalidName { name: name.to_owned(), reason }),
         None => Ok(()),
     }
 }
@@ -23,10 +20,7 @@ pub(crate) fn problem(name: &str) -> Option<&'static str> {
         Some("empty")
     } else if name.len() > MAX_NAME_LEN {
         Some("longer than 64 characters")
-    } else if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-    {
+    } else if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')) {
         Some("only letters, digits, '_', '.' and '-' are allowed")
     } else if name == "." || name.contains("..") {
         Some("must not be '.' or contain '..'")
@@ -50,9 +44,7 @@ mod tests {
     #[test]
     fn bad_names_fail_with_a_reason() {
         let long = "x".repeat(65);
-        for name in [
-            "", ".", "..", "a..b", "../etc", "a/b", "/abs", "sp ace", "nul\0", "é", &long,
-        ] {
+        for name in ["", ".", "..", "a..b", "../etc", "a/b", "/abs", "sp ace", "nul\0", "é", &long] {
             let err = validate_name(name).unwrap_err();
             assert!(matches!(err, CgroupError::InvalidName { .. }), "{name:?}: {err}");
             assert!(err.to_string().contains("invalid cgroup name"), "{err}");

@@ -33,14 +33,12 @@ impl Dirs {
         let root = |controller: &str| {
             let mut found = mounts.iter().filter(|m| m.is_v1_with(controller));
             let first = found.clone().next();
-            found
-                .find(|m| m.is_whole())
-                .or(first)
-                .map(|m| m.mount_point.clone())
-                .ok_or_else(|| CgroupError::MissingController {
+            found.find(|m| m.is_whole()).or(first).map(|m| m.mount_point.clone()).ok_or_else(|| {
+                CgroupError::MissingController {
                     name: controller.to_owned(),
                     detail: "no cgroup v1 hierarchy with it is mounted (see /proc/self/mountinfo)".to_owned(),
-                })
+                }
+            })
         };
         Ok(Dirs {
             memory: root("memory")?,
@@ -111,11 +109,7 @@ pub(crate) fn configure(dirs: &Dirs, limits: &Limits) -> Result<Vec<String>, Cgr
     }
     if let Some(millis) = limits.cpu_millis {
         fsio::set(&dirs.cpu, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
-        fsio::set(
-            &dirs.cpu,
-            "cpu.cfs_quota_us",
-            &limits::cpu_quota_us(millis)?.to_string(),
-        )?;
+        fsio::set(&dirs.cpu, "cpu.cfs_quota_us", &limits::cpu_quota_us(millis)?.to_string())?;
     }
     Ok(warnings)
 }
@@ -134,11 +128,7 @@ pub(crate) fn usage(dirs: &Dirs) -> Result<Usage, CgroupError> {
 
 pub(crate) fn freeze(freezer: &Path) -> Result<(), CgroupError> {
     let path = freezer.join("freezer.state");
-    let failed = |source| CgroupError::Freeze {
-        path: path.clone(),
-        state: "FROZEN",
-        source,
-    };
+    let failed = |source| CgroupError::Freeze { path: path.clone(), state: "FROZEN", source };
     fsio::write(&path, "FROZEN").map_err(failed)?;
     // FREEZING until every task has stopped.
     if fsio::wait_for(FREEZE_TIMEOUT, || Ok(fsio::read(&path)?.trim() == "FROZEN"))? {
@@ -150,11 +140,7 @@ pub(crate) fn freeze(freezer: &Path) -> Result<(), CgroupError> {
 
 pub(crate) fn thaw(freezer: &Path) -> Result<(), CgroupError> {
     let path = freezer.join("freezer.state");
-    fsio::write(&path, "THAWED").map_err(|source| CgroupError::Freeze {
-        path: path.clone(),
-        state: "THAWED",
-        source,
-    })
+    fsio::write(&path, "THAWED").map_err(|source| CgroupError::Freeze { path: path.clone(), state: "THAWED", source })
 }
 
 #[cfg(test)]
@@ -194,16 +180,9 @@ mod tests {
 
     #[test]
     fn every_controller_must_be_mounted() {
-        let text: String = HYBRID
-            .lines()
-            .filter(|l| !l.ends_with("rw,pids"))
-            .map(|l| format!("{l}\n"))
-            .collect();
+        let text: String = HYBRID.lines().filter(|l| !l.ends_with("rw,pids")).map(|l| format!("{l}\n")).collect();
         let err = Dirs::find_roots(&mountinfo::parse(&text)).unwrap_err();
-        assert!(
-            matches!(&err, CgroupError::MissingController { name, .. } if name == "pids"),
-            "{err}"
-        );
+        assert!(matches!(&err, CgroupError::MissingController { name, .. } if name == "pids"), "{err}");
         assert!(err.to_string().contains("`pids` is not available"), "{err}");
     }
 }

@@ -55,11 +55,7 @@ fn require(file: &Path) -> Result<(), CgroupError> {
 /// empty when none is missing.
 pub(crate) fn subtree_value(current: &str) -> String {
     let enabled: Vec<&str> = current.split_whitespace().collect();
-    let missing: Vec<String> = CONTROLLERS
-        .iter()
-        .filter(|c| !enabled.contains(c))
-        .map(|c| format!("+{c}"))
-        .collect();
+    let missing: Vec<String> = CONTROLLERS.iter().filter(|c| !enabled.contains(c)).map(|c| format!("+{c}")).collect();
     missing.join(" ")
 }
 
@@ -112,32 +108,20 @@ pub(crate) fn usage(dir: &Path) -> Result<Usage, CgroupError> {
 
 pub(crate) fn freeze(dir: &Path) -> Result<(), CgroupError> {
     let path = dir.join("cgroup.freeze");
-    let failed = |source| CgroupError::Freeze {
-        path: path.clone(),
-        state: "1",
-        source,
-    };
+    let failed = |source| CgroupError::Freeze { path: path.clone(), state: "1", source };
     fsio::write(&path, "1").map_err(failed)?;
     // Freezing is asynchronous: cgroup.events says "frozen 1" once every task has stopped.
     let events = dir.join("cgroup.events");
-    if fsio::wait_for(FREEZE_TIMEOUT, || {
-        Ok(fsio::keyed(&fsio::read(&events)?, "frozen") == Some(1))
-    })? {
+    if fsio::wait_for(FREEZE_TIMEOUT, || Ok(fsio::keyed(&fsio::read(&events)?, "frozen") == Some(1)))? {
         Ok(())
     } else {
-        Err(failed(fsio::timed_out(
-            "cgroup.events did not say \"frozen 1\" within 5 s",
-        )))
+        Err(failed(fsio::timed_out("cgroup.events did not say \"frozen 1\" within 5 s")))
     }
 }
 
 pub(crate) fn thaw(dir: &Path) -> Result<(), CgroupError> {
     let path = dir.join("cgroup.freeze");
-    fsio::write(&path, "0").map_err(|source| CgroupError::Freeze {
-        path: path.clone(),
-        state: "0",
-        source,
-    })
+    fsio::write(&path, "0").map_err(|source| CgroupError::Freeze { path: path.clone(), state: "0", source })
 }
 
 #[cfg(test)]
@@ -169,35 +153,23 @@ mod tests {
     fn prepare_enables_controllers_in_root_and_parent() {
         let tree = fixtures::FakeV2::new("cpuset cpu io memory hugetlb pids rdma misc");
         prepare(tree.root(), tree.fs()).unwrap();
-        assert_eq!(
-            read_trimmed(&tree.root().join("cgroup.subtree_control")),
-            "+cpu +memory +pids"
-        );
+        assert_eq!(read_trimmed(&tree.root().join("cgroup.subtree_control")), "+cpu +memory +pids");
         let parent = tree.root().join("berth");
         assert_eq!(read_trimmed(&parent.join("cgroup.controllers")), "cpu memory pids");
-        assert_eq!(
-            read_trimmed(&parent.join("cgroup.subtree_control")),
-            "+cpu +memory +pids"
-        );
+        assert_eq!(read_trimmed(&parent.join("cgroup.subtree_control")), "+cpu +memory +pids");
 
         // Already enabled: nothing is written (the fake would otherwise show the "+" form).
         fs::write(tree.root().join("cgroup.subtree_control"), "cpu memory pids\n").unwrap();
         fs::write(parent.join("cgroup.subtree_control"), "cpu memory pids\n").unwrap();
         prepare(tree.root(), tree.fs()).unwrap();
-        assert_eq!(
-            read_trimmed(&tree.root().join("cgroup.subtree_control")),
-            "cpu memory pids"
-        );
+        assert_eq!(read_trimmed(&tree.root().join("cgroup.subtree_control")), "cpu memory pids");
     }
 
     #[test]
     fn prepare_needs_the_controllers_at_the_root() {
         let tree = fixtures::FakeV2::new("cpu io memory");
         let err = prepare(tree.root(), tree.fs()).unwrap_err();
-        assert!(
-            matches!(&err, CgroupError::MissingController { name, .. } if name == "pids"),
-            "{err}"
-        );
+        assert!(matches!(&err, CgroupError::MissingController { name, .. } if name == "pids"), "{err}");
         assert!(!tree.root().join("berth").exists());
     }
 
@@ -205,11 +177,7 @@ mod tests {
     fn configure_writes_every_limit() {
         let tree = fixtures::FakeV2::new("cpu memory pids");
         let dir = tree.leaf("sb");
-        let limits = Limits {
-            memory_bytes: Some(256 << 20),
-            pids: Some(64),
-            cpu_millis: Some(1500),
-        };
+        let limits = Limits { memory_bytes: Some(256 << 20), pids: Some(64), cpu_millis: Some(1500) };
         let warnings = configure(&dir, &limits).unwrap();
         assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!(read_trimmed(&dir.join("memory.max")), "268435456");
@@ -227,14 +195,7 @@ mod tests {
         assert_eq!(read_trimmed(&dir.join("cpu.max")), "max 100000");
 
         fs::remove_file(dir.join("memory.swap.max")).unwrap();
-        let warnings = configure(
-            &dir,
-            &Limits {
-                memory_bytes: Some(4096),
-                ..Limits::default()
-            },
-        )
-        .unwrap();
+        let warnings = configure(&dir, &Limits { memory_bytes: Some(4096), ..Limits::default() }).unwrap();
         assert_eq!(warnings.len(), 1);
         assert_eq!(read_trimmed(&dir.join("memory.max")), "4096");
     }
@@ -243,27 +204,13 @@ mod tests {
     fn usage_reads_the_v2_files() {
         let tree = fixtures::FakeV2::new("cpu memory pids");
         let dir = tree.leaf("sb");
-        fs::write(
-            dir.join("cpu.stat"),
-            "usage_usec 2500\nuser_usec 2000\nsystem_usec 500\n",
-        )
-        .unwrap();
+        fs::write(dir.join("cpu.stat"), "usage_usec 2500\nuser_usec 2000\nsystem_usec 500\n").unwrap();
         fs::write(dir.join("memory.current"), "8192\n").unwrap();
         fs::write(dir.join("memory.peak"), "16384\n").unwrap();
-        fs::write(
-            dir.join("memory.events"),
-            "low 0\nhigh 0\nmax 4\noom 2\noom_kill 1\noom_group_kill 0\n",
-        )
-        .unwrap();
+        fs::write(dir.join("memory.events"), "low 0\nhigh 0\nmax 4\noom 2\noom_kill 1\noom_group_kill 0\n").unwrap();
         fs::write(dir.join("pids.current"), "3\n").unwrap();
         let usage = usage(&dir).unwrap();
-        let expected = Usage {
-            cpu_ns: 2_500_000,
-            memory_bytes: 8192,
-            peak_memory_bytes: 16384,
-            oom_kills: 1,
-            pids: 3,
-        };
+        let expected = Usage { cpu_ns: 2_500_000, memory_bytes: 8192, peak_memory_bytes: 16384, oom_kills: 1, pids: 3 };
         assert_eq!(usage, expected);
 
         fs::remove_file(dir.join("memory.peak")).unwrap();

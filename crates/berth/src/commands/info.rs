@@ -11,9 +11,7 @@ pub fn info(root: &Path) -> anyhow::Result<i32> {
         Version::V1 => "v1",
         Version::V2 => "v2",
     };
-    let landlock = std::fs::read_to_string("/sys/kernel/security/lsm")
-        .map(|l| l.contains("landlock"))
-        .unwrap_or(false);
+    let landlock = std::fs::read_to_string("/sys/kernel/security/lsm").map(|l| l.contains("landlock")).unwrap_or(false);
     let info = serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "root": root,

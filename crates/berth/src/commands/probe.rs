@@ -36,11 +36,7 @@ pub fn probe(args: ProbeArgs) -> anyhow::Result<i32> {
         .filter_map(|l| l.split(':').next().map(|s| s.trim().to_string()))
         .collect();
     let pids: Vec<i32> = fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-                .collect()
-        })
+        .map(|d| d.flatten().filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect())
         .unwrap_or_default();
     let mounts: Vec<String> = fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()

@@ -16,12 +16,7 @@ use crate::cli::RunArgs;
 use crate::exit;
 
 /// Signals `berth run` passes on to the command instead of dying of them.
-const FORWARDED: [i32; 4] = [
-    1,  /* HUP */
-    2,  /* INT */
-    3,  /* QUIT */
-    15, /* TERM */
-];
+const FORWARDED: [i32; 4] = [1 /* HUP */, 2 /* INT */, 3 /* QUIT */, 15 /* TERM */];
 
 /// The `--json` summary.
 #[derive(Debug, Serialize)]
@@ -46,13 +41,12 @@ enum Outcome {
 
 pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
     // Signals arrive on a descriptor from here on, so a Ctrl-C during setup still tears down cleanly.
+    berth_runtime::trace::mark("main");
     let sigfd = berth_sys::process::signal_fd(&FORWARDED)?;
     let runtime = Runtime::open(root)?;
+    berth_runtime::trace::mark("open runtime");
     let spec = Spec {
-        name: args
-            .name
-            .clone()
-            .unwrap_or_else(|| format!("berth-{}", std::process::id())),
+        name: args.name.clone().unwrap_or_else(|| format!("berth-{}", std::process::id())),
         image: args.image.clone(),
         limits: Limits {
             memory_bytes: Some(args.memory.unwrap_or_else(default_memory)),
@@ -68,6 +62,7 @@ pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
     let duration = started.elapsed();
     let usage = sandbox.usage();
     let teardown = sandbox.destroy();
+    berth_runtime::trace::mark("destroyed");
     let outcome = outcome?;
     teardown.context("the sandbox was not cleaned up")?;
     let usage = usage.unwrap_or_default();
@@ -125,10 +120,8 @@ fn supervise(sandbox: &Sandbox, args: &RunArgs, sigfd: std::os::fd::BorrowedFd<'
             },
             None => None,
         };
-        let ts = remaining.map(|d| rustix::time::Timespec {
-            tv_sec: d.as_secs() as i64,
-            tv_nsec: i64::from(d.subsec_nanos()),
-        });
+        let ts = remaining
+            .map(|d| rustix::time::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: i64::from(d.subsec_nanos()) });
         let (control_ready, signal_ready) = {
             let control = sandbox.control();
             let mut fds = [PollFd::new(&control, PollFlags::IN), PollFd::new(&sigfd, PollFlags::IN)];
@@ -157,10 +150,7 @@ fn supervise(sandbox: &Sandbox, args: &RunArgs, sigfd: std::os::fd::BorrowedFd<'
 /// The command's environment: a fixed base, then the caller's `--env` on top.
 fn environment(extra: &[(String, String)], workdir: &str) -> Vec<String> {
     let mut env: Vec<(String, String)> = vec![
-        (
-            "PATH".into(),
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
-        ),
+        ("PATH".into(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()),
         ("HOME".into(), "/root".into()),
         ("USER".into(), "root".into()),
         ("LANG".into(), "C.UTF-8".into()),
@@ -190,6 +180,5 @@ fn default_memory() -> u64 {
 }
 
 fn humanize(d: Option<Duration>) -> String {
-    d.map(|d| format!("{:.3}s", d.as_secs_f64()).replace(".000s", "s"))
-        .unwrap_or_default()
+    d.map(|d| format!("{:.3}s", d.as_secs_f64()).replace(".000s", "s")).unwrap_or_default()
 }

@@ -17,9 +17,7 @@ impl Berth {
             rustix::process::geteuid().is_root(),
             "berth's integration tests create real sandboxes and must run as root"
         );
-        Berth {
-            root: tempfile::Builder::new().prefix("berth-test-").tempdir().unwrap(),
-        }
+        Berth { root: tempfile::Builder::new().prefix("berth-test-").tempdir().unwrap() }
     }
 
     /// `berth --root ROOT ARGS...`, ready to run.
@@ -46,21 +44,13 @@ impl Berth {
         let mut cmd = vec!["/opt/berth/berth", "probe"];
         cmd.extend_from_slice(probe_args);
         let out = self.run(&all, &cmd);
-        assert!(
-            out.status.success(),
-            "probe failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "probe failed: {}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("probe output {e}: {}", text(&out.stdout)))
     }
 
     /// `HOST_DIR_OF_BERTH:/opt/berth:ro`
     pub fn bin_mount(&self) -> &'static str {
-        let dir = Path::new(env!("CARGO_BIN_EXE_berth"))
-            .parent()
-            .unwrap()
-            .display()
-            .to_string();
+        let dir = Path::new(env!("CARGO_BIN_EXE_berth")).parent().unwrap().display().to_string();
         Box::leak(format!("{dir}:/opt/berth:ro").into_boxed_str())
     }
 
