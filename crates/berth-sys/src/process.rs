@@ -269,3 +269,16 @@ pub fn unblock_signals_on_exec(cmd: &mut std::process::Command) {
         });
     }
 }
+
+/// The largest resident set, in bytes, of any child (and its waited-for descendants) this process has
+/// reaped so far.
+pub fn children_max_rss() -> u64 {
+    // SAFETY: rusage is plain old data; getrusage only writes into it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, exclusively borrowed rusage.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    if r != 0 {
+        return 0;
+    }
+    u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024
+}

@@ -25,6 +25,8 @@ pub enum Command {
     Probe(ProbeArgs),
     /// Show what berth would use on this host: cgroup version, kernel features.
     Info,
+    /// Time `berth run -- true` against bubblewrap and unshare doing the same, in one run.
+    Bench(BenchArgs),
     /// PID 1 inside a sandbox (started by berth only).
     #[command(hide = true)]
     Init,
@@ -68,6 +70,19 @@ pub struct RunArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Timed runs of each case.
+    #[arg(long, default_value = "200", value_parser = parse_count_usize)]
+    pub runs: usize,
+    /// Untimed runs of each case first.
+    #[arg(long, default_value = "10")]
+    pub warmup: usize,
+    /// Print the results as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct ProbeArgs {
     /// Try a TCP connection to HOST:PORT and report whether it succeeded (repeatable).
     #[arg(long, value_name = "HOST:PORT")]
@@ -85,6 +100,9 @@ fn parse_size(s: &str) -> Result<u64, String> {
 }
 fn parse_count(s: &str) -> Result<u64, String> {
     spec::parse_count(s).map_err(|e| e.to_string())
+}
+fn parse_count_usize(s: &str) -> Result<usize, String> {
+    spec::parse_count(s).map(|n| n as usize).map_err(|e| e.to_string())
 }
 fn parse_cpus(s: &str) -> Result<u64, String> {
     spec::parse_cpus(s).map_err(|e| e.to_string())
