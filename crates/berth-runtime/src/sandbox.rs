@@ -126,6 +126,9 @@ impl Runtime {
     /// Build and start a sandbox. On error nothing of it is left behind.
     pub fn create(&self, spec: &Spec) -> Result<Sandbox, RuntimeError> {
         spec::check_name(&spec.name)?;
+        if let Some(bytes) = spec.limits.memory_bytes.filter(|b| *b < spec::MIN_MEMORY) {
+            return Err(spec::SpecError::MemoryTooSmall(bytes).into());
+        }
         if spec.mounts.len() > MAX_MOUNTS {
             return Err(RuntimeError::TooManyMounts { max: MAX_MOUNTS });
         }
@@ -220,16 +223,17 @@ fn start_child(pid: i32, plan: &Plan, base: u32, control: BorrowedFd<'_>) -> Res
     }
     let fds: Vec<BorrowedFd<'_>> = trees.iter().map(|t| t.as_fd()).collect();
     crate::trace::mark("map ids and clone trees");
-    protocol::send(control, &Go { trees: fds.len() }, &fds)?;
+    let died = || RuntimeError::Setup {
+        message: "the sandbox's first process died while it was being set up (out of memory?)".into(),
+    };
+    protocol::send(control, &Go { trees: fds.len() }, &fds).map_err(|_| died())?;
     let ready = protocol::recv::<Event>(control);
     crate::trace::mark("child setup and init ready");
     match ready {
         Ok((Event::Ready { .. }, _)) => Ok(()),
         Ok((Event::SetupFailed { message }, _)) => Err(RuntimeError::Setup { message }),
         Ok((other, _)) => Err(RuntimeError::Setup { message: format!("unexpected first message {other:?}") }),
-        Err(protocol::ProtocolError::Closed) => {
-            Err(RuntimeError::Setup { message: "the sandbox's first process died".into() })
-        }
+        Err(protocol::ProtocolError::Closed | protocol::ProtocolError::Io(_)) => Err(died()),
         Err(e) => Err(e.into()),
     }
 }

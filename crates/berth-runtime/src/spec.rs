@@ -47,9 +47,12 @@ pub enum SpecError {
         "{0:?} is not a valid sandbox name: use 1-63 letters, digits, '-' and '.', starting with a letter or digit"
     )]
     Name(String),
-    #[error("the memory limit {0} is too small: a sandbox needs at least 4M")]
+    #[error("the memory limit of {0} bytes is too small: a sandbox needs at least 4M")]
     MemoryTooSmall(u64),
 }
+
+/// The smallest memory limit a sandbox can be built under.
+pub const MIN_MEMORY: u64 = 4 << 20;
 
 /// Parse `512M`, `2G`, `1048576` (bytes; suffixes are binary: K = 1024).
 pub fn parse_size(s: &str) -> Result<u64, SpecError> {

@@ -4,7 +4,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 
 use common::{Berth, berth_cgroups, text};
 use serde_json::Value;
@@ -71,6 +71,7 @@ fn bad_options_fail_with_one_sentence_and_125() {
     let b = Berth::new();
     for (opts, needle) in [
         (vec!["--memory", "lots"], "not a size"),
+        (vec!["--memory", "1"], "too small"),
         (vec!["--cpus=-1"], "not a CPU count"),
         (vec!["--cpus", "0"], "not a CPU count"),
         (vec!["--pids", "0"], "positive whole number"),
@@ -365,4 +366,39 @@ fn sandbox_blocks_namespace_mount_and_kernel_calls() {
         let out = b.run(&[], &["sh", "-c", script]);
         assert_ne!(out.status.code(), Some(0), "{what} must fail inside: {}", text(&out.stdout));
     }
+}
+
+#[test]
+fn init_reaps_orphans_so_no_zombies_pile_up() {
+    let b = Berth::new();
+    // Each subshell exits at once, orphaning its sleeper to PID 1; the sleepers then end while the
+    // command is still running. Only init can reap them.
+    let script = "for i in 1 2 3 4 5; do (sleep 0.1 &); done; sleep 1; grep -l '^State:.*Z' /proc/[0-9]*/status | wc -l";
+    let out = b.run(&[], &["sh", "-c", script]);
+    assert_eq!(text(&out.stdout).trim(), "0", "zombies left unreaped: {}", text(&out.stderr));
+}
+
+#[test]
+fn failed_setup_is_one_sentence_and_leaves_nothing() {
+    let b = Berth::new();
+    // sysfs cannot be id-mapped: the sandbox cannot be built, and what was made for it must go.
+    let out = b.run(&["--mount", "/sys/kernel:/hostsys:ro"], &["true"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.starts_with("berth: ") && err.trim_end().lines().count() == 1, "{err}");
+    assert!(err.contains("/sys/kernel"), "{err}");
+}
+
+#[test]
+fn berth_run_needs_root_and_says_so() {
+    let b = Berth::new();
+    let out = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", env!("CARGO_BIN_EXE_berth")])
+        .arg("--root")
+        .arg(b.root.path())
+        .args(["run", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(text(&out.stderr).contains("needs root"), "{}", text(&out.stderr));
 }
