@@ -38,6 +38,10 @@ pub fn run() -> i32 {
         eprintln!("berth init: no control socket on descriptor {CONTROL_FD}; init is only started by berth");
         return 125;
     };
+    // The commands init starts must never hold the control socket: they could forge init's reports.
+    if rustix::io::fcntl_setfd(&control, rustix::io::FdFlags::CLOEXEC).is_err() {
+        return 125;
+    }
     // Not dumpable: the code init hosts cannot read init's memory or descriptors through /proc, nor ptrace it
     // (CAP_SYS_PTRACE is not in the sandbox's bounding set). Compare CVE-2019-5736, where a container
     // overwrote the runtime binary through /proc/self/exe.

@@ -52,7 +52,6 @@ pub(crate) fn run(plan: &Plan, control: OwnedFd, init_exe: BorrowedFd<'_>, cgrou
 }
 
 fn setup(plan: &Plan, control: &OwnedFd, init_exe: BorrowedFd<'_>, cgroup: &Entry) -> Result<Infallible, RuntimeError> {
-    process::die_with_parent()?;
     if let Entry::Tasks(files) = cgroup {
         // Move this (single-threaded) process into its cgroups itself: see `Entry`.
         for f in files {
@@ -65,6 +64,8 @@ fn setup(plan: &Plan, control: &OwnedFd, init_exe: BorrowedFd<'_>, cgroup: &Entr
     }
     crate::trace::mark("child: join cgroups, receive trees");
     process::become_id(0)?;
+    // After the uid change, which clears a parent-death signal set before it.
+    process::die_with_parent()?;
     process::unshare_cgroup_namespace()?;
     mount::make_private_recursive()?;
     for step in &plan.steps {
@@ -89,11 +90,12 @@ fn setup(plan: &Plan, control: &OwnedFd, init_exe: BorrowedFd<'_>, cgroup: &Entr
     berth_sys::fd::dup_onto(ctl.as_fd(), CONTROL_FD)?;
     berth_sys::fd::cloexec_all_except(&[CONTROL_FD])?;
 
+    // A session of its own: the sandbox has no controlling terminal, so a command reading a terminal it was
+    // handed is not stopped by job control, and cannot steer the terminal of the session that started it.
+    rustix::process::setsid().map_err(|e| SysError::new("start a new session", e))?;
     process::restrict_bounding_set(&KEPT_CAPABILITIES)?;
     process::set_no_new_privs()?;
-    crate::trace::mark("child: fds, caps");
     SeccompPolicy::sandbox_default().install()?;
-    crate::trace::mark("child: seccomp");
     Err(process::exec_fd(exe.as_fd(), &["berth", "init"], &[]).into())
 }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::RuntimeError;
 
 /// Bumped whenever the skeleton's contents change, so old skeletons are rebuilt.
-const SKELETON_VERSION: &str = "1";
+const SKELETON_VERSION: &str = "2";
 
 /// Host `/etc` entries copied into the skeleton: what programs from the host's `/usr` expect to find.
 const HOST_ETC: &[&str] = &[
@@ -182,8 +182,14 @@ fn write_skeleton(root: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Names never copied from the host's /etc, at any depth: they can hold credentials.
+const SECRET_NAMES: [&str; 4] = ["auth.conf", "auth.conf.d", "private", "netrc"];
+
 /// Copy a file, symlink or directory tree, keeping modes and links (ownership becomes root's).
 fn copy_tree(src: &Path, dst: &Path) -> std::io::Result<()> {
+    if src.file_name().and_then(|n| n.to_str()).is_some_and(|n| SECRET_NAMES.contains(&n)) {
+        return Ok(());
+    }
     let meta = fs::symlink_metadata(src)?;
     if let Some(parent) = dst.parent() {
         fs::create_dir_all(parent)?;

@@ -148,7 +148,7 @@ const PROC_MASKED_FILES: [&str; 6] = ["kcore", "keys", "timer_list", "sched_debu
 /// Directories in /proc that reveal host hardware, covered with an empty tmpfs.
 const PROC_MASKED_DIRS: [&str; 3] = ["acpi", "scsi", "asound"];
 /// Directories in /proc that would change the host if written, made read-only.
-const PROC_READONLY: [&str; 5] = ["sys", "bus", "fs", "irq", "sysrq-trigger"];
+const PROC_READONLY: [&str; 4] = ["sys", "bus", "fs", "irq"];
 /// The device nodes a sandbox gets, bound from the host.
 pub const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 

@@ -21,6 +21,11 @@ use crate::image::Images;
 use crate::plan::{self, Idmap, Layout, Plan};
 use crate::spec::{self, Spec};
 
+/// The empty directory each sandbox mounts its private scratch tmpfs on, inside its own mount namespace.
+/// It lives under /run rather than the data root so that it can be reached with the sandbox's own (host
+/// unprivileged) credentials whatever the data root's permissions are.
+pub const SCRATCH_MOUNT_POINT: &str = "/run/berth/scratch";
+
 /// Most bind mounts one sandbox may have.
 pub const MAX_MOUNTS: usize = 32;
 
@@ -74,10 +79,12 @@ impl Runtime {
                 reason: "it must be an absolute path without ',', ':' or '='".into(),
             });
         }
-        for sub in ["sandboxes", "images", "mnt"] {
+        for sub in ["sandboxes", "images"] {
             fs::create_dir_all(root.join(sub))
                 .map_err(|source| RuntimeError::PrepareRoot { path: root.join(sub), source })?;
         }
+        fs::create_dir_all(SCRATCH_MOUNT_POINT)
+            .map_err(|source| RuntimeError::PrepareRoot { path: SCRATCH_MOUNT_POINT.into(), source })?;
         let exe = rustix::fs::open(
             "/proc/self/exe",
             rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
@@ -140,19 +147,25 @@ impl Runtime {
         crate::trace::mark("start");
         let layers = self.images.layers(&spec.image)?;
         let id = new_id()?;
+        // The claim is locked under a name the sweep ignores, then renamed into place (the lock goes with the
+        // file), so a concurrent sweep never sees an unlocked claim of a sandbox being built.
         let claim_path = self.root.join("sandboxes").join(format!("{id}.lock"));
+        let fresh = self.root.join("sandboxes").join(format!("{id}.lock.new"));
         let claim = File::options()
-            .create(true)
-            .truncate(false)
+            .create_new(true)
             .write(true)
-            .open(&claim_path)
+            .open(&fresh)
             .map_err(|source| RuntimeError::PrepareSandbox { source })?;
         rustix::fs::flock(&claim, FlockOperation::NonBlockingLockExclusive)
-            .map_err(|e| RuntimeError::PrepareSandbox { source: e.into() })?;
-        let layout = Layout { dir: self.root.join("mnt") };
-        let ids = IdBlock::claim(Path::new(crate::ids::CLAIMS_DIR))?;
+            .and_then(|()| rustix::fs::rename(&fresh, &claim_path))
+            .map_err(|e| {
+                let _ = fs::remove_file(&fresh);
+                RuntimeError::PrepareSandbox { source: e.into() }
+            })?;
         // From here on, a failure must undo what was made: `Partial` does that when dropped.
         let mut partial = Partial { cgroup: None, claim_path: Some(claim_path.clone()) };
+        let layout = Layout { dir: PathBuf::from(SCRATCH_MOUNT_POINT) };
+        let ids = IdBlock::claim(Path::new(crate::ids::CLAIMS_DIR))?;
         crate::trace::mark("claim");
         partial.cgroup = Some(self.hierarchy.create(&id, &spec.limits)?);
         crate::trace::mark("create cgroups");
@@ -273,6 +286,11 @@ impl Sandbox {
         self.pid
     }
 
+    /// A pidfd for init: readable when init (and so the whole sandbox) has ended.
+    pub fn pidfd(&self) -> BorrowedFd<'_> {
+        self.pidfd.as_fd()
+    }
+
     /// Ask init to run a command.
     pub fn exec(
         &self,
@@ -343,7 +361,11 @@ impl Sandbox {
         if report.leftovers.is_empty() { Ok(report) } else { Err(RuntimeError::Leak { leftovers: report.leftovers }) }
     }
 
-    fn teardown(&mut self) -> Teardown {
+    /// Tear the sandbox down now (see [`Sandbox::destroy`]); a second call does nothing.
+    pub fn teardown(&mut self) -> Teardown {
+        if self.destroyed {
+            return Teardown::default();
+        }
         self.destroyed = true;
         let mut t = Teardown::default();
         // Init is PID 1 of the sandbox's pid namespace: when it dies the kernel kills every other process in
@@ -360,8 +382,6 @@ impl Sandbox {
         } else {
             t.steps.push("removed cgroups".into());
         }
-        // The sandbox's mounts lived only in its own mount namespace, which ended with its last process;
-        // what remains on the host is its directory.
         crate::trace::mark("remove cgroups");
         // The sandbox's files and mounts lived only in its own mount namespace (on its private tmpfs), which
         // ended with its last process: on the host there is only the claim left to drop.

@@ -113,3 +113,28 @@ pub fn set_nonblocking(fd: impl AsFd, on: bool) -> SysResult<()> {
     flags.set(rustix::fs::OFlags::NONBLOCK, on);
     rustix::fs::fcntl_setfl(fd, flags).ctx(|| "set descriptor flags")
 }
+
+/// Listen for `SOCK_SEQPACKET` connections on a unix socket at `path` (replacing a stale socket file).
+pub fn seqpacket_listen(path: &std::path::Path) -> SysResult<OwnedFd> {
+    let _ = std::fs::remove_file(path);
+    let fd = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)
+        .ctx(|| "create a socket")?;
+    let addr = rustix::net::SocketAddrUnix::new(path).ctx(|| format!("use {} as a socket address", path.display()))?;
+    rustix::net::bind(&fd, &addr).ctx(|| format!("listen on {}", path.display()))?;
+    rustix::net::listen(&fd, 64).ctx(|| format!("listen on {}", path.display()))?;
+    Ok(fd)
+}
+
+/// Accept one connection on a listening socket.
+pub fn accept(listener: BorrowedFd<'_>) -> SysResult<OwnedFd> {
+    rustix::net::accept_with(listener, SocketFlags::CLOEXEC).ctx(|| "accept a connection")
+}
+
+/// Connect to a `SOCK_SEQPACKET` unix socket at `path`.
+pub fn seqpacket_connect(path: &std::path::Path) -> SysResult<OwnedFd> {
+    let fd = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)
+        .ctx(|| "create a socket")?;
+    let addr = rustix::net::SocketAddrUnix::new(path).ctx(|| format!("use {} as a socket address", path.display()))?;
+    rustix::net::connect(&fd, &addr).ctx(|| format!("connect to {}", path.display()))?;
+    Ok(fd)
+}

@@ -52,3 +52,11 @@ pub fn restrict_sandbox(tty_paths: &[&str]) -> SysResult<LandlockStatus> {
         RulesetStatus::NotEnforced => LandlockStatus::Unavailable,
     })
 }
+
+/// The landlock ABI version this kernel offers (0 when it has none).
+pub fn abi_version() -> i32 {
+    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) reads no memory and only
+    // returns the ABI version (or an error).
+    let r = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, 1u32) };
+    if r < 0 { 0 } else { r as i32 }
+}

@@ -1,8 +1,9 @@
 //! berth-sys owns every system call berth makes and all of its `unsafe` code.
 //!
 //! Other crates forbid `unsafe`; what they need from the kernel they ask of this crate through small, safe
-//! functions whose names say what they do. This crate holds no policy: which mounts, which limits, which
-//! filter is decided elsewhere and handed down as data.
+//! functions whose names say what they do. Which mounts and which limits is decided elsewhere and handed
+//! down as data; the two filters that are policy by nature, the seccomp denylist and the landlock rule set,
+//! live here as data beside the code that installs them.
 
 pub mod clone;
 mod error;

@@ -6,12 +6,19 @@ use std::time::Duration;
 use berth_runtime::spec::{self, BindMount};
 use clap::{Args, Parser, Subcommand};
 
+mod api;
+pub use api::*;
+
 #[derive(Debug, Parser)]
 #[command(name = "berth", version, about = "Sandboxes where AI coding agents live and do their work")]
 pub struct Cli {
     /// berth's data directory.
     #[arg(long, global = true, env = "BERTH_ROOT", default_value = "/var/lib/berth", value_name = "DIR")]
     pub root: PathBuf,
+
+    /// The berth daemon's socket.
+    #[arg(long, global = true, env = "BERTH_SOCKET", default_value = crate::client::DEFAULT_SOCKET, value_name = "PATH")]
+    pub socket: PathBuf,
 
     #[command(subcommand)]
     pub command: Command,
@@ -27,6 +34,27 @@ pub enum Command {
     Info,
     /// Time `berth run -- true` against bubblewrap and unshare doing the same, in one run.
     Bench(BenchArgs),
+    /// Serve the HTTP API on the unix socket (`--socket`) and own every sandbox's lifecycle.
+    Daemon,
+    /// The supervisor of one daemon-managed sandbox (started by the daemon only).
+    #[command(hide = true)]
+    Shim,
+    /// Create a sandbox in the daemon and print its id.
+    Create(CreateArgs),
+    /// List the daemon's sandboxes.
+    Ls(LsArgs),
+    /// Show one sandbox as JSON.
+    Inspect(InspectArgs),
+    /// Remove sandboxes and say what removing each took.
+    Rm(RmArgs),
+    /// Run a command in a sandbox and stream its output; exits with the command's exit code.
+    Exec(ExecArgs),
+    /// Print everything an exec wrote.
+    Logs(LogsArgs),
+    /// Kill an exec and everything it started.
+    Kill(KillArgs),
+    /// List a sandbox's execs.
+    Ps(PsArgs),
     /// PID 1 inside a sandbox (started by berth only).
     #[command(hide = true)]
     Init,
@@ -58,7 +86,7 @@ pub struct RunArgs {
     /// Image to build the root file system from.
     #[arg(long, default_value = "host", value_name = "NAME")]
     pub image: String,
-    /// Sandbox name, also its host name. Default: berth-<id>.
+    /// Sandbox name, also its host name. Default: berth-<number>.
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
     /// Print one JSON object describing the run on stdout when it ends.

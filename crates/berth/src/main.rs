@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod client;
 mod commands;
 mod exit;
 

@@ -131,14 +131,16 @@ fn cpu_limit_throttles() {
 #[test]
 fn timeout_kills_the_whole_tree_even_when_it_ignores_sigterm() {
     let b = Berth::new();
-    let script = "sh -c 'trap \"\" TERM; sleep 300' & sh -c 'trap \"\" TERM; sleep 301 & wait' & echo started; wait";
-    let out = b.run(&["--timeout", "1s", "--json"], &["sh", "-c", script]);
+    let (a, b2) =
+        (format!("sleep {}", 7000 + std::process::id() % 1000), format!("sleep {}", 8000 + std::process::id() % 1000));
+    let script = format!("sh -c 'trap \"\" TERM; {a}' & sh -c 'trap \"\" TERM; {b2} & wait' & echo started; wait");
+    let out = b.run(&["--timeout", "1s", "--json"], &["sh", "-c", &script]);
     assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
     let j = json_of(&out);
     assert_eq!(j["timed_out"], true);
     assert!(text(&out.stderr).contains("timed out"));
-    assert!(common::host_processes_with("sleep 300").is_empty());
-    assert!(common::host_processes_with("sleep 301").is_empty());
+    assert!(common::host_processes_with(&a).is_empty());
+    assert!(common::host_processes_with(&b2).is_empty());
     assert_gone(j["id"].as_str().unwrap());
 }
 
@@ -373,7 +375,8 @@ fn init_reaps_orphans_so_no_zombies_pile_up() {
     let b = Berth::new();
     // Each subshell exits at once, orphaning its sleeper to PID 1; the sleepers then end while the
     // command is still running. Only init can reap them.
-    let script = "for i in 1 2 3 4 5; do (sleep 0.1 &); done; sleep 1; grep -l '^State:.*Z' /proc/[0-9]*/status | wc -l";
+    let script =
+        "for i in 1 2 3 4 5; do (sleep 0.1 &); done; sleep 1; grep -l '^State:.*Z' /proc/[0-9]*/status | wc -l";
     let out = b.run(&[], &["sh", "-c", script]);
     assert_eq!(text(&out.stdout).trim(), "0", "zombies left unreaped: {}", text(&out.stderr));
 }
@@ -401,4 +404,25 @@ fn berth_run_needs_root_and_says_so() {
         .unwrap();
     assert_eq!(out.status.code(), Some(125));
     assert!(text(&out.stderr).contains("needs root"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn commands_cannot_reach_inits_control_socket() {
+    let b = Berth::new();
+    // A command that could write to init's control socket could forge its reports (such as its own exit code).
+    let forge =
+        r#"printf '{"event":"exited","id":1,"code":0}' >&3 2>/dev/null && echo forged; ls /proc/self/fd; exit 5"#;
+    let out = b.run(&["--json"], &["sh", "-c", forge]);
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stdout));
+    assert!(!text(&out.stdout).contains("forged"));
+    assert_eq!(json_of(&out)["exit_code"], 5);
+}
+
+#[test]
+fn a_private_data_root_works() {
+    // A data root only root can enter (as `mktemp -d` makes) must not stop the sandbox from being built.
+    let b = Berth::new();
+    std::fs::set_permissions(b.root.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let out = b.run(&[], &["echo", "ok"]);
+    assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
 }

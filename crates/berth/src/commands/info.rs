@@ -11,12 +11,12 @@ pub fn info(root: &Path) -> anyhow::Result<i32> {
         Version::V1 => "v1",
         Version::V2 => "v2",
     };
-    let landlock = std::fs::read_to_string("/sys/kernel/security/lsm").map(|l| l.contains("landlock")).unwrap_or(false);
+    let landlock = berth_sys::landlock::abi_version();
     let info = serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "root": root,
         "cgroups": cgroups,
-        "landlock": landlock,
+        "landlock_abi": landlock,
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
     });
     println!("{}", serde_json::to_string_pretty(&info)?);

@@ -1,8 +1,18 @@
 //! One module per verb.
 
 mod bench;
+mod create;
+mod daemon;
+mod exec;
 mod info;
+mod inspect;
+mod kill;
+mod logs;
+mod ls;
+mod output;
 mod probe;
+mod ps;
+mod rm;
 mod run;
 
 use crate::cli::{Cli, Command};
@@ -14,6 +24,16 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Probe(args) => probe::probe(args),
         Command::Info => info::info(&cli.root),
         Command::Bench(args) => bench::bench(&cli.root, args),
+        Command::Daemon => daemon::daemon(&cli.root, &cli.socket),
+        Command::Shim => Ok(berthd::shim::main(&cli.root)),
+        Command::Create(args) => create::create(&cli.socket, args),
+        Command::Ls(args) => ls::ls(&cli.socket, args),
+        Command::Inspect(args) => inspect::inspect(&cli.socket, args),
+        Command::Rm(args) => rm::rm(&cli.socket, args),
+        Command::Exec(args) => exec::exec(&cli.socket, args),
+        Command::Logs(args) => logs::logs(&cli.socket, args),
+        Command::Kill(args) => kill::kill(&cli.socket, args),
+        Command::Ps(args) => ps::ps(&cli.socket, args),
         Command::Init => anyhow::bail!("init runs only as PID 1 of a sandbox that berth created"),
     }
 }

@@ -1,0 +1,217 @@
+//! berth's wire types: what the HTTP API accepts and returns, shared by the daemon, the CLI and tests.
+//!
+//! Requests reject unknown fields, so a typo in a field name is an error rather than a silently ignored
+//! option. Sizes are bytes, durations are seconds (fractions allowed), times are Unix milliseconds.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/sandboxes`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CreateSandbox {
+    /// Unique among live sandboxes; also the host name inside. Default: `berth-<id>`.
+    pub name: Option<String>,
+    /// Default: `host`.
+    pub image: Option<String>,
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    /// Cores, such as 1.5.
+    pub cpus: Option<f64>,
+    /// Wall-clock lifetime; the daemon removes the sandbox when it runs out, with or without a client.
+    pub ttl_seconds: Option<f64>,
+    /// Removed after this long without an exec.
+    pub idle_timeout_seconds: Option<f64>,
+    /// Environment for every exec (an exec's own `env` wins).
+    pub env: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    pub mounts: Vec<Mount>,
+}
+
+/// A host path brought into a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mount {
+    pub host: String,
+    pub target: String,
+    #[serde(default)]
+    pub readonly: bool,
+}
+
+/// Where a sandbox is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxState {
+    Creating,
+    Running,
+    Stopping,
+    Gone,
+}
+
+/// A sandbox as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sandbox {
+    pub id: String,
+    pub name: String,
+    pub image: String,
+    pub state: SandboxState,
+    pub created_at_ms: u64,
+    /// When the TTL runs out, if one was set.
+    pub expires_at_ms: Option<u64>,
+    pub idle_timeout_seconds: Option<f64>,
+    pub last_activity_ms: u64,
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    pub cpus: Option<f64>,
+    pub labels: BTreeMap<String, String>,
+    /// Host pid of the sandbox's init.
+    pub pid: Option<i32>,
+}
+
+/// `POST /v1/sandboxes/{id}/execs`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecRequest {
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// Default: `/workspace`.
+    pub workdir: Option<String>,
+    /// Server-side: the exec's whole process tree is killed when it runs out (exit code 124).
+    pub timeout_seconds: Option<f64>,
+    /// Bytes of output sent to the client (default 64 KiB); the full output is always in the exec's log.
+    pub max_output_bytes: Option<u64>,
+    /// Return at once with the exec's id; read its output later from its log.
+    pub detach: bool,
+}
+
+/// Which output stream a frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// One line of an exec's NDJSON response stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ExecFrame {
+    Started {
+        exec_id: String,
+        pid: i32,
+    },
+    /// Output as it was produced. `data` is UTF-8 (invalid sequences replaced).
+    Output {
+        stream: Stream,
+        seq: u64,
+        data: String,
+    },
+    /// The output budget was spent: `dropped_bytes` from the middle are not sent (they are in the log).
+    Truncated {
+        dropped_bytes: u64,
+    },
+    Exit(ExecResult),
+}
+
+/// How an exec ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecResult {
+    pub exec_id: String,
+    /// The exit code a shell would report: the command's own, 128+N for signal N, 124 on timeout,
+    /// 126/127 when it could not be started.
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    pub duration_ms: u64,
+    pub timed_out: bool,
+    pub killed: bool,
+    pub bytes_dropped: u64,
+    pub output_bytes: u64,
+    /// Why the command could not start, when it could not.
+    pub error: Option<String>,
+}
+
+/// An exec as `GET /v1/sandboxes/{id}/execs` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecInfo {
+    pub exec_id: String,
+    pub argv: Vec<String>,
+    pub started_at_ms: u64,
+    pub running: bool,
+    pub result: Option<ExecResult>,
+}
+
+/// What removing a sandbox did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Teardown {
+    pub id: String,
+    pub steps: Vec<String>,
+    pub leftovers: Vec<String>,
+}
+
+/// Every error the API returns: an HTTP status, a stable code, and a sentence a person understands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ApiError,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// Stable error codes. Clients branch on these, never on messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 400: the request is malformed or a value is out of range.
+    InvalidRequest,
+    /// 401: no or a wrong bearer token.
+    Unauthorized,
+    /// 404: no such sandbox or exec.
+    NotFound,
+    /// 409: the name is taken, or the sandbox is not in a state that allows this.
+    Conflict,
+    /// 413: the request body is too large.
+    PayloadTooLarge,
+    /// 500: berth failed; the message says how.
+    Internal,
+    /// 503: the host cannot take another sandbox right now.
+    Unavailable,
+}
+
+impl ErrorCode {
+    pub fn status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidRequest => 400,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::NotFound => 404,
+            ErrorCode::Conflict => 409,
+            ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::Internal => 500,
+            ErrorCode::Unavailable => 503,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_reject_unknown_fields_and_accept_defaults() {
+        let c: CreateSandbox = serde_json::from_str("{}").unwrap();
+        assert_eq!(c, CreateSandbox::default());
+        assert!(serde_json::from_str::<CreateSandbox>(r#"{"memroy_bytes": 5}"#).is_err());
+        assert!(serde_json::from_str::<ExecRequest>(r#"{"argv": "ls"}"#).is_err());
+    }
+
+    #[test]
+    fn frames_are_tagged() {
+        let f = ExecFrame::Output { stream: Stream::Stderr, seq: 3, data: "x".into() };
+        assert_eq!(serde_json::to_string(&f).unwrap(), r#"{"type":"output","stream":"stderr","seq":3,"data":"x"}"#);
+    }
+}

@@ -1,0 +1,156 @@
+//! The verbs that talk to the daemon over its socket, as data.
+
+use std::time::Duration;
+
+use berth_runtime::spec::BindMount;
+use clap::Args;
+
+use super::{parse_count, parse_cpus, parse_duration, parse_env, parse_mount, parse_sandbox_path, parse_size};
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Sandbox name, also its host name. Default: berth-<id>.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Image to build the root file system from. Default: host.
+    #[arg(long, value_name = "NAME")]
+    pub image: Option<String>,
+    /// Memory limit (no swap), such as 512M or 2G.
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub memory: Option<u64>,
+    /// CPU limit in cores, such as 0.5 or 1.5.
+    #[arg(long, value_parser = parse_cpus, value_name = "CORES")]
+    pub cpus: Option<u64>,
+    /// Most processes and threads that may exist at once.
+    #[arg(long, value_parser = parse_count, value_name = "N")]
+    pub pids: Option<u64>,
+    /// Remove the sandbox this long after it was created, such as 30m or 8h.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub ttl: Option<Duration>,
+    /// Remove the sandbox after this long without an exec.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub idle_timeout: Option<Duration>,
+    /// Set an environment variable for every exec (repeatable).
+    #[arg(long = "env", short = 'e', value_parser = parse_env, value_name = "KEY=VALUE")]
+    pub env: Vec<(String, String)>,
+    /// Attach a label (repeatable).
+    #[arg(long = "label", short = 'l', value_parser = parse_label, value_name = "KEY=VALUE")]
+    pub labels: Vec<(String, String)>,
+    /// Bring a host directory or file in (repeatable).
+    #[arg(long = "mount", short = 'm', value_parser = parse_mount, value_name = "HOST:SANDBOX[:ro]")]
+    pub mounts: Vec<BindMount>,
+    /// Print the new sandbox as JSON instead of only its id.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// Print the API's JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The sandbox's id or name.
+    #[arg(value_parser = parse_id, value_name = "ID")]
+    pub id: String,
+    /// Print the API's JSON (as it is; without this it is pretty-printed).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// The sandboxes' ids or names.
+    #[arg(value_parser = parse_id, value_name = "ID", required_unless_present = "all", conflicts_with = "all")]
+    pub ids: Vec<String>,
+    /// Remove every sandbox.
+    #[arg(long)]
+    pub all: bool,
+    /// Print what removing each sandbox did, as a JSON array.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The sandbox's id or name.
+    #[arg(value_parser = parse_id, value_name = "ID")]
+    pub id: String,
+    /// Kill the command and everything it started after this long (exit code 124).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Option<Duration>,
+    /// Most bytes of output to send back (the middle is dropped beyond it; the exec's log has it all).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub max_output: Option<u64>,
+    /// Set an environment variable (repeatable).
+    #[arg(long = "env", short = 'e', value_parser = parse_env, value_name = "KEY=VALUE")]
+    pub env: Vec<(String, String)>,
+    /// Working directory inside the sandbox. Default: /workspace.
+    #[arg(long, short = 'w', value_parser = parse_sandbox_path, value_name = "DIR")]
+    pub workdir: Option<String>,
+    /// Start the command, print its exec id and return; read its output with berth logs.
+    #[arg(long, short = 'd')]
+    pub detach: bool,
+    /// Print the API's NDJSON frames as they arrive.
+    #[arg(long)]
+    pub json: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The sandbox's id or name.
+    #[arg(value_parser = parse_id, value_name = "ID")]
+    pub id: String,
+    /// The exec's id.
+    #[arg(value_parser = parse_id, value_name = "EXEC_ID")]
+    pub exec_id: String,
+    /// Print the log as one JSON string.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct KillArgs {
+    /// The sandbox's id or name.
+    #[arg(value_parser = parse_id, value_name = "ID")]
+    pub id: String,
+    /// The exec's id.
+    #[arg(value_parser = parse_id, value_name = "EXEC_ID")]
+    pub exec_id: String,
+    /// Print the API's JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PsArgs {
+    /// The sandbox's id or name.
+    #[arg(value_parser = parse_id, value_name = "ID")]
+    pub id: String,
+    /// Print the API's JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_id(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.chars().any(|c| c.is_control()) {
+        return Err(format!("{s:?} is not an id"));
+    }
+    Ok(s.to_string())
+}
+
+/// Parse a label `KEY=VALUE`; the daemon checks the rest.
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !k.chars().any(|c| c.is_control() || c.is_whitespace()) => {
+            Ok((k.to_string(), v.to_string()))
+        }
+        _ => Err(format!("{s:?} is not KEY=VALUE with a non-empty KEY")),
+    }
+}

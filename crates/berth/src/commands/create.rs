@@ -1,0 +1,41 @@
+//! `berth create`: a sandbox that lives in the daemon until it is removed or its time runs out.
+
+use std::path::Path;
+
+use berth_api::{CreateSandbox, Mount};
+
+use super::output;
+use crate::cli::CreateArgs;
+use crate::client::{self, Client};
+
+pub fn create(socket: &Path, args: CreateArgs) -> anyhow::Result<i32> {
+    let request = CreateSandbox {
+        name: args.name,
+        image: args.image,
+        memory_bytes: args.memory,
+        pids: args.pids,
+        cpus: args.cpus.map(|millis| millis as f64 / 1000.0),
+        ttl_seconds: args.ttl.map(output::seconds),
+        idle_timeout_seconds: args.idle_timeout.map(output::seconds),
+        env: args.env.into_iter().collect(),
+        labels: args.labels.into_iter().collect(),
+        mounts: args
+            .mounts
+            .into_iter()
+            .map(|m| Mount { host: m.host.to_string_lossy().into_owned(), target: m.target, readonly: m.readonly })
+            .collect(),
+    };
+    let client = Client::connect(socket)?;
+    let (_, body) = client.post_json("/v1/sandboxes", &request)?;
+    if args.json {
+        output::print_raw(&body)?;
+        return Ok(0);
+    }
+    let created: serde_json::Value = client::decode(&body)?;
+    let id = created
+        .get("id")
+        .and_then(|id| id.as_str())
+        .ok_or_else(|| client::ClientError::Protocol("the new sandbox has no id".into()))?;
+    println!("{id}");
+    Ok(0)
+}

@@ -1,0 +1,19 @@
+//! `berth inspect`: one sandbox, as the daemon sees it.
+
+use std::path::Path;
+
+use super::output;
+use crate::cli::InspectArgs;
+use crate::client::{self, Client};
+
+pub fn inspect(socket: &Path, args: InspectArgs) -> anyhow::Result<i32> {
+    let client = Client::connect(socket)?;
+    let (_, body) = client.get(&format!("/v1/sandboxes/{}", client::segment(&args.id)))?;
+    if args.json {
+        output::print_raw(&body)?;
+    } else {
+        let value: serde_json::Value = client::decode(&body)?;
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    }
+    Ok(0)
+}

@@ -1,0 +1,235 @@
+//! The daemon, its API and the exec model, end to end: a real daemon on a private socket, real sandboxes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::text;
+use serde_json::Value;
+
+/// A daemon of its own for one test.
+struct Daemon {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let dir = tempfile::Builder::new().prefix("berth-daemon-").tempdir().unwrap();
+        let mut d = Daemon { dir, child: None };
+        d.spawn();
+        d
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("berth.sock")
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["--root"])
+            .arg(self.dir.path().join("root"))
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("daemon")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.http("GET", "/healthz", "").0 != 200 {
+            assert!(Instant::now() < deadline, "the daemon did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL the daemon (its sandboxes' shims live on).
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    fn berth(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("--socket")
+            .arg(self.socket())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// One raw HTTP/1.1 request over the socket: (status, body).
+    fn http(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        let Ok(mut s) = UnixStream::connect(self.socket()) else { return (0, String::new()) };
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: berth\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        // A server that refuses a body (413) may close before all of it is written: read its answer anyway.
+        let _ = s.write_all(req.as_bytes());
+        let mut resp = String::new();
+        let _ = s.read_to_string(&mut resp);
+        let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        (status, body)
+    }
+
+    fn create(&self, args: &[&str]) -> String {
+        let mut all = vec!["create"];
+        all.extend_from_slice(args);
+        let out = self.berth(&all);
+        assert!(out.status.success(), "create: {}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    }
+
+    fn ids(&self) -> Vec<String> {
+        let out = self.berth(&["ls", "--json"]);
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+        list.as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_string()).collect()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            let _ = self.berth(&["rm", "--all"]);
+        }
+        self.kill();
+    }
+}
+
+#[test]
+fn create_exec_ls_rm_through_the_cli() {
+    let d = Daemon::start();
+    let id = d.create(&["--name", "first", "--memory", "256M", "--label", "team=core"]);
+    assert_eq!(id.len(), 12, "create prints only the id: {id:?}");
+    assert_eq!(d.ids(), std::slice::from_ref(&id));
+    let out = d.berth(&["exec", "first", "--", "sh", "-c", "echo out; echo err >&2; hostname; exit 3"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(text(&out.stdout), "out\nfirst\n");
+    assert_eq!(text(&out.stderr), "err\n");
+    // State persists between execs of one sandbox.
+    assert!(d.berth(&["exec", &id, "--", "sh", "-c", "echo kept > /workspace/f"]).status.success());
+    assert_eq!(text(&d.berth(&["exec", &id, "--", "cat", "/workspace/f"]).stdout), "kept\n");
+    let inspect: Value = serde_json::from_slice(&d.berth(&["inspect", "first"]).stdout).unwrap();
+    assert_eq!(inspect["labels"]["team"], "core");
+    assert_eq!(inspect["memory_bytes"], 256 << 20);
+    let taken = d.berth(&["create", "--name", "first"]);
+    assert_ne!(taken.status.code(), Some(0));
+    assert!(text(&taken.stderr).contains("already used"), "{}", text(&taken.stderr));
+    let rm = d.berth(&["rm", &id]);
+    assert!(rm.status.success(), "{}", text(&rm.stderr));
+    assert!(d.ids().is_empty());
+    assert_eq!(d.http("GET", &format!("/v1/sandboxes/{id}"), "").0, 404);
+}
+
+#[test]
+fn server_side_timeout_kills_the_tree_and_output_is_capped_with_the_log_intact() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let needle = format!("sleep {}", 6000 + std::process::id() % 1000);
+    let out = d.berth(&["exec", &id, "--timeout", "1s", "--", "sh", "-c", &format!("{needle} & {needle}")]);
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    let gone = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        common::host_processes_with(&needle).is_empty()
+    });
+    assert!(gone, "the timed-out exec's processes are still running");
+
+    let out = d.berth(&["exec", &id, "--max-output", "4K", "--", "seq", "1", "20000"]);
+    assert_eq!(out.status.code(), Some(0));
+    let shown = text(&out.stdout);
+    assert!(shown.len() <= 4096, "sent {} bytes with a 4K budget", shown.len());
+    assert!(shown.starts_with("1\n2\n3\n"), "the head is kept");
+    assert!(shown.ends_with("19999\n20000\n"), "the tail is kept");
+    assert!(text(&out.stderr).contains("bytes dropped"), "{}", text(&out.stderr));
+    let ps: Value = serde_json::from_slice(&d.berth(&["ps", &id, "--json"]).stdout).unwrap();
+    let exec_id = ps.as_array().unwrap().last().unwrap()["exec_id"].as_str().unwrap().to_string();
+    let log = d.berth(&["logs", &id, &exec_id]);
+    let full: String = (1..=20000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(text(&log.stdout), full, "the log holds the whole output");
+}
+
+#[test]
+fn detached_exec_is_cancelled_from_another_process() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let out = d.berth(&["exec", &id, "--detach", "--", "sh", "-c", "echo started; exec sleep 600"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let exec_id = text(&out.stdout).trim().to_string();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(text(&d.berth(&["logs", &id, &exec_id]).stdout), "started\n");
+    let kill = d.berth(&["kill", &id, &exec_id]);
+    assert!(kill.status.success(), "{}", text(&kill.stderr));
+    let ps: Value = serde_json::from_slice(&d.berth(&["ps", &id, "--json"]).stdout).unwrap();
+    let e = &ps.as_array().unwrap()[0];
+    assert_eq!(e["running"], false);
+    assert_eq!(e["result"]["killed"], true);
+}
+
+#[test]
+fn bad_requests_get_4xx_never_5xx() {
+    let d = Daemon::start();
+    for (method, path, body, status) in [
+        ("POST", "/v1/sandboxes", "{not json", 400),
+        ("POST", "/v1/sandboxes", r#"{"memroy_bytes": 1}"#, 400),
+        ("POST", "/v1/sandboxes", r#"{"pids": "many"}"#, 400),
+        ("POST", "/v1/sandboxes", r#"{"name": "bad name"}"#, 400),
+        ("POST", "/v1/sandboxes", r#"{"cpus": -2}"#, 400),
+        ("GET", "/v1/sandboxes/nope", "", 404),
+        ("DELETE", "/v1/sandboxes/nope", "", 404),
+        ("POST", "/v1/sandboxes/nope/execs", r#"{"argv": ["true"]}"#, 404),
+        ("GET", "/v1/nothing-here", "", 404),
+    ] {
+        let (got, body_text) = d.http(method, path, body);
+        assert_eq!(got, status, "{method} {path} {body}: {body_text}");
+        let err: Value = serde_json::from_str(&body_text).unwrap_or_else(|_| panic!("{body_text}"));
+        assert!(err["error"]["code"].is_string() && err["error"]["message"].is_string(), "{body_text}");
+    }
+    let huge = format!(r#"{{"name": "{}"}}"#, "x".repeat(2 << 20));
+    assert_eq!(d.http("POST", "/v1/sandboxes", &huge).0, 413);
+    let id = d.create(&[]);
+    for body in [r#"{"argv": []}"#, r#"{"argv": ["true"], "timeout_seconds": -1}"#, r#"{"argv": "true"}"#] {
+        let (got, text_) = d.http("POST", &format!("/v1/sandboxes/{id}/execs"), body);
+        assert_eq!(got, 400, "{body}: {text_}");
+    }
+}
+
+#[test]
+fn ttl_and_idle_timeout_are_enforced_without_a_client() {
+    let d = Daemon::start();
+    let ttl = d.create(&["--ttl", "1s"]);
+    let idle = d.create(&["--idle-timeout", "1s"]);
+    let keep = d.create(&[]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while d.ids().len() > 1 {
+        assert!(Instant::now() < deadline, "expired sandboxes were not reaped: {:?}", d.ids());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let left = d.ids();
+    assert_eq!(left, [keep]);
+    assert!(!left.contains(&ttl) && !left.contains(&idle));
+}
+
+#[test]
+fn a_sigkilled_daemon_is_replaced_and_readopts_its_sandboxes() {
+    let mut d = Daemon::start();
+    let id = d.create(&["--name", "survivor"]);
+    assert!(d.berth(&["exec", &id, "--", "sh", "-c", "echo before > /workspace/state"]).status.success());
+    d.kill();
+    let no_daemon = d.berth(&["ls"]);
+    assert_eq!(no_daemon.status.code(), Some(125));
+    assert!(text(&no_daemon.stderr).contains("no berth daemon at"), "{}", text(&no_daemon.stderr));
+    d.spawn();
+    assert_eq!(d.ids(), std::slice::from_ref(&id));
+    let out = d.berth(&["exec", "survivor", "--", "cat", "/workspace/state"]);
+    assert_eq!(text(&out.stdout), "before\n", "{}", text(&out.stderr));
+}

@@ -1,0 +1,107 @@
+//! The output budget of one exec: stream the head live, keep a bounded tail, drop (and count) the middle.
+//!
+//! Failures are at the end of a log, so the tail is what an agent most needs; the head says what started.
+//! Within the budget nothing is lost: output between the head and the budget is held back and sent when the
+//! exec ends, in order.
+
+use std::collections::VecDeque;
+
+use berth_api::Stream;
+
+#[derive(Debug)]
+pub struct Budget {
+    head_left: u64,
+    tail_cap: u64,
+    tail: VecDeque<(Stream, Vec<u8>)>,
+    tail_len: u64,
+    dropped: u64,
+}
+
+impl Budget {
+    /// A budget of `max` bytes: a quarter (at most 16 KiB) is kept for the tail, the rest streams live.
+    pub fn new(max: u64) -> Budget {
+        let tail_cap = (max / 4).min(16 * 1024);
+        Budget { head_left: max - tail_cap, tail_cap, tail: VecDeque::new(), tail_len: 0, dropped: 0 }
+    }
+
+    /// Account for `data`; returns what may be sent now.
+    pub fn push(&mut self, stream: Stream, data: &[u8]) -> Option<Vec<u8>> {
+        let live = (data.len() as u64).min(self.head_left) as usize;
+        self.head_left -= live as u64;
+        let rest = &data[live..];
+        if !rest.is_empty() {
+            self.tail.push_back((stream, rest.to_vec()));
+            self.tail_len += rest.len() as u64;
+            while self.tail_len > self.tail_cap {
+                let excess = self.tail_len - self.tail_cap;
+                let Some((_, front)) = self.tail.front_mut() else { break };
+                if front.len() as u64 <= excess {
+                    self.tail_len -= front.len() as u64;
+                    self.dropped += front.len() as u64;
+                    self.tail.pop_front();
+                } else {
+                    front.drain(..excess as usize);
+                    self.tail_len -= excess;
+                    self.dropped += excess;
+                }
+            }
+        }
+        (live > 0).then(|| data[..live].to_vec())
+    }
+
+    /// Bytes dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// At the end: what was held back (the tail), in order.
+    pub fn finish(&mut self) -> Vec<(Stream, Vec<u8>)> {
+        self.tail_len = 0;
+        self.tail.drain(..).collect()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn within_budget_nothing_is_lost() {
+        let mut b = Budget::new(100);
+        let mut sent = b.push(Stream::Stdout, &[b'a'; 70]).unwrap();
+        assert_eq!(sent.len(), 70);
+        let second = b.push(Stream::Stderr, &[b'b'; 10]).unwrap();
+        assert_eq!(second.len(), 5);
+        sent.extend(second);
+        for (_, chunk) in b.finish() {
+            sent.extend(chunk);
+        }
+        assert_eq!(sent.len(), 80);
+        assert_eq!(b.dropped(), 0);
+    }
+
+    #[test]
+    fn past_the_budget_the_middle_goes_and_the_tail_stays() {
+        let mut b = Budget::new(1000);
+        let head = b.push(Stream::Stdout, &[b'h'; 750]).unwrap();
+        assert_eq!(head.len(), 750);
+        for i in 0..100u8 {
+            assert!(b.push(Stream::Stdout, &[i; 100]).is_none());
+        }
+        assert_eq!(b.dropped(), 100 * 100 - 250);
+        let tail: Vec<u8> = b.finish().into_iter().flat_map(|(_, c)| c).collect();
+        assert_eq!(tail.len(), 250);
+        assert!(tail.ends_with(&[99; 100]), "the very end must survive");
+    }
+
+    #[test]
+    fn streams_keep_their_order_in_the_tail() {
+        let mut b = Budget::new(40);
+        b.push(Stream::Stdout, &[b'x'; 30]);
+        b.push(Stream::Stdout, b"out");
+        b.push(Stream::Stderr, b"err");
+        let tail = b.finish();
+        assert_eq!(tail, vec![(Stream::Stdout, b"out".to_vec()), (Stream::Stderr, b"err".to_vec())]);
+    }
+}

@@ -1,0 +1,371 @@
+//! The engine: every sandbox on this host and every command the API offers on them. HTTP handlers (and,
+//! later, the MCP server) call these methods and nothing else.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use berth_api::{CreateSandbox, ExecInfo, ExecRequest, ExecResult, Sandbox, SandboxState, Teardown};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{Mutex, mpsc, watch};
+
+use crate::EngineError;
+use crate::exec::{self, ExecPlan};
+use crate::session::Session;
+use crate::shim::{self, ShimReady, ShimReply, ShimRequest, ShimStart};
+
+/// The environment every exec starts from (the sandbox's and the exec's own `env` go on top).
+const BASE_ENV: [(&str, &str); 4] = [
+    ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+    ("HOME", "/root"),
+    ("USER", "root"),
+    ("LANG", "C.UTF-8"),
+];
+
+pub struct Engine {
+    root: PathBuf,
+    exe: PathBuf,
+    sandboxes: Mutex<HashMap<String, Arc<Live>>>,
+}
+
+struct Live {
+    record: Mutex<Sandbox>,
+    env: BTreeMap<String, String>,
+    session: Arc<Session>,
+    execs: Mutex<BTreeMap<String, ExecEntry>>,
+    next_exec: std::sync::atomic::AtomicU64,
+}
+
+struct ExecEntry {
+    argv: Vec<String>,
+    started_at_ms: u64,
+    kill: watch::Sender<bool>,
+    done: watch::Receiver<Option<ExecResult>>,
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl Engine {
+    /// Open the engine on a data root: adopt the sandboxes whose shims survived a previous daemon.
+    pub async fn open(root: &Path) -> Result<Arc<Engine>, EngineError> {
+        let exe = std::env::current_exe().map_err(EngineError::SpawnShim)?;
+        for dir in [shim::shims_dir(root), root.join("logs")] {
+            tokio::fs::create_dir_all(&dir).await.map_err(EngineError::Log)?;
+        }
+        let engine = Arc::new(Engine { root: root.to_path_buf(), exe, sandboxes: Mutex::new(HashMap::new()) });
+        engine.adopt_all().await;
+        Ok(engine)
+    }
+
+    async fn adopt_all(&self) {
+        let Ok(mut dir) = tokio::fs::read_dir(shim::shims_dir(&self.root)).await else { return };
+        while let Ok(Some(entry)) = dir.next_entry().await {
+            let path = entry.path();
+            match adopt(&path).await {
+                Ok((record, session)) => {
+                    let live = Live::new(record.clone(), BTreeMap::new(), session);
+                    self.sandboxes.lock().await.insert(record.id.clone(), Arc::new(live));
+                }
+                // Its shim is gone, and its sandbox with it: the socket file is all that is left.
+                Err(_) => {
+                    let _ = tokio::fs::remove_file(&path).await;
+                }
+            }
+        }
+    }
+
+    pub async fn create(&self, req: CreateSandbox) -> Result<Sandbox, EngineError> {
+        let name = req.name.clone().unwrap_or_else(|| format!("berth-{}", now_ms() % 1_000_000_000));
+        berth_runtime::spec::check_name(&name).map_err(|e| EngineError::invalid(e.to_string()))?;
+        if let Some(c) = req.cpus.filter(|c| !(0.01..=1024.0).contains(c)) {
+            return Err(EngineError::invalid(format!("{c} is not a CPU count: use a positive number of cores")));
+        }
+        for (what, v) in [("ttl_seconds", req.ttl_seconds), ("idle_timeout_seconds", req.idle_timeout_seconds)] {
+            if v.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
+                return Err(EngineError::invalid(format!("{what} must be a positive number of seconds")));
+            }
+        }
+        for k in req.env.keys() {
+            berth_runtime::spec::parse_env(&format!("{k}=")).map_err(|e| EngineError::invalid(e.to_string()))?;
+        }
+        {
+            let all = self.sandboxes.lock().await;
+            for live in all.values() {
+                let r = live.record.lock().await;
+                if r.name == name {
+                    return Err(EngineError::NameTaken { name, id: r.id.clone() });
+                }
+            }
+        }
+        let now = now_ms();
+        let record = Sandbox {
+            id: String::new(),
+            name: name.clone(),
+            image: req.image.clone().unwrap_or_else(|| "host".into()),
+            state: SandboxState::Creating,
+            created_at_ms: now,
+            expires_at_ms: req.ttl_seconds.map(|t| now + (t * 1000.0) as u64),
+            idle_timeout_seconds: req.idle_timeout_seconds,
+            last_activity_ms: now,
+            memory_bytes: req.memory_bytes,
+            pids: req.pids,
+            cpus: req.cpus,
+            labels: req.labels.clone(),
+            pid: None,
+        };
+        let start = ShimStart {
+            name,
+            image: record.image.clone(),
+            memory_bytes: req.memory_bytes,
+            pids: req.pids.or(Some(4096)),
+            cpu_millis: req.cpus.map(|c| (c * 1000.0).round() as u64),
+            mounts: req.mounts.clone(),
+            record,
+        };
+        let record = self.spawn_shim(&start).await?;
+        let (_, session) = adopt(&shim::socket_path(&self.root, &record.id)).await?;
+        let live = Arc::new(Live::new(record.clone(), req.env, session));
+        self.sandboxes.lock().await.insert(record.id.clone(), live);
+        Ok(record)
+    }
+
+    async fn spawn_shim(&self, start: &ShimStart) -> Result<Sandbox, EngineError> {
+        let mut child = tokio::process::Command::new(&self.exe)
+            .arg("--root")
+            .arg(&self.root)
+            .arg("shim")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            // Its own process group: a Ctrl-C aimed at the daemon must not take the sandboxes down.
+            .process_group(0)
+            .spawn()
+            .map_err(EngineError::SpawnShim)?;
+        let mut line = serde_json::to_vec(start).map_err(|e| EngineError::Create(e.to_string()))?;
+        line.push(b'\n');
+        let mut stdin = child.stdin.take().ok_or(EngineError::ShimGone)?;
+        stdin.write_all(&line).await.map_err(EngineError::SpawnShim)?;
+        drop(stdin);
+        let stdout = child.stdout.take().ok_or(EngineError::ShimGone)?;
+        let mut first = String::new();
+        BufReader::new(stdout).read_line(&mut first).await.map_err(EngineError::SpawnShim)?;
+        match serde_json::from_str::<ShimReady>(&first) {
+            Ok(ShimReady::Ready { record }) => Ok(record),
+            Ok(ShimReady::Failed { message }) => {
+                let _ = child.wait().await;
+                Err(EngineError::Create(message))
+            }
+            Err(_) => {
+                let _ = child.wait().await;
+                Err(EngineError::ShimGone)
+            }
+        }
+    }
+
+    async fn live(&self, id_or_name: &str) -> Result<Arc<Live>, EngineError> {
+        let all = self.sandboxes.lock().await;
+        if let Some(l) = all.get(id_or_name) {
+            return Ok(Arc::clone(l));
+        }
+        for l in all.values() {
+            if l.record.lock().await.name == id_or_name {
+                return Ok(Arc::clone(l));
+            }
+        }
+        Err(EngineError::NoSandbox(id_or_name.to_string()))
+    }
+
+    pub async fn list(&self) -> Vec<Sandbox> {
+        let all: Vec<Arc<Live>> = self.sandboxes.lock().await.values().cloned().collect();
+        let mut out = Vec::new();
+        for l in all {
+            out.push(l.record.lock().await.clone());
+        }
+        out.sort_by_key(|s| s.created_at_ms);
+        out
+    }
+
+    pub async fn get(&self, id: &str) -> Result<Sandbox, EngineError> {
+        Ok(self.live(id).await?.record.lock().await.clone())
+    }
+
+    /// Tear a sandbox down (in order, through its shim) and report what was done.
+    pub async fn remove(&self, id: &str) -> Result<Teardown, EngineError> {
+        let live = self.live(id).await?;
+        let sid = live.record.lock().await.id.clone();
+        self.sandboxes.lock().await.remove(&sid);
+        let path = shim::socket_path(&self.root, &sid);
+        let teardown = tokio::task::spawn_blocking(move || -> Result<Teardown, EngineError> {
+            let conn = berth_sys::fd::seqpacket_connect(&path).map_err(|_| EngineError::ShimGone)?;
+            berth_init::protocol::send(conn.as_fd(), &ShimRequest::Destroy, &[]).map_err(|_| EngineError::ShimGone)?;
+            match berth_init::protocol::recv::<ShimReply>(conn.as_fd()) {
+                Ok((ShimReply::Destroyed { teardown }, _)) => Ok(teardown),
+                _ => Err(EngineError::ShimGone),
+            }
+        })
+        .await
+        .map_err(|_| EngineError::ShimGone)??;
+        let _ = tokio::fs::remove_dir_all(self.root.join("logs").join(&sid)).await;
+        Ok(teardown)
+    }
+
+    /// Start an exec. Returns its id, and (unless detached) the stream of its frames.
+    pub async fn exec(
+        &self,
+        id: &str,
+        req: ExecRequest,
+    ) -> Result<(ExecInfo, Option<mpsc::Receiver<berth_api::ExecFrame>>), EngineError> {
+        if req.argv.is_empty() || req.argv[0].is_empty() {
+            return Err(EngineError::invalid("argv must name a command"));
+        }
+        let workdir = match &req.workdir {
+            Some(w) => berth_runtime::spec::sandbox_path(w).map_err(|e| EngineError::invalid(e.to_string()))?,
+            None => "/workspace".to_string(),
+        };
+        if let Some(t) = req.timeout_seconds.filter(|t| !(t.is_finite() && *t > 0.0)) {
+            return Err(EngineError::invalid(format!("timeout_seconds must be positive, not {t}")));
+        }
+        let max_output = req.max_output_bytes.unwrap_or(exec::DEFAULT_MAX_OUTPUT);
+        if max_output < 64 {
+            return Err(EngineError::invalid("max_output_bytes must be at least 64"));
+        }
+        let live = self.live(id).await?;
+        let sid = {
+            let mut r = live.record.lock().await;
+            r.last_activity_ms = now_ms();
+            r.id.clone()
+        };
+        let mut env: BTreeMap<String, String> = BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        env.insert("PWD".into(), workdir.clone());
+        for (k, v) in live.env.iter().chain(req.env.iter()) {
+            berth_runtime::spec::parse_env(&format!("{k}={v}")).map_err(|e| EngineError::invalid(e.to_string()))?;
+            env.insert(k.clone(), v.clone());
+        }
+        let n = live.next_exec.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let exec_id = format!("x{n}");
+        let logs = self.root.join("logs").join(&sid);
+        tokio::fs::create_dir_all(&logs).await.map_err(EngineError::Log)?;
+        let plan = ExecPlan {
+            exec_id: exec_id.clone(),
+            argv: req.argv.clone(),
+            env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            workdir,
+            timeout: req.timeout_seconds.map(Duration::from_secs_f64),
+            max_output,
+            log: logs.join(format!("{exec_id}.log")),
+        };
+        let running = exec::start(Arc::clone(&live.session), plan).await?;
+        let started_at_ms = now_ms();
+        let info = ExecInfo {
+            exec_id: exec_id.clone(),
+            argv: req.argv.clone(),
+            started_at_ms,
+            running: running.done.borrow().is_none(),
+            result: running.done.borrow().clone(),
+        };
+        live.execs
+            .lock()
+            .await
+            .insert(exec_id, ExecEntry { argv: req.argv, started_at_ms, kill: running.kill, done: running.done });
+        Ok((info, (!req.detach).then_some(running.frames)))
+    }
+
+    pub async fn execs(&self, id: &str) -> Result<Vec<ExecInfo>, EngineError> {
+        let live = self.live(id).await?;
+        let execs = live.execs.lock().await;
+        Ok(execs.iter().map(|(id, e)| e.info(id)).collect())
+    }
+
+    pub async fn log_path(&self, id: &str, exec_id: &str) -> Result<PathBuf, EngineError> {
+        let live = self.live(id).await?;
+        let sid = live.record.lock().await.id.clone();
+        if !live.execs.lock().await.contains_key(exec_id) {
+            return Err(EngineError::NoExec { sandbox: sid, exec: exec_id.to_string() });
+        }
+        Ok(self.root.join("logs").join(sid).join(format!("{exec_id}.log")))
+    }
+
+    /// Kill an exec's process group and wait for it to end.
+    pub async fn kill_exec(&self, id: &str, exec_id: &str) -> Result<ExecInfo, EngineError> {
+        let live = self.live(id).await?;
+        let sid = live.record.lock().await.id.clone();
+        let mut done = {
+            let execs = live.execs.lock().await;
+            let e = execs.get(exec_id).ok_or_else(|| EngineError::NoExec { sandbox: sid, exec: exec_id.into() })?;
+            let _ = e.kill.send(true);
+            e.done.clone()
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(10), done.wait_for(|r| r.is_some())).await;
+        let execs = live.execs.lock().await;
+        execs.get(exec_id).map(|e| e.info(exec_id)).ok_or(EngineError::InitGone)
+    }
+
+    /// Remove every sandbox whose TTL or idle timeout has run out. Returns the ids removed.
+    pub async fn reap(&self) -> Vec<String> {
+        let now = now_ms();
+        let all: Vec<Arc<Live>> = self.sandboxes.lock().await.values().cloned().collect();
+        let mut due = Vec::new();
+        for l in all {
+            let r = l.record.lock().await;
+            let running = l.execs.lock().await.values().any(|e| e.done.borrow().is_none());
+            let expired = r.expires_at_ms.is_some_and(|t| now >= t);
+            let idle =
+                !running && r.idle_timeout_seconds.is_some_and(|s| now >= r.last_activity_ms + (s * 1000.0) as u64);
+            if expired || idle {
+                due.push(r.id.clone());
+            }
+        }
+        for id in &due {
+            let _ = self.remove(id).await;
+        }
+        due
+    }
+}
+
+impl Live {
+    fn new(record: Sandbox, env: BTreeMap<String, String>, session: Arc<Session>) -> Live {
+        Live {
+            record: Mutex::new(record),
+            env,
+            session,
+            execs: Mutex::new(BTreeMap::new()),
+            next_exec: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+}
+
+impl ExecEntry {
+    fn info(&self, id: &str) -> ExecInfo {
+        let result = self.done.borrow().clone();
+        ExecInfo {
+            exec_id: id.to_string(),
+            argv: self.argv.clone(),
+            started_at_ms: self.started_at_ms,
+            running: result.is_none(),
+            result,
+        }
+    }
+}
+
+/// Connect to a shim, fetch its sandbox's record and take over its init's control socket.
+async fn adopt(path: &Path) -> Result<(Sandbox, Arc<Session>), EngineError> {
+    let path = path.to_path_buf();
+    let (record, control) = tokio::task::spawn_blocking(move || -> Result<_, EngineError> {
+        let conn = berth_sys::fd::seqpacket_connect(&path).map_err(|_| EngineError::ShimGone)?;
+        let ask = |req: &ShimRequest| -> Result<(ShimReply, Vec<std::os::fd::OwnedFd>), EngineError> {
+            berth_init::protocol::send(conn.as_fd(), req, &[]).map_err(|_| EngineError::ShimGone)?;
+            berth_init::protocol::recv(conn.as_fd()).map_err(|_| EngineError::ShimGone)
+        };
+        let ShimReply::Info { record } = ask(&ShimRequest::Info)?.0 else { return Err(EngineError::ShimGone) };
+        let (ShimReply::Control, mut fds) = ask(&ShimRequest::Control)? else { return Err(EngineError::ShimGone) };
+        let control = fds.pop().ok_or(EngineError::ShimGone)?;
+        Ok((record, control))
+    })
+    .await
+    .map_err(|_| EngineError::ShimGone)??;
+    Ok((record, Session::start(control)?))
+}

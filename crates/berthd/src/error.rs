@@ -1,0 +1,48 @@
+//! What the engine reports, and the API error code each maps to.
+
+use berth_api::ErrorCode;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{message}")]
+    InvalidRequest { message: String },
+    #[error("there is no sandbox {0:?}")]
+    NoSandbox(String),
+    #[error("sandbox {sandbox} has no exec {exec:?}")]
+    NoExec { sandbox: String, exec: String },
+    #[error("the name {name:?} is already used by sandbox {id}")]
+    NameTaken { name: String, id: String },
+    #[error("cannot start the sandbox's supervisor")]
+    SpawnShim(#[source] std::io::Error),
+    #[error("the sandbox could not be created: {0}")]
+    Create(String),
+    #[error("the sandbox's supervisor stopped answering")]
+    ShimGone,
+    #[error("the sandbox's init stopped answering")]
+    InitGone,
+    #[error("cannot keep the exec's output log")]
+    Log(#[source] std::io::Error),
+    #[error(transparent)]
+    Sys(#[from] berth_sys::SysError),
+}
+
+impl EngineError {
+    pub fn invalid(message: impl Into<String>) -> EngineError {
+        EngineError::InvalidRequest { message: message.into() }
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            EngineError::InvalidRequest { .. } => ErrorCode::InvalidRequest,
+            EngineError::NoSandbox(_) | EngineError::NoExec { .. } => ErrorCode::NotFound,
+            EngineError::NameTaken { .. } => ErrorCode::Conflict,
+            EngineError::Create(m) if m.contains("too many sandboxes") => ErrorCode::Unavailable,
+            EngineError::Create(_)
+            | EngineError::SpawnShim(_)
+            | EngineError::ShimGone
+            | EngineError::InitGone
+            | EngineError::Log(_)
+            | EngineError::Sys(_) => ErrorCode::Internal,
+        }
+    }
+}

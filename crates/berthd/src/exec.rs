@@ -1,0 +1,212 @@
+//! One exec: start it through init, pump its output through the budget to the client and in full to its
+//! log, enforce its timeout on the server, and report how it ended.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use berth_api::{ExecFrame, ExecResult, Stream};
+use berth_init::protocol::{Attached, Event, Request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::sync::{mpsc, watch};
+
+use crate::EngineError;
+use crate::budget::Budget;
+use crate::session::Session;
+
+/// Default bytes of output sent to a client.
+pub const DEFAULT_MAX_OUTPUT: u64 = 64 * 1024;
+/// How long output keeps being collected after the command itself ended (its background children may
+/// still hold the pipes).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(100);
+
+/// What the exec needs to run.
+pub struct ExecPlan {
+    pub exec_id: String,
+    pub argv: Vec<String>,
+    pub env: Vec<String>,
+    pub workdir: String,
+    pub timeout: Option<Duration>,
+    pub max_output: u64,
+    pub log: PathBuf,
+}
+
+/// A started exec: its frames, and a switch that kills it.
+pub struct Running {
+    pub frames: mpsc::Receiver<ExecFrame>,
+    pub kill: watch::Sender<bool>,
+    pub done: watch::Receiver<Option<ExecResult>>,
+}
+
+/// Start an exec; returns once init has started it (or said it could not).
+pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, EngineError> {
+    let (out_r, out_w) = pipe_pair()?;
+    let (err_r, err_w) = pipe_pair()?;
+    let (num, mut events) = session.register();
+    let req = Request::Exec {
+        id: num,
+        argv: plan.argv.clone(),
+        env: plan.env.clone(),
+        cwd: plan.workdir.clone(),
+        uid: 0,
+        gid: 0,
+        attached: Attached { stdin: false, stdout: true, stderr: true },
+    };
+    session.send(&req, &[out_w.as_fd(), err_w.as_fd()])?;
+    drop((out_w, err_w));
+    let started_at = Instant::now();
+    let (frames_tx, frames) = mpsc::channel(256);
+    let (kill, kill_rx) = watch::channel(false);
+    let (done_tx, done) = watch::channel(None);
+    let pid = match events.recv().await {
+        Some(Event::Started { pid, .. }) => pid,
+        Some(Event::Failed { code, message, .. }) => {
+            session.unregister(num);
+            let result = ExecResult {
+                exec_id: plan.exec_id.clone(),
+                exit_code: code,
+                signal: None,
+                duration_ms: 0,
+                timed_out: false,
+                killed: false,
+                bytes_dropped: 0,
+                output_bytes: 0,
+                error: Some(message),
+            };
+            let _ = tokio::fs::write(&plan.log, b"").await;
+            let _ = frames_tx.send(ExecFrame::Exit(result.clone())).await;
+            let _ = done_tx.send(Some(result));
+            return Ok(Running { frames, kill, done });
+        }
+        _ => return Err(EngineError::InitGone),
+    };
+    let _ = frames_tx.send(ExecFrame::Started { exec_id: plan.exec_id.clone(), pid }).await;
+    let log = tokio::fs::File::create(&plan.log).await.map_err(EngineError::Log)?;
+    tokio::spawn(supervise(session, num, events, plan, (out_r, err_r), log, frames_tx, kill_rx, done_tx, started_at));
+    Ok(Running { frames, kill, done })
+}
+
+fn pipe_pair() -> Result<(pipe::Receiver, OwnedFd), EngineError> {
+    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| berth_sys::SysError::new("create a pipe", e))?;
+    berth_sys::fd::set_nonblocking(&r, true)?;
+    let r = pipe::Receiver::from_owned_fd(r).map_err(|e| berth_sys::SysError::new("watch a pipe", e))?;
+    Ok((r, w))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn supervise(
+    session: Arc<Session>,
+    num: u64,
+    mut events: mpsc::UnboundedReceiver<Event>,
+    plan: ExecPlan,
+    (mut out, mut err): (pipe::Receiver, pipe::Receiver),
+    mut log: tokio::fs::File,
+    frames: mpsc::Sender<ExecFrame>,
+    mut kill_rx: watch::Receiver<bool>,
+    done: watch::Sender<Option<ExecResult>>,
+    started_at: Instant,
+) {
+    let mut budget = Budget::new(plan.max_output);
+    let mut seq = 0u64;
+    let mut total = 0u64;
+    let (mut out_open, mut err_open) = (true, true);
+    let (mut buf_o, mut buf_e) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+    let deadline = plan.timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut exit: Option<(Option<i32>, Option<i32>)> = None;
+    let mut drain_until: Option<tokio::time::Instant> = None;
+    let (mut timed_out, mut killed) = (false, false);
+    // The client may go away; the exec and its log go on regardless.
+    let mut client = Some(frames);
+
+    while out_open || err_open || exit.is_none() {
+        if exit.is_some() && drain_until.is_none() {
+            drain_until = Some(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+        }
+        let got: Option<(Stream, usize)> = tokio::select! {
+            r = out.read(&mut buf_o), if out_open => match r { Ok(0) | Err(_) => { out_open = false; None } Ok(n) => Some((Stream::Stdout, n)) },
+            r = err.read(&mut buf_e), if err_open => match r { Ok(0) | Err(_) => { err_open = false; None } Ok(n) => Some((Stream::Stderr, n)) },
+            ev = events.recv(), if exit.is_none() => {
+                match ev {
+                    Some(Event::Exited { code, signal, .. }) => exit = Some((code, signal)),
+                    Some(_) => {}
+                    None => exit = Some((None, Some(9))),
+                }
+                None
+            }
+            _ = sleep_until(deadline), if deadline.is_some() && !timed_out && exit.is_none() => {
+                timed_out = true;
+                let _ = session.send(&Request::Signal { id: num, signal: 9 }, &[]);
+                None
+            }
+            changed = kill_rx.changed(), if !killed && exit.is_none() => {
+                if changed.is_ok() && *kill_rx.borrow() {
+                    killed = true;
+                    let _ = session.send(&Request::Signal { id: num, signal: 9 }, &[]);
+                }
+                None
+            }
+            _ = sleep_until(drain_until), if drain_until.is_some() => break,
+        };
+        let Some((stream, n)) = got else { continue };
+        let data = if stream == Stream::Stdout { &buf_o[..n] } else { &buf_e[..n] };
+        total += n as u64;
+        let _ = log.write_all(data).await;
+        if let Some(live) = budget.push(stream, data) {
+            seq += 1;
+            let frame = ExecFrame::Output { stream, seq, data: String::from_utf8_lossy(&live).into_owned() };
+            if let Some(tx) = &client
+                && tx.send(frame).await.is_err()
+            {
+                client = None;
+            }
+        }
+    }
+    session.unregister(num);
+    let _ = log.flush().await;
+    let dropped = budget.dropped();
+    if let Some(tx) = &client {
+        if dropped > 0 {
+            let _ = tx.send(ExecFrame::Truncated { dropped_bytes: dropped }).await;
+        }
+        for (stream, chunk) in budget.finish() {
+            seq += 1;
+            let _ =
+                tx.send(ExecFrame::Output { stream, seq, data: String::from_utf8_lossy(&chunk).into_owned() }).await;
+        }
+    }
+    let (code, signal) = exit.unwrap_or((None, Some(9)));
+    let exit_code = if timed_out {
+        124
+    } else {
+        match (code, signal) {
+            (Some(c), _) => c,
+            (None, Some(s)) => 128 + s,
+            (None, None) => 125,
+        }
+    };
+    let result = ExecResult {
+        exec_id: plan.exec_id,
+        exit_code,
+        signal,
+        duration_ms: started_at.elapsed().as_millis() as u64,
+        timed_out,
+        killed,
+        bytes_dropped: dropped,
+        output_bytes: total,
+        error: None,
+    };
+    if let Some(tx) = &client {
+        let _ = tx.send(ExecFrame::Exit(result.clone())).await;
+    }
+    let _ = done.send(Some(result));
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

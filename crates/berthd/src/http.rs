@@ -1,0 +1,139 @@
+//! The HTTP API: a thin transport over the engine. Each handler extracts, calls one engine method, and maps
+//! the result; errors become `{"error": {"code", "message"}}` with the code's status.
+
+use std::convert::Infallible;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path as UrlPath, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use berth_api::{ApiError, CreateSandbox, ErrorBody, ErrorCode, ExecRequest};
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::{Engine, EngineError};
+
+/// Largest request body accepted.
+const MAX_BODY: usize = 1 << 20;
+
+/// An API error response.
+pub struct Failure(ErrorCode, String);
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(ErrorBody { error: ApiError { code: self.0, message: self.1 } })).into_response()
+    }
+}
+
+impl From<EngineError> for Failure {
+    fn from(e: EngineError) -> Failure {
+        Failure(e.code(), berth_runtime::error_chain(&e))
+    }
+}
+
+/// JSON input whose rejections (bad syntax, wrong types, unknown fields, too large) are API errors.
+pub struct ApiJson<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = Failure;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(ApiJson(v)),
+            Err(JsonRejection::BytesRejection(e)) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(Failure(ErrorCode::PayloadTooLarge, format!("the request body is larger than {MAX_BODY} bytes")))
+            }
+            Err(e) => Err(Failure(ErrorCode::InvalidRequest, e.body_text())),
+        }
+    }
+}
+
+type Api = State<Arc<Engine>>;
+
+/// The API's routes, ready to serve.
+pub fn app(engine: Arc<Engine>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
+        .route("/v1/sandboxes", get(list).post(create))
+        .route("/v1/sandboxes/{id}", get(inspect).delete(remove))
+        .route("/v1/sandboxes/{id}/execs", get(execs).post(exec))
+        .route("/v1/sandboxes/{id}/execs/{exec}", delete(kill_exec))
+        .route("/v1/sandboxes/{id}/execs/{exec}/log", get(log))
+        .fallback(|| async { Failure(ErrorCode::NotFound, "no such route".into()) })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(engine)
+}
+
+async fn create(State(e): Api, ApiJson(req): ApiJson<CreateSandbox>) -> Result<Response, Failure> {
+    Ok((StatusCode::CREATED, Json(e.create(req).await?)).into_response())
+}
+
+async fn list(State(e): Api) -> Response {
+    Json(e.list().await).into_response()
+}
+
+async fn inspect(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(e.get(&id).await?).into_response())
+}
+
+async fn remove(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(e.remove(&id).await?).into_response())
+}
+
+async fn exec(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    ApiJson(req): ApiJson<ExecRequest>,
+) -> Result<Response, Failure> {
+    let (info, frames) = e.exec(&id, req).await?;
+    let Some(frames) = frames else { return Ok((StatusCode::CREATED, Json(info)).into_response()) };
+    let lines = ReceiverStream::new(frames).map(|frame| {
+        let mut line = serde_json::to_vec(&frame).unwrap_or_default();
+        line.push(b'\n');
+        Ok::<_, Infallible>(Bytes::from(line))
+    });
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response())
+}
+
+async fn execs(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(e.execs(&id).await?).into_response())
+}
+
+async fn kill_exec(State(e): Api, UrlPath((id, exec)): UrlPath<(String, String)>) -> Result<Response, Failure> {
+    Ok(Json(e.kill_exec(&id, &exec).await?).into_response())
+}
+
+async fn log(State(e): Api, UrlPath((id, exec)): UrlPath<(String, String)>) -> Result<Response, Failure> {
+    let path = e.log_path(&id, &exec).await?;
+    let text = tokio::fs::read(&path).await.map_err(|err| Failure::from(EngineError::Log(err)))?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+/// Serve the API on a unix socket until the process is stopped; reap expired sandboxes meanwhile.
+pub async fn serve(root: &Path, socket: &Path) -> Result<(), EngineError> {
+    let io = |action: &str, e: std::io::Error| berth_sys::SysError::new(format!("{action} {}", socket.display()), e);
+    let engine = Engine::open(root).await?;
+    if let Some(dir) = socket.parent() {
+        tokio::fs::create_dir_all(dir).await.map_err(|e| io("create the directory of", e))?;
+    }
+    let _ = tokio::fs::remove_file(socket).await;
+    let listener = tokio::net::UnixListener::bind(socket).map_err(|e| io("listen on", e))?;
+    std::fs::set_permissions(socket, std::os::unix::fs::PermissionsExt::from_mode(0o660))
+        .map_err(|e| io("set the mode of", e))?;
+    let reaper = Arc::clone(&engine);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            reaper.reap().await;
+        }
+    });
+    axum::serve(listener, app(engine)).await.map_err(|e| io("serve on", e))?;
+    Ok(())
+}

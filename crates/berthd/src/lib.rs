@@ -1,0 +1,21 @@
+//! berthd: the daemon. It serves the HTTP API, owns the lifecycle of every sandbox on the host (TTL, idle
+//! timeout, restart reconciliation), and runs execs with streamed, budgeted output.
+//!
+//! Sandboxes are built by a small single-threaded helper per sandbox, the shim (`berth shim`), because
+//! building one forks the calling process into new namespaces, which a multi-threaded daemon must never do.
+//! The shim stays alive as the sandbox's supervisor (its init dies with it) and outlives daemon restarts,
+//! so a new daemon re-adopts running sandboxes from their shims. The daemon talks to each sandbox's init
+//! directly over the init's control socket, which the shim hands over.
+#![forbid(unsafe_code)]
+
+mod budget;
+mod engine;
+mod error;
+mod exec;
+mod http;
+mod session;
+pub mod shim;
+
+pub use engine::Engine;
+pub use error::EngineError;
+pub use http::{app, serve};

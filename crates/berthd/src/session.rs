@@ -1,0 +1,91 @@
+//! The daemon's side of one sandbox's init control socket: requests go out, events are routed to whoever
+//! waits for them (one receiver per exec).
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use berth_init::protocol::{self, Event, Request};
+use tokio::io::Interest;
+use tokio::net::UnixDatagram;
+use tokio::sync::mpsc;
+
+use crate::EngineError;
+
+pub struct Session {
+    /// The control socket (`SOCK_SEQPACKET`), registered with tokio through a datagram socket wrapper: only
+    /// its readiness is used; messages and descriptors go through berth's own send/recv.
+    control: UnixDatagram,
+    waiters: Mutex<HashMap<u64, mpsc::UnboundedSender<Event>>>,
+    next: AtomicU64,
+}
+
+impl Session {
+    /// Take over an init control socket and start routing its events.
+    pub fn start(control: OwnedFd) -> Result<Arc<Session>, EngineError> {
+        berth_sys::fd::set_nonblocking(&control, true)?;
+        let control = UnixDatagram::from_std(std::os::unix::net::UnixDatagram::from(control))
+            .map_err(|e| berth_sys::SysError::new("watch the control socket", e))?;
+        let session = Arc::new(Session { control, waiters: Mutex::new(HashMap::new()), next: AtomicU64::new(1) });
+        tokio::spawn(Arc::clone(&session).route());
+        Ok(session)
+    }
+
+    /// A new request id and the channel its events arrive on.
+    pub fn register(&self) -> (u64, mpsc::UnboundedReceiver<Event>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Ok(mut w) = self.waiters.lock() {
+            w.insert(id, tx);
+        }
+        (id, rx)
+    }
+
+    pub fn unregister(&self, id: u64) {
+        if let Ok(mut w) = self.waiters.lock() {
+            w.remove(&id);
+        }
+    }
+
+    pub fn send(&self, req: &Request, fds: &[BorrowedFd<'_>]) -> Result<(), EngineError> {
+        protocol::send(self.control.as_fd(), req, fds).map_err(|_| EngineError::InitGone)
+    }
+
+    /// Read events until init hangs up; then every waiter's channel closes.
+    async fn route(self: Arc<Self>) {
+        let mut buf = vec![0u8; protocol::MAX_MESSAGE];
+        loop {
+            if self.control.readable().await.is_err() {
+                break;
+            }
+            let got = self.control.try_io(Interest::READABLE, || {
+                berth_sys::fd::recv(self.control.as_fd(), &mut buf).map_err(|e| {
+                    if e.errno() == Some(rustix::io::Errno::AGAIN.raw_os_error()) {
+                        std::io::ErrorKind::WouldBlock.into()
+                    } else {
+                        std::io::Error::other(e)
+                    }
+                })
+            });
+            let (n, _fds) = match got {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) | Ok((0, _)) => break,
+                Ok(r) => r,
+            };
+            let Ok(event) = serde_json::from_slice::<Event>(&buf[..n]) else { continue };
+            let target = match &event {
+                Event::Started { id, .. } | Event::Failed { id, .. } | Event::Exited { id, .. } => Some(*id),
+                _ => None,
+            };
+            if let (Some(id), Ok(w)) = (target, self.waiters.lock())
+                && let Some(tx) = w.get(&id)
+            {
+                let _ = tx.send(event);
+            }
+        }
+        if let Ok(mut w) = self.waiters.lock() {
+            w.clear();
+        }
+    }
+}

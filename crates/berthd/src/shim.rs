@@ -1,0 +1,168 @@
+//! The shim: one small, single-threaded supervisor process per sandbox.
+//!
+//! It builds the sandbox, then serves a `SOCK_SEQPACKET` socket at `<root>/run/shims/<id>.sock` where the
+//! daemon asks for the sandbox's record, its init's control socket, or its teardown. It exits when the
+//! sandbox is destroyed or its init dies; it does not exit when the daemon does.
+
+use std::io::{BufRead, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use berth_runtime::{Runtime, Sandbox, spec::Spec};
+use rustix::event::{PollFd, PollFlags};
+use serde::{Deserialize, Serialize};
+
+/// What the daemon hands a new shim on its stdin: the runtime spec and the API record to keep.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ShimStart {
+    pub name: String,
+    pub image: String,
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    pub cpu_millis: Option<u64>,
+    pub mounts: Vec<berth_api::Mount>,
+    /// The sandbox as the API shows it (id and pid are filled in by the shim).
+    pub record: berth_api::Sandbox,
+}
+
+/// The first line a shim prints: the sandbox, or why it could not be built.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShimReady {
+    Ready { record: berth_api::Sandbox },
+    Failed { message: String },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ShimRequest {
+    /// The sandbox's record.
+    Info,
+    /// A descriptor for init's control socket (attached to the reply).
+    Control,
+    /// Tear the sandbox down, reply with what was done, and exit.
+    Destroy,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum ShimReply {
+    Info { record: berth_api::Sandbox },
+    Control,
+    Destroyed { teardown: berth_api::Teardown },
+    Error { message: String },
+}
+
+/// Where the shim of sandbox `id` listens.
+pub fn socket_path(root: &Path, id: &str) -> PathBuf {
+    shims_dir(root).join(format!("{id}.sock"))
+}
+
+pub fn shims_dir(root: &Path) -> PathBuf {
+    root.join("run").join("shims")
+}
+
+/// The shim's main: returns the process exit code.
+pub fn main(root: &Path) -> i32 {
+    let mut out = std::io::stdout();
+    let mut line = String::new();
+    let start: ShimStart = match std::io::stdin().lock().read_line(&mut line).map(|_| serde_json::from_str(&line)) {
+        Ok(Ok(s)) => s,
+        _ => return report(&mut out, ShimReady::Failed { message: "the shim got no valid start message".into() }),
+    };
+    let (mut sandbox, record) = match build(root, &start) {
+        Ok(r) => r,
+        Err(message) => return report(&mut out, ShimReady::Failed { message }),
+    };
+    let path = socket_path(root, sandbox.id());
+    let listener = match std::fs::create_dir_all(shims_dir(root))
+        .map_err(|e| e.to_string())
+        .and_then(|()| berth_sys::fd::seqpacket_listen(&path).map_err(|e| berth_runtime::error_chain(&e)))
+    {
+        Ok(l) => l,
+        Err(message) => {
+            let _ = sandbox.destroy();
+            return report(&mut out, ShimReady::Failed { message });
+        }
+    };
+    report(&mut out, ShimReady::Ready { record: record.clone() });
+    let code = serve(&mut sandbox, &listener, &record);
+    let _ = std::fs::remove_file(&path);
+    // Dropping the sandbox tears it down if `serve` did not.
+    drop(sandbox);
+    code
+}
+
+fn report(out: &mut std::io::Stdout, ready: ShimReady) -> i32 {
+    let failed = matches!(ready, ShimReady::Failed { .. });
+    let _ = serde_json::to_writer(&mut *out, &ready).map(|()| out.write_all(b"\n"));
+    let _ = out.flush();
+    if failed { 125 } else { 0 }
+}
+
+fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox), String> {
+    let mut mounts = Vec::new();
+    for m in &start.mounts {
+        let text = format!("{}:{}{}", m.host, m.target, if m.readonly { ":ro" } else { "" });
+        mounts.push(berth_runtime::spec::parse_mount(&text).map_err(|e| e.to_string())?);
+    }
+    let spec = Spec {
+        name: start.name.clone(),
+        image: start.image.clone(),
+        limits: berth_runtime::cgroup::Limits {
+            memory_bytes: start.memory_bytes,
+            pids: start.pids,
+            cpu_millis: start.cpu_millis,
+        },
+        mounts,
+    };
+    let runtime = Runtime::open(root).map_err(|e| berth_runtime::error_chain(&e))?;
+    let sandbox = runtime.create(&spec).map_err(|e| berth_runtime::error_chain(&e))?;
+    let mut record = start.record.clone();
+    record.id = sandbox.id().to_string();
+    record.pid = Some(sandbox.pid());
+    record.state = berth_api::SandboxState::Running;
+    Ok((sandbox, record))
+}
+
+/// Answer the daemon until the sandbox is destroyed (0) or its init dies (1).
+fn serve(sandbox: &mut Sandbox, listener: &OwnedFd, record: &berth_api::Sandbox) -> i32 {
+    loop {
+        let (conn_ready, init_gone) = {
+            let pidfd = sandbox.pidfd();
+            let mut fds = [PollFd::new(listener, PollFlags::IN), PollFd::new(&pidfd, PollFlags::IN)];
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return 1,
+            }
+            (!fds[0].revents().is_empty(), !fds[1].revents().is_empty())
+        };
+        if init_gone {
+            return 1;
+        }
+        if !conn_ready {
+            continue;
+        }
+        let Ok(conn) = berth_sys::fd::accept(listener.as_fd()) else { continue };
+        // One connection at a time, a few requests each: the daemon is the only client.
+        while let Ok((req, _)) = berth_init::protocol::recv::<ShimRequest>(conn.as_fd()) {
+            let send = |reply: &ShimReply, fds: &[std::os::fd::BorrowedFd<'_>]| {
+                berth_init::protocol::send(conn.as_fd(), reply, fds)
+            };
+            let sent = match req {
+                ShimRequest::Info => send(&ShimReply::Info { record: record.clone() }, &[]),
+                ShimRequest::Control => send(&ShimReply::Control, &[sandbox.control()]),
+                ShimRequest::Destroy => {
+                    let t = sandbox.teardown();
+                    let teardown =
+                        berth_api::Teardown { id: record.id.clone(), steps: t.steps, leftovers: t.leftovers };
+                    let _ = send(&ShimReply::Destroyed { teardown }, &[]);
+                    return 0;
+                }
+            };
+            if sent.is_err() {
+                break;
+            }
+        }
+    }
+}
