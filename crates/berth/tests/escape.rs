@@ -222,8 +222,7 @@ fn sandbox_blocks_setuid_and_file_capabilities_inside() {
     let as_user = "setpriv --reuid 1000 --regid 1000 --clear-groups";
     let script = format!(
         "set -e; cp /usr/bin/id /opt/id; chmod 4755 /opt/id; stat -c %A /opt/id; cp /usr/bin/python3 /opt/py; \
-         python3 -c 'import os; os.setxattr(\"/opt/py\", \"security.capability\", bytes.fromhex(\"01000002\" \"80000000\" + \"00\" * 12))'; \
-         {as_user} id -u; {as_user} /opt/id -u; \
+         {SETCAP} /opt/py; {as_user} id -u; {as_user} /opt/id -u; \
          {as_user} /opt/py -c 'import os; os.setuid(0)' 2>/dev/null || echo py-setuid-denied; \
          {as_user} python3 -c 'import os; os.setuid(0)' 2>/dev/null || echo setuid-denied; \
          {as_user} cat /etc/shadow 2>/dev/null || echo shadow-denied"
@@ -262,10 +261,18 @@ print('fifo=' + attempt(lambda: os.mkfifo('/tmp/fifo')))
     assert!(!dir.path().join("sda").exists());
 }
 
-/// Inside the sandbox: copy a setuid `id`, a `python3` with cap_setuid+ep (v2) and a setgid directory into DIR.
-const PLANT: &str = "cp /usr/bin/id $D/id; chmod 6755 $D/id; cp /usr/bin/python3 $D/py; mkdir $D/sgid; chmod 2777 $D/sgid; \
-     python3 -c 'import os; os.setxattr(\"'$D'/py\", \"security.capability\", bytes.fromhex(\"01000002\" \"80000000\" + \"00\" * 12))'; \
-     chown 1234:1234 $D/id 2>/dev/null && echo chowned; true";
+/// Shell: give the file named by the next word cap_setuid+ep (a v2 `security.capability`, as `setcap` writes).
+const SETCAP: &str = "python3 -c 'import os, sys; \
+    os.setxattr(sys.argv[1], \"security.capability\", bytes.fromhex(\"0100000280\" + \"00\" * 15))'";
+
+/// Shell, inside the sandbox: plant a setuid and setgid `id`, a `python3` with cap_setuid+ep and a setgid
+/// directory in `dir`, and try to give `id` away to an id the sandbox does not map.
+fn plant(dir: &str) -> String {
+    format!(
+        "cp /usr/bin/id {dir}/id; chmod 6755 {dir}/id; cp /usr/bin/python3 {dir}/py; {SETCAP} {dir}/py; \
+         mkdir {dir}/sgid; chmod 2777 {dir}/sgid; chown 1234:1234 {dir}/id 2>/dev/null && echo chowned; true"
+    )
+}
 
 #[test]
 fn sandbox_blocks_planting_host_root_files_through_a_user_owned_mount() {
@@ -274,7 +281,7 @@ fn sandbox_blocks_planting_host_root_files_through_a_user_owned_mount() {
     rustix::fs::chown(dir.path(), Some(rustix::fs::Uid::from_raw(4321)), Some(rustix::fs::Gid::from_raw(4321)))
         .unwrap();
     let spec = format!("{}:/workspace/h", dir.path().display());
-    let out = sh(&b, &["--mount", &spec], &format!("D=/workspace/h; {PLANT}; chown 70000 /tmp || echo unmapped"));
+    let out = sh(&b, &["--mount", &spec], &format!("{}; chown 70000 /tmp || echo unmapped", plant("/workspace/h")));
     assert_eq!(text(&out.stdout), "unmapped\n", "no chown to ids outside the map: {}", text(&out.stderr));
     let planted = ["id", "py", "sgid"];
     for f in planted {
@@ -292,7 +299,7 @@ fn sandbox_blocks_planting_setuid_root_files_in_a_root_owned_mount() {
     let dir = tempfile::tempdir().unwrap();
     assert_eq!(std::fs::metadata(dir.path()).unwrap().uid(), 0);
     let spec = format!("{}:/workspace/h", dir.path().display());
-    let out = sh(&b, &["--mount", &spec], &format!("D=/workspace/h; {PLANT}"));
+    let out = sh(&b, &["--mount", &spec], &plant("/workspace/h"));
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(dir.path().join("py").exists(), "the sandbox can write to the mount");
     for f in ["id", "py", "sgid"] {
