@@ -18,9 +18,10 @@ use crate::plan::{Plan, Step};
 use crate::{RuntimeError, error_chain};
 
 /// Capabilities root inside keeps (the rest leave the bounding set): what package managers and build tools
-/// need, and nothing that administers the kernel, the network stack or other processes' memory. Numbers from
+/// need, and nothing that administers the kernel, the network stack or other processes' memory. SETFCAP is
+/// left out too: file capabilities written through an id-mapped mount could take effect on the host. Numbers from
 /// <linux/capability.h>.
-const KEPT_CAPABILITIES: [u32; 12] = [
+const KEPT_CAPABILITIES: [u32; 11] = [
     0,  // CHOWN
     1,  // DAC_OVERRIDE
     3,  // FOWNER
@@ -32,7 +33,6 @@ const KEPT_CAPABILITIES: [u32; 12] = [
     10, // NET_BIND_SERVICE
     18, // SYS_CHROOT
     29, // AUDIT_WRITE
-    31, // SETFCAP
 ];
 
 /// The message the supervisor sends once the namespaces are mapped: the detached trees, in plan order.

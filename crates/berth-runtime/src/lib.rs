@@ -50,6 +50,11 @@ pub enum RuntimeError {
     Spec(#[from] spec::SpecError),
     #[error("cannot mount {path}: it does not exist on the host")]
     MountSource { path: PathBuf },
+    #[error(
+        "berth will not mount {path} read-write: it is owned by root on the host, so what a sandbox writes there \
+         (setuid programs included) would be root's; mount it read-only (:ro) or give it an unprivileged owner"
+    )]
+    RootOwnedMount { path: PathBuf },
     #[error("too many mounts: at most {max} are allowed")]
     TooManyMounts { max: usize },
     #[error("cannot prepare the sandbox's directories")]

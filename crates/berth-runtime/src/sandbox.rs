@@ -142,6 +142,11 @@ impl Runtime {
         let mut owners = Vec::new();
         for m in &spec.mounts {
             let meta = fs::metadata(&m.host).map_err(|_| RuntimeError::MountSource { path: m.host.clone() })?;
+            // Read-write, files a sandbox writes there would belong to host root (the directory's owner),
+            // setuid bits and all.
+            if !m.readonly && (meta.uid() == 0 || meta.gid() == 0) {
+                return Err(RuntimeError::RootOwnedMount { path: m.host.clone() });
+            }
             owners.push((meta.uid(), meta.gid()));
         }
         crate::trace::mark("start");

@@ -55,6 +55,8 @@ pub enum Command {
     Kill(KillArgs),
     /// List a sandbox's execs.
     Ps(PsArgs),
+    /// Print a sandbox's journal of actions, or check its hash chain (--verify).
+    Journal(JournalArgs),
     /// PID 1 inside a sandbox (started by berth only).
     #[command(hide = true)]
     Init,

@@ -233,3 +233,55 @@ fn a_sigkilled_daemon_is_replaced_and_readopts_its_sandboxes() {
     let out = d.berth(&["exec", "survivor", "--", "cat", "/workspace/state"]);
     assert_eq!(text(&out.stdout), "before\n", "{}", text(&out.stderr));
 }
+
+#[test]
+fn the_journal_records_every_action_and_verify_catches_an_edit() {
+    let d = Daemon::start();
+    let id = d.create(&["--name", "audited", "--env", "API_TOKEN=s3cret-value"]);
+    assert!(d.berth(&["exec", &id, "--", "echo", "hello"]).status.success());
+    assert!(d.berth(&["rm", &id]).status.success());
+    // The journal outlives the sandbox.
+    let out = d.berth(&["journal", &id, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let records: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let actions: Vec<&str> = records.as_array().unwrap().iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["create", "exec", "exec_finished", "remove"]);
+    let all = text(&out.stdout);
+    assert!(all.contains("API_TOKEN"), "env names are recorded");
+    assert!(!all.contains("s3cret-value"), "env values never are");
+    let finished = &records[2]["result"];
+    assert_eq!(finished["log_sha256"].as_str().unwrap().len(), 64);
+    assert!(d.berth(&["journal", &id, "--verify"]).status.success());
+
+    // Edit one record on disk: verification fails and says where.
+    let path = d.dir.path().join("root/journal").join(format!("{id}.jsonl"));
+    let edited = std::fs::read_to_string(&path).unwrap().replacen("\"echo\"", "\"rm -rf /\"", 1);
+    std::fs::write(&path, edited).unwrap();
+    let out = d.berth(&["journal", &id, "--verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).contains("record 2"), "{}", text(&out.stdout));
+}
+
+#[test]
+fn a_retry_with_the_same_idempotency_key_acts_once() {
+    let d = Daemon::start();
+    let post = |key: &str, body: &str| {
+        let mut s = UnixStream::connect(d.socket()).unwrap();
+        let req = format!(
+            "POST /v1/sandboxes HTTP/1.1\r\nHost: berth\r\nContent-Type: application/json\r\nIdempotency-Key: {key}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        serde_json::from_str::<Value>(&body).unwrap()
+    };
+    let first = post("create-1", r#"{"name": "once"}"#);
+    let again = post("create-1", r#"{"name": "once"}"#);
+    assert_eq!(first["id"], again["id"], "the retry must return the first result");
+    assert_eq!(d.ids().len(), 1, "and must not create a second sandbox");
+    let other = post("create-2", r#"{"name": "twice"}"#);
+    assert_ne!(other["id"], first["id"]);
+    assert_eq!(d.ids().len(), 2);
+}

@@ -13,6 +13,7 @@ use tokio::sync::{Mutex, mpsc, watch};
 
 use crate::EngineError;
 use crate::exec::{self, ExecPlan};
+use crate::journal::{self, Journal};
 use crate::session::Session;
 use crate::shim::{self, ShimReady, ShimReply, ShimRequest, ShimStart};
 
@@ -28,10 +29,14 @@ pub struct Engine {
     root: PathBuf,
     exe: PathBuf,
     sandboxes: Mutex<HashMap<String, Arc<Live>>>,
+    /// Results of mutating calls made with an `Idempotency-Key`, by key. Keyed calls are serialised by the
+    /// lock, so a retry racing the original waits for it and gets its result.
+    idempotent: Mutex<HashMap<String, (u16, serde_json::Value)>>,
 }
 
 struct Live {
     record: Mutex<Sandbox>,
+    journal: std::sync::Mutex<Journal>,
     env: BTreeMap<String, String>,
     session: Arc<Session>,
     execs: Mutex<BTreeMap<String, ExecEntry>>,
@@ -53,10 +58,15 @@ impl Engine {
     /// Open the engine on a data root: adopt the sandboxes whose shims survived a previous daemon.
     pub async fn open(root: &Path) -> Result<Arc<Engine>, EngineError> {
         let exe = std::env::current_exe().map_err(EngineError::SpawnShim)?;
-        for dir in [shim::shims_dir(root), root.join("logs")] {
+        for dir in [shim::shims_dir(root), root.join("logs"), root.join("journal")] {
             tokio::fs::create_dir_all(&dir).await.map_err(EngineError::Log)?;
         }
-        let engine = Arc::new(Engine { root: root.to_path_buf(), exe, sandboxes: Mutex::new(HashMap::new()) });
+        let engine = Arc::new(Engine {
+            root: root.to_path_buf(),
+            exe,
+            sandboxes: Mutex::new(HashMap::new()),
+            idempotent: Mutex::new(HashMap::new()),
+        });
         engine.adopt_all().await;
         Ok(engine)
     }
@@ -67,7 +77,8 @@ impl Engine {
             let path = entry.path();
             match adopt(&path).await {
                 Ok((record, session)) => {
-                    let live = Live::new(record.clone(), BTreeMap::new(), session);
+                    let Ok(live) = Live::new(&self.root, record.clone(), BTreeMap::new(), session) else { continue };
+                    live.note("adopt", serde_json::json!({}), serde_json::json!({"pid": record.pid}));
                     self.sandboxes.lock().await.insert(record.id.clone(), Arc::new(live));
                 }
                 // Its shim is gone, and its sandbox with it: the socket file is all that is left.
@@ -128,7 +139,14 @@ impl Engine {
         };
         let record = self.spawn_shim(&start).await?;
         let (_, session) = adopt(&shim::socket_path(&self.root, &record.id)).await?;
-        let live = Arc::new(Live::new(record.clone(), req.env, session));
+        let env_names: Vec<&String> = req.env.keys().collect();
+        let args = serde_json::json!({
+            "name": record.name, "image": record.image, "memory_bytes": req.memory_bytes, "pids": req.pids,
+            "cpus": req.cpus, "ttl_seconds": req.ttl_seconds, "idle_timeout_seconds": req.idle_timeout_seconds,
+            "labels": req.labels, "mounts": req.mounts, "env_names": env_names,
+        });
+        let live = Arc::new(Live::new(&self.root, record.clone(), req.env, session).map_err(EngineError::Log)?);
+        live.note("create", args, serde_json::json!({"id": record.id, "pid": record.pid}));
         self.sandboxes.lock().await.insert(record.id.clone(), live);
         Ok(record)
     }
@@ -195,6 +213,10 @@ impl Engine {
 
     /// Tear a sandbox down (in order, through its shim) and report what was done.
     pub async fn remove(&self, id: &str) -> Result<Teardown, EngineError> {
+        self.remove_because(id, "remove").await
+    }
+
+    async fn remove_because(&self, id: &str, why: &str) -> Result<Teardown, EngineError> {
         let live = self.live(id).await?;
         let sid = live.record.lock().await.id.clone();
         self.sandboxes.lock().await.remove(&sid);
@@ -209,6 +231,11 @@ impl Engine {
         })
         .await
         .map_err(|_| EngineError::ShimGone)??;
+        live.note(
+            why,
+            serde_json::json!({}),
+            serde_json::json!({"steps": teardown.steps, "leftovers": teardown.leftovers}),
+        );
         let _ = tokio::fs::remove_dir_all(self.root.join("logs").join(&sid)).await;
         Ok(teardown)
     }
@@ -258,7 +285,26 @@ impl Engine {
             max_output,
             log: logs.join(format!("{exec_id}.log")),
         };
+        let log_path = plan.log.clone();
+        let env_names: Vec<&String> = live.env.keys().chain(req.env.keys()).collect();
+        let args = serde_json::json!({
+            "exec_id": exec_id, "argv": req.argv, "workdir": plan.workdir, "env_names": env_names,
+            "timeout_seconds": req.timeout_seconds, "max_output_bytes": max_output, "detach": req.detach,
+        });
         let running = exec::start(Arc::clone(&live.session), plan).await?;
+        live.note("exec", args, serde_json::json!({"started": true}));
+        let (journal_live, mut done) = (Arc::clone(&live), running.done.clone());
+        tokio::spawn(async move {
+            if let Ok(r) = done.wait_for(|r| r.is_some()).await {
+                let result = r.clone();
+                let digest = journal::file_digest(&log_path).unwrap_or_default();
+                journal_live.note(
+                    "exec_finished",
+                    serde_json::json!({"exec_id": result.as_ref().map(|r| r.exec_id.clone())}),
+                    serde_json::json!({"result": result, "log": log_path, "log_sha256": digest}),
+                );
+            }
+        });
         let started_at_ms = now_ms();
         let info = ExecInfo {
             exec_id: exec_id.clone(),
@@ -272,6 +318,40 @@ impl Engine {
             .await
             .insert(exec_id, ExecEntry { argv: req.argv, started_at_ms, kill: running.kill, done: running.done });
         Ok((info, (!req.detach).then_some(running.frames)))
+    }
+
+    /// A sandbox's journal (also after the sandbox is gone): its records, or the verdict of checking them.
+    pub async fn journal(&self, id: &str, verify: bool) -> Result<serde_json::Value, EngineError> {
+        let sid = match self.live(id).await {
+            Ok(live) => live.record.lock().await.id.clone(),
+            Err(_) if id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit()) => id.to_string(),
+            Err(e) => return Err(e),
+        };
+        let path = journal_path(&self.root, &sid);
+        if !path.exists() {
+            return Err(EngineError::NoSandbox(id.to_string()));
+        }
+        let value = if verify {
+            serde_json::to_value(journal::verify(&path).map_err(EngineError::Log)?)
+        } else {
+            serde_json::to_value(journal::read(&path).map_err(EngineError::Log)?)
+        };
+        value.map_err(|e| EngineError::Log(std::io::Error::other(e)))
+    }
+
+    /// Run `op` once per idempotency key: a retry with the same key gets the first call's result.
+    pub async fn idempotent<F>(&self, key: Option<String>, op: F) -> Result<(u16, serde_json::Value), EngineError>
+    where
+        F: std::future::Future<Output = Result<(u16, serde_json::Value), EngineError>>,
+    {
+        let Some(key) = key else { return op.await };
+        let mut cache = self.idempotent.lock().await;
+        if let Some(hit) = cache.get(&key) {
+            return Ok(hit.clone());
+        }
+        let result = op.await?;
+        cache.insert(key, result.clone());
+        Ok(result)
     }
 
     pub async fn execs(&self, id: &str) -> Result<Vec<ExecInfo>, EngineError> {
@@ -320,22 +400,47 @@ impl Engine {
             }
         }
         for id in &due {
-            let _ = self.remove(id).await;
+            let _ = self.remove_because(id, "reaped").await;
         }
         due
     }
 }
 
 impl Live {
-    fn new(record: Sandbox, env: BTreeMap<String, String>, session: Arc<Session>) -> Live {
-        Live {
+    fn new(
+        root: &Path,
+        record: Sandbox,
+        env: BTreeMap<String, String>,
+        session: Arc<Session>,
+    ) -> std::io::Result<Live> {
+        let journal = Journal::open(&journal_path(root, &record.id))?;
+        Ok(Live {
+            journal: std::sync::Mutex::new(journal),
             record: Mutex::new(record),
             env,
             session,
             execs: Mutex::new(BTreeMap::new()),
             next_exec: std::sync::atomic::AtomicU64::new(1),
+        })
+    }
+
+    /// Record an action in the sandbox's journal. A journal that cannot be written is reported on stderr:
+    /// the action has happened, and refusing it afterwards would not undo it.
+    fn note(&self, action: &str, args: serde_json::Value, result: serde_json::Value) {
+        let written = self
+            .journal
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))
+            .and_then(|mut j| j.append("local", action, args, result));
+        if let Err(e) = written {
+            eprintln!("berth daemon: cannot write the journal: {e}");
         }
     }
+}
+
+/// Where sandbox `id`'s journal is kept (it outlives the sandbox).
+pub fn journal_path(root: &Path, id: &str) -> PathBuf {
+    root.join("journal").join(format!("{id}.jsonl"))
 }
 
 impl ExecEntry {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Path as UrlPath, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use axum::{Json, Router};
@@ -66,13 +66,43 @@ pub fn app(engine: Arc<Engine>) -> Router {
         .route("/v1/sandboxes/{id}/execs", get(execs).post(exec))
         .route("/v1/sandboxes/{id}/execs/{exec}", delete(kill_exec))
         .route("/v1/sandboxes/{id}/execs/{exec}/log", get(log))
+        .route("/v1/sandboxes/{id}/journal", get(journal))
         .fallback(|| async { Failure(ErrorCode::NotFound, "no such route".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(engine)
 }
 
-async fn create(State(e): Api, ApiJson(req): ApiJson<CreateSandbox>) -> Result<Response, Failure> {
-    Ok((StatusCode::CREATED, Json(e.create(req).await?)).into_response())
+/// The `Idempotency-Key` of a mutating request, scoped to its route.
+fn idempotency_key(headers: &HeaderMap, route: &str) -> Result<Option<String>, Failure> {
+    let Some(v) = headers.get("idempotency-key") else { return Ok(None) };
+    match v.to_str() {
+        Ok(k) if !k.is_empty() && k.len() <= 200 => Ok(Some(format!("{route} {k}"))),
+        _ => Err(Failure(
+            ErrorCode::InvalidRequest,
+            "the Idempotency-Key header must be 1-200 visible characters".into(),
+        )),
+    }
+}
+
+/// Run a mutating call once per idempotency key and answer with its (first) result.
+async fn once<T: serde::Serialize>(
+    e: &Engine,
+    key: Option<String>,
+    status: StatusCode,
+    op: impl std::future::Future<Output = Result<T, EngineError>>,
+) -> Result<Response, Failure> {
+    let (code, body) = e
+        .idempotent(key, async {
+            let v = op.await?;
+            Ok((status.as_u16(), serde_json::to_value(v).map_err(|err| EngineError::Log(std::io::Error::other(err)))?))
+        })
+        .await?;
+    Ok((StatusCode::from_u16(code).unwrap_or(status), Json(body)).into_response())
+}
+
+async fn create(State(e): Api, headers: HeaderMap, ApiJson(req): ApiJson<CreateSandbox>) -> Result<Response, Failure> {
+    let key = idempotency_key(&headers, "create")?;
+    once(&e, key, StatusCode::CREATED, e.create(req)).await
 }
 
 async fn list(State(e): Api) -> Response {
@@ -83,31 +113,71 @@ async fn inspect(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response
     Ok(Json(e.get(&id).await?).into_response())
 }
 
-async fn remove(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
-    Ok(Json(e.remove(&id).await?).into_response())
+async fn remove(State(e): Api, headers: HeaderMap, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    let key = idempotency_key(&headers, &format!("remove {id}"))?;
+    once(&e, key, StatusCode::OK, e.remove(&id)).await
 }
 
 async fn exec(
     State(e): Api,
+    headers: HeaderMap,
     UrlPath(id): UrlPath<String>,
     ApiJson(req): ApiJson<ExecRequest>,
 ) -> Result<Response, Failure> {
+    // A retried exec does not run again: it answers with the first one's record (its output is in its log).
+    if let Some(key) = idempotency_key(&headers, &format!("exec {id}"))? {
+        let mut stream = None;
+        let first = e
+            .idempotent(Some(key), async {
+                let (info, frames) = e.exec(&id, req).await?;
+                stream = frames;
+                Ok((201, serde_json::to_value(info).map_err(|err| EngineError::Log(std::io::Error::other(err)))?))
+            })
+            .await?;
+        if let Some(frames) = stream {
+            return Ok(ndjson(frames));
+        }
+        return Ok((StatusCode::from_u16(first.0).unwrap_or(StatusCode::OK), Json(first.1)).into_response());
+    }
     let (info, frames) = e.exec(&id, req).await?;
     let Some(frames) = frames else { return Ok((StatusCode::CREATED, Json(info)).into_response()) };
+    Ok(ndjson(frames))
+}
+
+fn ndjson(frames: tokio::sync::mpsc::Receiver<berth_api::ExecFrame>) -> Response {
     let lines = ReceiverStream::new(frames).map(|frame| {
         let mut line = serde_json::to_vec(&frame).unwrap_or_default();
         line.push(b'\n');
         Ok::<_, Infallible>(Bytes::from(line))
     });
-    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response())
+    ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct JournalQuery {
+    #[serde(default)]
+    verify: bool,
+}
+
+async fn journal(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    axum::extract::Query(q): axum::extract::Query<JournalQuery>,
+) -> Result<Response, Failure> {
+    Ok(Json(e.journal(&id, q.verify).await?).into_response())
 }
 
 async fn execs(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
     Ok(Json(e.execs(&id).await?).into_response())
 }
 
-async fn kill_exec(State(e): Api, UrlPath((id, exec)): UrlPath<(String, String)>) -> Result<Response, Failure> {
-    Ok(Json(e.kill_exec(&id, &exec).await?).into_response())
+async fn kill_exec(
+    State(e): Api,
+    headers: HeaderMap,
+    UrlPath((id, exec)): UrlPath<(String, String)>,
+) -> Result<Response, Failure> {
+    let key = idempotency_key(&headers, &format!("kill {id} {exec}"))?;
+    once(&e, key, StatusCode::OK, e.kill_exec(&id, &exec)).await
 }
 
 async fn log(State(e): Api, UrlPath((id, exec)): UrlPath<(String, String)>) -> Result<Response, Failure> {

@@ -13,6 +13,7 @@ mod engine;
 mod error;
 mod exec;
 mod http;
+pub mod journal;
 mod session;
 pub mod shim;
 

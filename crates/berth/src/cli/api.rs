@@ -154,3 +154,15 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
         _ => Err(format!("{s:?} is not KEY=VALUE with a non-empty KEY")),
     }
 }
+
+#[derive(Debug, Args)]
+pub struct JournalArgs {
+    /// Sandbox id or name (an id also works after the sandbox is gone).
+    pub id: String,
+    /// Check the journal's hash chain instead of printing it; exits non-zero if it was tampered with.
+    #[arg(long)]
+    pub verify: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}

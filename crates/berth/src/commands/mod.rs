@@ -6,6 +6,7 @@ mod daemon;
 mod exec;
 mod info;
 mod inspect;
+mod journal;
 mod kill;
 mod logs;
 mod ls;
@@ -34,6 +35,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Logs(args) => logs::logs(&cli.socket, args),
         Command::Kill(args) => kill::kill(&cli.socket, args),
         Command::Ps(args) => ps::ps(&cli.socket, args),
+        Command::Journal(args) => journal::journal(&cli.socket, args),
         Command::Init => anyhow::bail!("init runs only as PID 1 of a sandbox that berth created"),
     }
 }
