@@ -110,6 +110,10 @@ pub struct BenchArgs {
     /// Print the results as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Instead: time `exec true` on a running sandbox through the daemon at --socket (raw API and CLI)
+    /// against `nsenter` into the same sandbox.
+    #[arg(long)]
+    pub exec: bool,
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,7 @@
 //! One module per verb.
 
 mod bench;
+mod bench_exec;
 mod create;
 mod daemon;
 mod exec;
@@ -24,6 +25,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Run(args) => run::run(&cli.root, args),
         Command::Probe(args) => probe::probe(args),
         Command::Info => info::info(&cli.root),
+        Command::Bench(args) if args.exec => bench_exec::bench_exec(&cli.socket, args),
         Command::Bench(args) => bench::bench(&cli.root, args),
         Command::Daemon => daemon::daemon(&cli.root, &cli.socket),
         Command::Shim => Ok(berthd::shim::main(&cli.root)),
