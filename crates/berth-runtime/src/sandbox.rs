@@ -26,6 +26,9 @@ use crate::spec::{self, Spec};
 /// unprivileged) credentials whatever the data root's permissions are.
 pub const SCRATCH_MOUNT_POINT: &str = "/run/berth/scratch";
 
+/// Host-wide liveness claims, one per sandbox, held (flock) for its whole life by whoever supervises it.
+pub const LIVE_DIR: &str = "/run/berth/live";
+
 /// Most bind mounts one sandbox may have.
 pub const MAX_MOUNTS: usize = 32;
 
@@ -43,6 +46,8 @@ pub struct Sandbox {
     id: String,
     claim_path: PathBuf,
     _claim: File,
+    live_path: PathBuf,
+    _live: File,
     _ids: IdBlock,
     cgroup: Cgroup,
     pid: i32,
@@ -125,7 +130,28 @@ impl Runtime {
             let _ = cg.kill_all();
             let _ = cg.remove();
             let _ = fs::remove_file(entry.path());
+            let _ = fs::remove_file(Path::new(LIVE_DIR).join(format!("{id}.lock")));
             removed.push(id.to_string());
+        }
+        // Cgroups are the host's, not one data root's: a sandbox whose data root is gone (or that crashed
+        // before anything else was made) is found by its cgroup, and is stale when nobody holds its liveness
+        // claim.
+        for id in self.hierarchy.list() {
+            let live = Path::new(LIVE_DIR).join(format!("{id}.lock"));
+            let held = File::options()
+                .write(true)
+                .open(&live)
+                .map(|f| rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_err())
+                .unwrap_or(false);
+            if held {
+                continue;
+            }
+            let cg = self.hierarchy.open(&id);
+            let _ = cg.kill_all();
+            if cg.remove().is_ok() {
+                let _ = fs::remove_file(&live);
+                removed.push(id);
+            }
         }
         removed
     }
@@ -152,23 +178,11 @@ impl Runtime {
         crate::trace::mark("start");
         let layers = self.images.layers(&spec.image)?;
         let id = new_id()?;
-        // The claim is locked under a name the sweep ignores, then renamed into place (the lock goes with the
-        // file), so a concurrent sweep never sees an unlocked claim of a sandbox being built.
-        let claim_path = self.root.join("sandboxes").join(format!("{id}.lock"));
-        let fresh = self.root.join("sandboxes").join(format!("{id}.lock.new"));
-        let claim = File::options()
-            .create_new(true)
-            .write(true)
-            .open(&fresh)
-            .map_err(|source| RuntimeError::PrepareSandbox { source })?;
-        rustix::fs::flock(&claim, FlockOperation::NonBlockingLockExclusive)
-            .and_then(|()| rustix::fs::rename(&fresh, &claim_path))
-            .map_err(|e| {
-                let _ = fs::remove_file(&fresh);
-                RuntimeError::PrepareSandbox { source: e.into() }
-            })?;
+        let (claim_file, claim_path) = claim(&self.root.join("sandboxes"), &id)?;
         // From here on, a failure must undo what was made: `Partial` does that when dropped.
-        let mut partial = Partial { cgroup: None, claim_path: Some(claim_path.clone()) };
+        let mut partial = Partial { cgroup: None, claim_path: Some(claim_path.clone()), live_path: None };
+        let (live, live_path) = claim(Path::new(LIVE_DIR), &id)?;
+        partial.live_path = Some(live_path.clone());
         let layout = Layout { dir: PathBuf::from(SCRATCH_MOUNT_POINT) };
         let ids = IdBlock::claim(Path::new(crate::ids::CLAIMS_DIR))?;
         crate::trace::mark("claim");
@@ -200,10 +214,13 @@ impl Runtime {
         }
         let cgroup = partial.cgroup.take().ok_or(RuntimeError::InitGone)?;
         partial.claim_path = None;
+        partial.live_path = None;
         Ok(Sandbox {
             id,
             claim_path,
-            _claim: claim,
+            _claim: claim_file,
+            live_path,
+            _live: live,
             _ids: ids,
             cgroup,
             pid,
@@ -256,6 +273,26 @@ fn start_child(pid: i32, plan: &Plan, base: u32, control: BorrowedFd<'_>) -> Res
     }
 }
 
+/// Create and lock `<dir>/<id>.lock`. It is locked under a name sweeps ignore and then renamed into place
+/// (the lock goes with the file), so a sweep never sees an unlocked claim of a sandbox being built.
+fn claim(dir: &Path, id: &str) -> Result<(File, PathBuf), RuntimeError> {
+    let path = dir.join(format!("{id}.lock"));
+    let fresh = dir.join(format!("{id}.lock.new"));
+    fs::create_dir_all(dir).map_err(|source| RuntimeError::PrepareSandbox { source })?;
+    let file = File::options()
+        .create_new(true)
+        .write(true)
+        .open(&fresh)
+        .map_err(|source| RuntimeError::PrepareSandbox { source })?;
+    rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive)
+        .and_then(|()| rustix::fs::rename(&fresh, &path))
+        .map_err(|e| {
+            let _ = fs::remove_file(&fresh);
+            RuntimeError::PrepareSandbox { source: e.into() }
+        })?;
+    Ok((file, path))
+}
+
 fn new_id() -> Result<String, RuntimeError> {
     let mut bytes = [0u8; 6];
     rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
@@ -267,6 +304,7 @@ fn new_id() -> Result<String, RuntimeError> {
 struct Partial {
     cgroup: Option<Cgroup>,
     claim_path: Option<PathBuf>,
+    live_path: Option<PathBuf>,
 }
 
 impl Drop for Partial {
@@ -275,7 +313,7 @@ impl Drop for Partial {
             let _ = cg.kill_all();
             let _ = cg.remove();
         }
-        if let Some(p) = self.claim_path.take() {
+        for p in [self.claim_path.take(), self.live_path.take()].into_iter().flatten() {
             let _ = fs::remove_file(p);
         }
     }
@@ -390,10 +428,12 @@ impl Sandbox {
         crate::trace::mark("remove cgroups");
         // The sandbox's files and mounts lived only in its own mount namespace (on its private tmpfs), which
         // ended with its last process: on the host there is only the claim left to drop.
-        match fs::remove_file(&self.claim_path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => t.leftovers.push(format!("{}: {e}", self.claim_path.display())),
+        for path in [&self.claim_path, &self.live_path] {
+            match fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => t.leftovers.push(format!("{}: {e}", path.display())),
+            }
         }
         if self.cgroup.exists() {
             t.leftovers.push(format!("cgroup {}", self.id));

@@ -426,3 +426,16 @@ fn a_private_data_root_works() {
     let out = b.run(&[], &["echo", "ok"]);
     assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
 }
+
+#[test]
+fn cgroups_left_by_a_vanished_data_root_are_swept() {
+    // A crash can leave a sandbox's cgroup behind with no data root to remember it (its directory was
+    // deleted): the next berth on the host, whatever its root, removes it.
+    let hierarchy = berth_runtime::cgroup::Hierarchy::detect().unwrap();
+    let name = format!("0rphan{:06x}", std::process::id());
+    let cg = hierarchy.create(&name, &berth_runtime::cgroup::Limits::default()).unwrap();
+    assert!(cg.exists());
+    let b = Berth::new();
+    assert_eq!(b.run(&[], &["true"]).status.code(), Some(0));
+    assert!(!cg.exists(), "the orphaned cgroup must be swept");
+}
