@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// The OpenAPI 3.1 description of the daemon's HTTP API, as `GET /v1/openapi.json` serves it.
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
 /// `POST /v1/sandboxes`
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -142,12 +145,80 @@ pub struct ExecInfo {
     pub result: Option<ExecResult>,
 }
 
+/// A lifecycle event, as `GET /v1/events` streams them (server-sent events, one JSON object each).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LifecycleEvent {
+    /// Increases by one per event since the daemon started.
+    pub seq: u64,
+    pub time_ms: u64,
+    pub sandbox: String,
+    pub kind: EventKind,
+    pub exec_id: Option<String>,
+    pub exit_code: Option<i32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Created,
+    Adopted,
+    ExecStarted,
+    ExecFinished,
+    ExecTimedOut,
+    ExecKilled,
+    Removed,
+    Reaped,
+}
+
 /// What removing a sandbox did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Teardown {
     pub id: String,
     pub steps: Vec<String>,
     pub leftovers: Vec<String>,
+}
+
+// ---- Files: /v1/sandboxes/{id}/files, /stat, /mkdir, /archive ----
+//
+// Paths are absolute paths inside the sandbox, given as the `path` query parameter; they are resolved inside
+// the sandbox's root (symbolic links included) and may not contain `..`. File contents travel as raw bytes
+// (`application/octet-stream`), directory trees as tar (`application/x-tar`).
+
+/// What a path inside a sandbox is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    File,
+    Directory,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+/// One file: `GET /v1/sandboxes/{id}/stat`, each entry of `GET .../files` on a directory, and the answer to
+/// writing a file or making a directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// The last component of its path (`/` for the root).
+    pub name: String,
+    pub kind: FileKind,
+    pub size: u64,
+    /// Permission bits, such as 0o644 (420).
+    pub mode: u32,
+    pub mtime_ms: i64,
+    /// Owner and group as the sandbox sees them (root is 0).
+    pub uid: u32,
+    pub gid: u32,
+    /// Where a symbolic link points, in directory listings (links are listed, not followed).
+    pub link_target: Option<String>,
+}
+
+/// What `PUT /v1/sandboxes/{id}/archive` unpacked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Extracted {
+    pub entries: u64,
 }
 
 /// Every error the API returns: an HTTP status, a stable code, and a sentence a person understands.
@@ -215,3 +286,6 @@ mod tests {
         assert_eq!(serde_json::to_string(&f).unwrap(), r#"{"type":"output","stream":"stderr","seq":3,"data":"x"}"#);
     }
 }
+
+#[cfg(test)]
+mod openapi_tests;

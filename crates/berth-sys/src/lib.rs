@@ -8,6 +8,7 @@
 pub mod clone;
 mod error;
 pub mod fd;
+pub mod fsids;
 pub mod landlock;
 pub mod mount;
 pub mod net;

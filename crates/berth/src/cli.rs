@@ -57,6 +57,10 @@ pub enum Command {
     Ps(PsArgs),
     /// Print a sandbox's journal of actions, or check its hash chain (--verify).
     Journal(JournalArgs),
+    /// Print lifecycle events (created, exec started/finished, timed out, killed, reaped, removed).
+    Events(EventsArgs),
+    /// Copy a file or a directory tree between the host and a sandbox: berth cp SRC DST, either as ID:/path.
+    Cp(CpArgs),
     /// PID 1 inside a sandbox (started by berth only).
     #[command(hide = true)]
     Init,

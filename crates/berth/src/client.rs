@@ -135,6 +135,11 @@ impl Client {
         self.request("DELETE", path, None)?.into_bytes()
     }
 
+    /// `PUT path` with `body` as it is (such as a file's bytes or a tar); a non-2xx answer is an error.
+    pub fn put_bytes(&self, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), ClientError> {
+        self.request("PUT", path, Some(body))?.into_bytes()
+    }
+
     /// `GET path`, returning the body to be read as it arrives; a non-2xx answer is an error.
     pub fn get_stream(&self, path: &str) -> Result<Streaming, ClientError> {
         self.request("GET", path, None)?.ok()

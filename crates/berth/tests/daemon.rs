@@ -285,3 +285,43 @@ fn a_retry_with_the_same_idempotency_key_acts_once() {
     assert_ne!(other["id"], first["id"]);
     assert_eq!(d.ids().len(), 2);
 }
+
+#[test]
+fn the_daemon_serves_its_openapi_description() {
+    let d = Daemon::start();
+    let (status, body) = d.http("GET", "/v1/openapi.json", "");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, berth_api::OPENAPI);
+    let spec: Value = serde_json::from_str(&body).unwrap();
+    assert!(spec["openapi"].as_str().unwrap().starts_with("3.1."), "{}", spec["openapi"]);
+    assert!(spec["paths"]["/v1/sandboxes/{id}/execs"]["post"].is_object());
+}
+
+#[test]
+fn events_report_the_lifecycle_live() {
+    let d = Daemon::start();
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--socket")
+        .arg(d.socket())
+        .args(["events", "-f", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let id = d.create(&[]);
+    assert_eq!(d.berth(&["exec", &id, "--timeout", "1s", "--", "sleep", "5"]).status.code(), Some(124));
+    assert!(d.berth(&["exec", &id, "--", "true"]).status.success());
+    assert!(d.berth(&["rm", &id]).status.success());
+    let mut reader = std::io::BufReader::new(follower.stdout.take().unwrap());
+    let mut kinds = Vec::new();
+    while kinds.last().map(String::as_str) != Some("removed") {
+        let mut line = String::new();
+        assert!(std::io::BufRead::read_line(&mut reader, &mut line).unwrap() > 0, "the event stream ended: {kinds:?}");
+        let ev: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(ev["sandbox"], id.as_str());
+        kinds.push(ev["kind"].as_str().unwrap().to_string());
+    }
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+    assert_eq!(kinds, ["created", "exec_started", "exec_timed_out", "exec_started", "exec_finished", "removed"]);
+}

@@ -222,7 +222,7 @@ fn sandbox_blocks_setuid_and_file_capabilities_inside() {
     let as_user = "setpriv --reuid 1000 --regid 1000 --clear-groups";
     let script = format!(
         "set -e; cp /usr/bin/id /opt/id; chmod 4755 /opt/id; stat -c %A /opt/id; cp /usr/bin/python3 /opt/py; \
-         {SETCAP} /opt/py; {as_user} id -u; {as_user} /opt/id -u; \
+         {SETCAP} /opt/py 2>/dev/null || echo setcap-denied; {as_user} id -u; {as_user} /opt/id -u; \
          {as_user} /opt/py -c 'import os; os.setuid(0)' 2>/dev/null || echo py-setuid-denied; \
          {as_user} python3 -c 'import os; os.setuid(0)' 2>/dev/null || echo setuid-denied; \
          {as_user} cat /etc/shadow 2>/dev/null || echo shadow-denied"
@@ -230,7 +230,7 @@ fn sandbox_blocks_setuid_and_file_capabilities_inside() {
     let out = sh(&b, &[], &script);
     assert_eq!(
         text(&out.stdout),
-        "-rwsr-xr-x\n1000\n1000\npy-setuid-denied\nsetuid-denied\nshadow-denied\n",
+        "-rwsr-xr-x\nsetcap-denied\n1000\n1000\npy-setuid-denied\nsetuid-denied\nshadow-denied\n",
         "{}",
         text(&out.stderr)
     );
@@ -239,7 +239,7 @@ fn sandbox_blocks_setuid_and_file_capabilities_inside() {
 #[test]
 fn sandbox_blocks_device_nodes() {
     let b = Berth::new();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = unprivileged_dir();
     // A device node left in a mounted host directory (1:5 is /dev/zero, harmless if this ever fails open).
     let dev = dir.path().join("zero");
     let made = Command::new("mknod").arg(&dev).args(["c", "1", "5"]).status().unwrap();
@@ -261,6 +261,14 @@ print('fifo=' + attempt(lambda: os.mkfifo('/tmp/fifo')))
     assert!(!dir.path().join("sda").exists());
 }
 
+/// A temporary host directory owned by an unprivileged user (4321), which berth mounts read-write.
+fn unprivileged_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    rustix::fs::chown(dir.path(), Some(rustix::fs::Uid::from_raw(4321)), Some(rustix::fs::Gid::from_raw(4321)))
+        .unwrap();
+    dir
+}
+
 /// Shell: give the file named by the next word cap_setuid+ep (a v2 `security.capability`, as `setcap` writes).
 const SETCAP: &str = "python3 -c 'import os, sys; \
     os.setxattr(sys.argv[1], \"security.capability\", bytes.fromhex(\"0100000280\" + \"00\" * 15))'";
@@ -277,9 +285,7 @@ fn plant(dir: &str) -> String {
 #[test]
 fn sandbox_blocks_planting_host_root_files_through_a_user_owned_mount() {
     let b = Berth::new();
-    let dir = tempfile::tempdir().unwrap();
-    rustix::fs::chown(dir.path(), Some(rustix::fs::Uid::from_raw(4321)), Some(rustix::fs::Gid::from_raw(4321)))
-        .unwrap();
+    let dir = unprivileged_dir();
     let spec = format!("{}:/workspace/h", dir.path().display());
     let out = sh(&b, &["--mount", &spec], &format!("{}; chown 70000 /tmp || echo unmapped", plant("/workspace/h")));
     assert_eq!(text(&out.stdout), "unmapped\n", "no chown to ids outside the map: {}", text(&out.stderr));
@@ -288,8 +294,8 @@ fn sandbox_blocks_planting_host_root_files_through_a_user_owned_mount() {
         let meta = std::fs::metadata(dir.path().join(f)).unwrap();
         assert_eq!((meta.uid(), meta.gid()), (4321, 4321), "{f} must belong to the directory's owner");
     }
-    // Capabilities written inside stay namespaced: they apply only where the owner is root.
-    assert_eq!(file_caps(&dir.path().join("py")), Some((3, Some(4321))));
+    // File capabilities cannot be written at all (SETFCAP is not in the bounding set).
+    assert_eq!(file_caps(&dir.path().join("py")), None);
 }
 
 /// Root inside owns what it creates in a mount of a root-owned host directory as host root, so it can leave
@@ -391,7 +397,7 @@ fn sandbox_blocks_host_ipc_objects() {
 #[test]
 fn sandbox_blocks_symlink_escapes_through_mounts() {
     let b = Berth::new();
-    let links = tempfile::tempdir().unwrap();
+    let links = unprivileged_dir();
     let payload = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink("/", links.path().join("root")).unwrap();
     std::os::unix::fs::symlink("../../../../../../../..", links.path().join("up")).unwrap();

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use berth_api::{CreateSandbox, ExecInfo, ExecRequest, ExecResult, Sandbox, SandboxState, Teardown};
+use berth_api::{
+    CreateSandbox, EventKind, ExecInfo, ExecRequest, ExecResult, LifecycleEvent, Sandbox, SandboxState, Teardown,
+};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Mutex, mpsc, watch};
 
@@ -32,6 +34,31 @@ pub struct Engine {
     /// Results of mutating calls made with an `Idempotency-Key`, by key. Keyed calls are serialised by the
     /// lock, so a retry racing the original waits for it and gets its result.
     idempotent: Mutex<HashMap<String, (u16, serde_json::Value)>>,
+    events: Arc<Events>,
+}
+
+/// Lifecycle events: a live broadcast, and the most recent ones for clients that ask without following.
+struct Events {
+    tx: tokio::sync::broadcast::Sender<LifecycleEvent>,
+    recent: std::sync::Mutex<std::collections::VecDeque<LifecycleEvent>>,
+    seq: std::sync::atomic::AtomicU64,
+}
+
+/// Events kept for `GET /v1/events` without `follow`.
+const RECENT_EVENTS: usize = 1000;
+
+impl Events {
+    fn emit(&self, sandbox: &str, kind: EventKind, exec_id: Option<String>, exit_code: Option<i32>) {
+        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let ev = LifecycleEvent { seq, time_ms: now_ms(), sandbox: sandbox.to_string(), kind, exec_id, exit_code };
+        if let Ok(mut r) = self.recent.lock() {
+            if r.len() == RECENT_EVENTS {
+                r.pop_front();
+            }
+            r.push_back(ev.clone());
+        }
+        let _ = self.tx.send(ev);
+    }
 }
 
 struct Live {
@@ -66,6 +93,11 @@ impl Engine {
             exe,
             sandboxes: Mutex::new(HashMap::new()),
             idempotent: Mutex::new(HashMap::new()),
+            events: Arc::new(Events {
+                tx: tokio::sync::broadcast::channel(1024).0,
+                recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
+                seq: std::sync::atomic::AtomicU64::new(0),
+            }),
         });
         engine.adopt_all().await;
         Ok(engine)
@@ -79,6 +111,7 @@ impl Engine {
                 Ok((record, session)) => {
                     let Ok(live) = Live::new(&self.root, record.clone(), BTreeMap::new(), session) else { continue };
                     live.note("adopt", serde_json::json!({}), serde_json::json!({"pid": record.pid}));
+                    self.events.emit(&record.id, EventKind::Adopted, None, None);
                     self.sandboxes.lock().await.insert(record.id.clone(), Arc::new(live));
                 }
                 // Its shim is gone, and its sandbox with it: the socket file is all that is left.
@@ -147,6 +180,7 @@ impl Engine {
         });
         let live = Arc::new(Live::new(&self.root, record.clone(), req.env, session).map_err(EngineError::Log)?);
         live.note("create", args, serde_json::json!({"id": record.id, "pid": record.pid}));
+        self.events.emit(&record.id, EventKind::Created, None, None);
         self.sandboxes.lock().await.insert(record.id.clone(), live);
         Ok(record)
     }
@@ -236,6 +270,8 @@ impl Engine {
             serde_json::json!({}),
             serde_json::json!({"steps": teardown.steps, "leftovers": teardown.leftovers}),
         );
+        let kind = if why == "reaped" { EventKind::Reaped } else { EventKind::Removed };
+        self.events.emit(&sid, kind, None, None);
         let _ = tokio::fs::remove_dir_all(self.root.join("logs").join(&sid)).await;
         Ok(teardown)
     }
@@ -293,10 +329,20 @@ impl Engine {
         });
         let running = exec::start(Arc::clone(&live.session), plan).await?;
         live.note("exec", args, serde_json::json!({"started": true}));
+        self.events.emit(&sid, EventKind::ExecStarted, Some(exec_id.clone()), None);
+        let (events, sid2, eid) = (Arc::clone(&self.events), sid.clone(), exec_id.clone());
         let (journal_live, mut done) = (Arc::clone(&live), running.done.clone());
         tokio::spawn(async move {
             if let Ok(r) = done.wait_for(|r| r.is_some()).await {
                 let result = r.clone();
+                if let Some(res) = &result {
+                    let kind = match (res.timed_out, res.killed) {
+                        (true, _) => EventKind::ExecTimedOut,
+                        (_, true) => EventKind::ExecKilled,
+                        _ => EventKind::ExecFinished,
+                    };
+                    events.emit(&sid2, kind, Some(eid.clone()), Some(res.exit_code));
+                }
                 let digest = journal::file_digest(&log_path).unwrap_or_default();
                 journal_live.note(
                     "exec_finished",
@@ -352,6 +398,13 @@ impl Engine {
         let result = op.await?;
         cache.insert(key, result.clone());
         Ok(result)
+    }
+
+    /// Recent lifecycle events, and a receiver for the ones to come.
+    pub fn events(&self) -> (Vec<LifecycleEvent>, tokio::sync::broadcast::Receiver<LifecycleEvent>) {
+        let rx = self.events.tx.subscribe();
+        let recent = self.events.recent.lock().map(|r| r.iter().cloned().collect()).unwrap_or_default();
+        (recent, rx)
     }
 
     pub async fn execs(&self, id: &str) -> Result<Vec<ExecInfo>, EngineError> {

@@ -32,6 +32,12 @@ impl IntoResponse for Failure {
     }
 }
 
+impl Failure {
+    pub(crate) fn new(code: ErrorCode, message: String) -> Failure {
+        Failure(code, message)
+    }
+}
+
 impl From<EngineError> for Failure {
     fn from(e: EngineError) -> Failure {
         Failure(e.code(), berth_runtime::error_chain(&e))
@@ -57,19 +63,51 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<
 
 type Api = State<Arc<Engine>>;
 
+/// Every (method, path) the router answers, as `openapi.json` describes them; the tests hold the router and
+/// the description to this list, so a new route goes here and into the description too.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("GET", "/v1/openapi.json"),
+    ("GET", "/v1/sandboxes"),
+    ("POST", "/v1/sandboxes"),
+    ("GET", "/v1/sandboxes/{id}"),
+    ("DELETE", "/v1/sandboxes/{id}"),
+    ("GET", "/v1/sandboxes/{id}/execs"),
+    ("POST", "/v1/sandboxes/{id}/execs"),
+    ("DELETE", "/v1/sandboxes/{id}/execs/{exec}"),
+    ("GET", "/v1/sandboxes/{id}/execs/{exec}/log"),
+    ("GET", "/v1/sandboxes/{id}/journal"),
+    ("GET", "/v1/sandboxes/{id}/files"),
+    ("PUT", "/v1/sandboxes/{id}/files"),
+    ("DELETE", "/v1/sandboxes/{id}/files"),
+    ("GET", "/v1/sandboxes/{id}/stat"),
+    ("POST", "/v1/sandboxes/{id}/mkdir"),
+    ("GET", "/v1/sandboxes/{id}/archive"),
+    ("PUT", "/v1/sandboxes/{id}/archive"),
+    ("GET", "/v1/events"),
+];
+
 /// The API's routes, ready to serve.
 pub fn app(engine: Arc<Engine>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
+        .route("/v1/openapi.json", get(openapi))
         .route("/v1/sandboxes", get(list).post(create))
         .route("/v1/sandboxes/{id}", get(inspect).delete(remove))
         .route("/v1/sandboxes/{id}/execs", get(execs).post(exec))
         .route("/v1/sandboxes/{id}/execs/{exec}", delete(kill_exec))
         .route("/v1/sandboxes/{id}/execs/{exec}/log", get(log))
         .route("/v1/sandboxes/{id}/journal", get(journal))
+        .route("/v1/events", get(events))
+        .merge(crate::files::routes())
         .fallback(|| async { Failure(ErrorCode::NotFound, "no such route".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(engine)
+}
+
+/// The OpenAPI 3.1 description of this API.
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], berth_api::OPENAPI).into_response()
 }
 
 /// The `Idempotency-Key` of a mutating request, scoped to its route.
@@ -151,6 +189,29 @@ fn ndjson(frames: tokio::sync::mpsc::Receiver<berth_api::ExecFrame>) -> Response
         Ok::<_, Infallible>(Bytes::from(line))
     });
     ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct EventsQuery {
+    #[serde(default)]
+    follow: bool,
+}
+
+/// Recent lifecycle events as JSON; with `follow`, those and every later one as server-sent events.
+async fn events(State(e): Api, axum::extract::Query(q): axum::extract::Query<EventsQuery>) -> Response {
+    let (recent, live) = e.events();
+    if !q.follow {
+        return Json(recent).into_response();
+    }
+    let to_sse = |ev: &berth_api::LifecycleEvent| {
+        axum::response::sse::Event::default().event("lifecycle").json_data(ev).unwrap_or_default()
+    };
+    let past: Vec<Result<axum::response::sse::Event, Infallible>> = recent.iter().map(|ev| Ok(to_sse(ev))).collect();
+    // A follower that falls more than the channel's capacity behind skips what it missed.
+    let future = tokio_stream::wrappers::BroadcastStream::new(live)
+        .filter_map(move |ev| ev.ok().map(|ev| Ok::<_, Infallible>(to_sse(&ev))));
+    let stream = tokio_stream::iter(past).chain(future);
+    axum::response::sse::Sse::new(stream).keep_alive(axum::response::sse::KeepAlive::default()).into_response()
 }
 
 #[derive(serde::Deserialize)]

@@ -12,6 +12,7 @@ mod budget;
 mod engine;
 mod error;
 mod exec;
+pub mod files;
 mod http;
 pub mod journal;
 mod session;
@@ -19,4 +20,5 @@ pub mod shim;
 
 pub use engine::Engine;
 pub use error::EngineError;
+pub use http::ROUTES;
 pub use http::{app, serve};

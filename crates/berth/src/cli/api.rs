@@ -166,3 +166,24 @@ pub struct JournalArgs {
     #[arg(long)]
     pub json: bool,
 }
+
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Keep printing events as they happen.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Print each event as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CpArgs {
+    /// What to copy: a host path, or ID:/path inside a sandbox (ID:path is relative to /workspace).
+    #[arg(value_name = "SRC")]
+    pub src: String,
+    /// Where to copy it, likewise; exactly one of SRC and DST is in a sandbox. Into an existing directory,
+    /// the copy keeps SRC's name.
+    #[arg(value_name = "DST")]
+    pub dst: String,
+}

@@ -17,10 +17,55 @@ pub fn bench_exec(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
     let sandbox: Sandbox = serde_json::from_slice(&body)?;
     let result = measure(socket, &sandbox, &args);
     let _ = Client::connect(socket)?.delete(&format!("/v1/sandboxes/{}", sandbox.id));
-    result
+    result?;
+    lifecycle_load(socket, 20, 10)
 }
 
-fn measure(socket: &Path, sandbox: &Sandbox, args: &BenchArgs) -> anyhow::Result<i32> {
+/// `clients` threads, each creating a sandbox, running `true` in it and removing it, `rounds` times: the
+/// lifecycle throughput of the daemon under concurrency.
+fn lifecycle_load(socket: &Path, clients: usize, rounds: usize) -> anyhow::Result<i32> {
+    let start = Instant::now();
+    let first_exec = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let workers: Vec<_> = (0..clients)
+            .map(|_| {
+                scope.spawn(|| -> anyhow::Result<()> {
+                    for _ in 0..rounds {
+                        let t = Instant::now();
+                        let (_, body) =
+                            Client::connect(socket)?.post_json("/v1/sandboxes", &CreateSandbox::default())?;
+                        let sb: Sandbox = serde_json::from_slice(&body)?;
+                        let req = ExecRequest { argv: vec!["true".into()], ..ExecRequest::default() };
+                        let mut stream = Client::connect(socket)?
+                            .post_json_stream(&format!("/v1/sandboxes/{}/execs", sb.id), &req)?;
+                        while stream.next_line()?.is_some() {}
+                        if let Ok(mut v) = first_exec.lock() {
+                            v.push(t.elapsed().as_secs_f64() * 1000.0);
+                        }
+                        Client::connect(socket)?.delete(&format!("/v1/sandboxes/{}", sb.id))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().map_err(|_| anyhow::anyhow!("a load client panicked"))??;
+        }
+        Ok(())
+    })?;
+    let secs = start.elapsed().as_secs_f64();
+    let mut lat = first_exec.into_inner().unwrap_or_default();
+    let total = clients * rounds;
+    println!(
+        "\n{clients} concurrent clients x {rounds} (create, exec true, rm): {:.0} sandboxes/s; create-to-first-exec median {:.1} ms, p90 {:.1} ms",
+        total as f64 / secs,
+        median(&mut lat),
+        lat.get(lat.len() * 9 / 10).copied().unwrap_or(0.0)
+    );
+    Ok(0)
+}
+
+fn measure(socket: &Path, sandbox: &Sandbox, args: &BenchArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
     let pid = sandbox.pid.unwrap_or(0).to_string();
     let mut api = Vec::new();
@@ -63,7 +108,7 @@ fn measure(socket: &Path, sandbox: &Sandbox, args: &BenchArgs) -> anyhow::Result
         println!("{:<28} {:>10.2}", "nsenter -t PID -a true", n);
         println!("\nAPI / nsenter: {:.2}x   CLI / nsenter: {:.2}x", a / n, c / n);
     }
-    Ok(0)
+    Ok(())
 }
 
 fn time(cmd: &mut Command) -> anyhow::Result<f64> {

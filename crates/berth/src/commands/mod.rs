@@ -2,8 +2,10 @@
 
 mod bench;
 mod bench_exec;
+mod cp;
 mod create;
 mod daemon;
+mod events;
 mod exec;
 mod info;
 mod inspect;
@@ -38,6 +40,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Kill(args) => kill::kill(&cli.socket, args),
         Command::Ps(args) => ps::ps(&cli.socket, args),
         Command::Journal(args) => journal::journal(&cli.socket, args),
+        Command::Events(args) => events::events(&cli.socket, args),
+        Command::Cp(args) => cp::cp(&cli.socket, args),
         Command::Init => anyhow::bail!("init runs only as PID 1 of a sandbox that berth created"),
     }
 }

@@ -1,0 +1,101 @@
+//! Acting on file systems with another user's ids, from one thread of a multi-threaded process.
+//!
+//! A file system mounted inside a sandbox's user namespace refuses to create files for a caller whose
+//! file-system uid has no mapping there (EOVERFLOW), which host root's uid 0 never has. The daemon therefore
+//! switches the calling thread's fsuid/fsgid to the sandbox root's host ids for the length of a files-API
+//! call: the kernel then accepts the creation, and new files belong to root inside the sandbox.
+//!
+//! setfsuid and setfsgid change only the calling thread's credentials (unlike setuid, the C library does not
+//! broadcast them to every thread), so the rest of the process is unaffected.
+
+use rustix::thread::{CapabilitySets, capabilities, set_capabilities};
+
+use crate::error::{Context, SysError, SysResult};
+
+/// The calling thread acts with other file-system ids until this is dropped.
+#[derive(Debug)]
+pub struct FsIds {
+    uid: u32,
+    gid: u32,
+    caps: CapabilitySets,
+}
+
+/// Make the calling thread's file-system uid and gid `uid` and `gid` until the returned guard is dropped.
+///
+/// Changing the fsuid away from 0 clears the file capabilities (CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_CHOWN, ...)
+/// from the thread's effective set; they are raised again from its permitted set, so the thread keeps the
+/// access it had. The guard must be dropped on the thread that made it.
+pub fn act_as(uid: u32, gid: u32) -> SysResult<FsIds> {
+    let caps = capabilities(None).ctx(|| "read this thread's capabilities")?;
+    let old_gid = set_fsgid(gid);
+    if current_fsgid() != gid {
+        set_fsgid(old_gid);
+        return Err(SysError::new(format!("act as gid {gid}"), std::io::Error::from_raw_os_error(libc::EPERM)));
+    }
+    let old_uid = set_fsuid(uid);
+    let guard = FsIds { uid: old_uid, gid: old_gid, caps };
+    if current_fsuid() != uid {
+        return Err(SysError::new(format!("act as uid {uid}"), std::io::Error::from_raw_os_error(libc::EPERM)));
+    }
+    set_capabilities(None, caps).ctx(|| "keep this thread's capabilities")?;
+    Ok(guard)
+}
+
+impl Drop for FsIds {
+    fn drop(&mut self) {
+        set_fsuid(self.uid);
+        set_fsgid(self.gid);
+        let _ = set_capabilities(None, self.caps);
+    }
+}
+
+/// The calling thread's file-system uid.
+pub fn current_fsuid() -> u32 {
+    // An id that cannot be set (-1) changes nothing and returns the current one.
+    set_fsuid(u32::MAX)
+}
+
+/// The calling thread's file-system gid.
+pub fn current_fsgid() -> u32 {
+    set_fsgid(u32::MAX)
+}
+
+/// setfsuid(2) on the calling thread only; returns the previous fsuid.
+fn set_fsuid(uid: u32) -> u32 {
+    // SAFETY: setfsuid takes an id by value and touches no memory of ours; the raw system call changes the
+    // calling thread's credentials only.
+    let r = unsafe { libc::syscall(libc::SYS_setfsuid, libc::c_long::from(uid)) };
+    r as u32
+}
+
+/// setfsgid(2) on the calling thread only; returns the previous fsgid.
+fn set_fsgid(gid: u32) -> u32 {
+    // SAFETY: as for set_fsuid.
+    let r = unsafe { libc::syscall(libc::SYS_setfsgid, libc::c_long::from(gid)) };
+    r as u32
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_change_for_the_guard_and_come_back() {
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        // On a thread of its own, so that a failure cannot leak into other tests.
+        std::thread::spawn(|| {
+            let before = (current_fsuid(), current_fsgid(), capabilities(None).unwrap());
+            {
+                let _g = act_as(123_456, 123_457).unwrap();
+                assert_eq!((current_fsuid(), current_fsgid()), (123_456, 123_457));
+                assert_eq!(capabilities(None).unwrap().effective, before.2.effective);
+            }
+            assert_eq!((current_fsuid(), current_fsgid(), capabilities(None).unwrap()), before);
+        })
+        .join()
+        .unwrap();
+    }
+}
