@@ -170,6 +170,23 @@ pub enum EventKind {
     Reaped,
 }
 
+/// `POST /v1/tokens` (unix socket only): mint a token for the TCP listener.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MintToken {
+    /// A name to recognise the token by.
+    pub name: String,
+}
+
+/// A freshly minted token: the only time its secret is shown (the daemon keeps its SHA-256 digest).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MintedToken {
+    pub id: String,
+    pub name: String,
+    /// Send as `Authorization: Bearer <token>` to the TCP listener.
+    pub token: String,
+}
+
 /// What removing a sandbox did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Teardown {

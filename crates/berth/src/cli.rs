@@ -35,7 +35,10 @@ pub enum Command {
     /// Time `berth run -- true` against bubblewrap and unshare doing the same, in one run.
     Bench(BenchArgs),
     /// Serve the HTTP API on the unix socket (`--socket`) and own every sandbox's lifecycle.
-    Daemon,
+    Daemon(DaemonArgs),
+    /// Mint API tokens for the daemon's TCP listener.
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// The supervisor of one daemon-managed sandbox (started by the daemon only).
     #[command(hide = true)]
     Shim,
@@ -101,6 +104,26 @@ pub struct RunArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// Also serve the API over TCP at ADDR:PORT; every request there needs a bearer token.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Mint a token (printed once; only its digest is kept).
+    Create {
+        /// A name to recognise the token by.
+        #[arg(long, default_value = "")]
+        name: String,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -16,12 +16,18 @@ use serde_json::Value;
 struct Daemon {
     dir: tempfile::TempDir,
     child: Option<Child>,
+    extra: Vec<String>,
 }
 
 impl Daemon {
     fn start() -> Daemon {
+        Daemon::start_with(&[])
+    }
+
+    /// A daemon started with extra `berth daemon` options.
+    fn start_with(extra: &[&str]) -> Daemon {
         let dir = tempfile::Builder::new().prefix("berth-daemon-").tempdir().unwrap();
-        let mut d = Daemon { dir, child: None };
+        let mut d = Daemon { dir, child: None, extra: extra.iter().map(|s| s.to_string()).collect() };
         d.spawn();
         d
     }
@@ -37,6 +43,7 @@ impl Daemon {
             .arg("--socket")
             .arg(self.socket())
             .arg("daemon")
+            .args(&self.extra)
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
@@ -324,4 +331,45 @@ fn events_report_the_lifecycle_live() {
     follower.kill().unwrap();
     follower.wait().unwrap();
     assert_eq!(kinds, ["created", "exec_started", "exec_timed_out", "exec_started", "exec_finished", "removed"]);
+}
+
+/// One raw HTTP/1.1 request over TCP: (status, body).
+fn tcp_http(addr: &str, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let req =
+        format!("{method} {path} HTTP/1.1\r\nHost: berth\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+}
+
+#[test]
+fn tcp_requires_a_token_and_cannot_mint_one() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let d = Daemon::start_with(&["--listen", &addr]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "the TCP listener did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, body) = tcp_http(&addr, "GET", "/v1/sandboxes", None);
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("unauthorized"), "{body}");
+    assert_eq!(tcp_http(&addr, "GET", "/v1/sandboxes", Some("berth_not-a-token")).0, 401);
+
+    let out = d.berth(&["token", "create", "--name", "ci"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let token = text(&out.stdout).trim().to_string();
+    assert!(token.starts_with("berth_"));
+    let (status, body) = tcp_http(&addr, "GET", "/v1/sandboxes", Some(&token));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, "[]");
+    // A token holder cannot mint more tokens over TCP.
+    assert_eq!(tcp_http(&addr, "POST", "/v1/tokens", Some(&token)).0, 404);
+    let stored = std::fs::read_to_string(d.dir.path().join("root/tokens.json")).unwrap();
+    assert!(!stored.contains(&token), "only the token's digest is kept");
 }

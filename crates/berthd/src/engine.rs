@@ -35,6 +35,7 @@ pub struct Engine {
     /// lock, so a retry racing the original waits for it and gets its result.
     idempotent: Mutex<HashMap<String, (u16, serde_json::Value)>>,
     events: Arc<Events>,
+    pub tokens: crate::tokens::Tokens,
 }
 
 /// Lifecycle events: a live broadcast, and the most recent ones for clients that ask without following.
@@ -93,6 +94,7 @@ impl Engine {
             exe,
             sandboxes: Mutex::new(HashMap::new()),
             idempotent: Mutex::new(HashMap::new()),
+            tokens: crate::tokens::Tokens::open(root).map_err(EngineError::Log)?,
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),

@@ -11,7 +11,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Path as UrlPath, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use berth_api::{ApiError, CreateSandbox, ErrorBody, ErrorCode, ExecRequest};
 use tokio_stream::StreamExt;
@@ -85,10 +85,43 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/sandboxes/{id}/archive"),
     ("PUT", "/v1/sandboxes/{id}/archive"),
     ("GET", "/v1/events"),
+    ("POST", "/v1/tokens"),
 ];
 
-/// The API's routes, ready to serve.
+/// The API as the unix socket serves it (file-system permissions guard the socket; tokens are minted here).
 pub fn app(engine: Arc<Engine>) -> Router {
+    routes().route("/v1/tokens", post(mint_token)).with_state(engine)
+}
+
+/// The API as the TCP listener serves it: every request needs a bearer token, and no token can be minted.
+pub fn tcp_app(engine: Arc<Engine>) -> Router {
+    routes().layer(axum::middleware::from_fn_with_state(Arc::clone(&engine), require_token)).with_state(engine)
+}
+
+async fn require_token(State(e): Api, req: Request, next: axum::middleware::Next) -> Response {
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    match token.and_then(|t| e.tokens.check(t)) {
+        Some(_) => next.run(req).await,
+        None => Failure(
+            ErrorCode::Unauthorized,
+            "this listener needs a bearer token: mint one with berth token create and send it as Authorization: Bearer"
+                .into(),
+        )
+        .into_response(),
+    }
+}
+
+async fn mint_token(State(e): Api, ApiJson(req): ApiJson<berth_api::MintToken>) -> Result<Response, Failure> {
+    let minted = e.tokens.mint(&req.name).map_err(|err| Failure::from(EngineError::Log(err)))?;
+    Ok((StatusCode::CREATED, Json(minted)).into_response())
+}
+
+fn routes() -> Router<Arc<Engine>> {
     Router::new()
         .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
         .route("/v1/openapi.json", get(openapi))
@@ -102,7 +135,6 @@ pub fn app(engine: Arc<Engine>) -> Router {
         .merge(crate::files::routes())
         .fallback(|| async { Failure(ErrorCode::NotFound, "no such route".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(engine)
 }
 
 /// The OpenAPI 3.1 description of this API.
@@ -248,7 +280,7 @@ async fn log(State(e): Api, UrlPath((id, exec)): UrlPath<(String, String)>) -> R
 }
 
 /// Serve the API on a unix socket until the process is stopped; reap expired sandboxes meanwhile.
-pub async fn serve(root: &Path, socket: &Path) -> Result<(), EngineError> {
+pub async fn serve(root: &Path, socket: &Path, listen: Option<std::net::SocketAddr>) -> Result<(), EngineError> {
     let io = |action: &str, e: std::io::Error| berth_sys::SysError::new(format!("{action} {}", socket.display()), e);
     let engine = Engine::open(root).await?;
     if let Some(dir) = socket.parent() {
@@ -265,6 +297,17 @@ pub async fn serve(root: &Path, socket: &Path) -> Result<(), EngineError> {
             reaper.reap().await;
         }
     });
+    if let Some(addr) = listen {
+        let tcp = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| berth_sys::SysError::new(format!("listen on {addr}"), e))?;
+        let app = tcp_app(Arc::clone(&engine));
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(tcp, app).await {
+                eprintln!("berth daemon: the TCP listener stopped: {e}");
+            }
+        });
+    }
     axum::serve(listener, app(engine)).await.map_err(|e| io("serve on", e))?;
     Ok(())
 }

@@ -17,8 +17,9 @@ mod http;
 pub mod journal;
 mod session;
 pub mod shim;
+pub mod tokens;
 
 pub use engine::Engine;
 pub use error::EngineError;
 pub use http::ROUTES;
-pub use http::{app, serve};
+pub use http::{app, serve, tcp_app};

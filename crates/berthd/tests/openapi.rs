@@ -221,9 +221,21 @@ fn journal_shapes_match_their_schemas() {
 /// (`nest`, `route_service`) are not seen: list those in ROUTES by hand, and extend this scan.
 fn routes_in_source() -> BTreeSet<(String, String)> {
     let mut out = BTreeSet::new();
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    // Every .rs file under src, module directories (such as src/files/) included.
+    let mut files = Vec::new();
+    let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    for file in files {
+        let text = std::fs::read_to_string(file).unwrap();
         let mut rest = text.as_str();
         while let Some(at) = rest.find(".route(") {
             rest = &rest[at + ".route(".len()..];

@@ -29,7 +29,10 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Info => info::info(&cli.root),
         Command::Bench(args) if args.exec => bench_exec::bench_exec(&cli.socket, args),
         Command::Bench(args) => bench::bench(&cli.root, args),
-        Command::Daemon => daemon::daemon(&cli.root, &cli.socket),
+        Command::Daemon(args) => daemon::daemon(&cli.root, &cli.socket, args.listen),
+        Command::Token(crate::cli::TokenCommand::Create { name, json }) => {
+            daemon::token_create(&cli.socket, &name, json)
+        }
         Command::Shim => Ok(berthd::shim::main(&cli.root)),
         Command::Create(args) => create::create(&cli.socket, args),
         Command::Ls(args) => ls::ls(&cli.socket, args),

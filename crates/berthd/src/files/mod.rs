@@ -1,0 +1,301 @@
+//! The files API: read, write, list, stat, remove and make directories inside a running sandbox, and move
+//! whole trees in and out as tar.
+//!
+//! The daemon is host root and the sandbox is not trusted, so every path goes through the same few rules:
+//!
+//! - A path is resolved from the sandbox's own root, `/proc/<init>/root`, with `openat2` and
+//!   `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`: `..` at the top, absolute symlinks and symlinks that climb
+//!   out all stay inside the sandbox, and `/proc/*/root`-style magic links are refused. API paths must be
+//!   absolute, and a `..` component is refused outright.
+//! - Anything new is created relative to its parent's descriptor with `O_EXCL`/`O_NOFOLLOW` (or mkdirat,
+//!   symlinkat), never by resolving a path string again; recursive removal and tar work from descriptors too.
+//! - A file is opened `O_PATH` first and opened for I/O (through `/proc/self/fd`) only once it is known to be
+//!   a regular file, so a device or a FIFO is never opened.
+//! - Nothing on /proc, /sys or another kernel file system is read or written: there, the daemon's
+//!   credentials would be the host's.
+//! - The work runs on a thread whose file-system ids are the sandbox root's host ids (see
+//!   `berth_sys::fsids`): the sandbox's file systems accept new files from it, and new files and
+//!   directories are owned by root inside (they are also chowned to it explicitly).
+//!
+//! The tar functions also serve the CLI on the host side (`berth cp`), with the host's own ids.
+//!
+//! The HTTP side (routes, handlers, query types) is here; `error` holds `FileError`, `fs` the sandbox's file
+//! system (`SandboxFs`), `fd` the descriptor helpers under it, and `archive` the tar code.
+
+mod archive;
+mod error;
+mod fd;
+mod fs;
+
+use std::io::{self, Write};
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path as UrlPath, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use berth_api::{ErrorCode, Extracted};
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+pub use archive::{extract_host, validate_tar, write_tar_host};
+pub use error::FileError;
+use error::{Result, io_err};
+pub use fs::{Got, SandboxFs, parse_path};
+
+use crate::Engine;
+use crate::http::Failure;
+
+/// Largest file read or written in one request, and largest tar accepted in one request.
+pub const MAX_FILE: u64 = 64 << 20;
+/// Deepest directory tree walked (each level holds a descriptor open).
+const MAX_DEPTH: usize = 256;
+
+impl From<FileError> for Failure {
+    fn from(e: FileError) -> Failure {
+        Failure::new(e.code(), e.to_string())
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathQuery {
+    path: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutQuery {
+    path: String,
+    mode: Option<String>,
+    #[serde(default)]
+    parents: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteQuery {
+    path: String,
+    #[serde(default)]
+    recursive: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MkdirQuery {
+    path: String,
+    mode: Option<String>,
+    #[serde(default)]
+    parents: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ArchiveQuery {
+    path: String,
+    #[serde(default)]
+    parents: bool,
+}
+
+/// An octal mode such as `644`, `0644` or `0o644`.
+fn parse_mode(m: Option<&str>) -> Result<Option<u32>> {
+    let Some(m) = m else { return Ok(None) };
+    let digits = m.strip_prefix("0o").unwrap_or(m);
+    match u32::from_str_radix(digits, 8) {
+        Ok(v) if v <= 0o7777 && !digits.is_empty() => Ok(Some(v)),
+        _ => Err(FileError::Invalid(format!("{m:?} is not a file mode: use octal, such as 0644"))),
+    }
+}
+
+fn query<T>(q: std::result::Result<Query<T>, QueryRejection>) -> Result<T, Failure> {
+    q.map(|Query(q)| q).map_err(|e| Failure::new(ErrorCode::InvalidRequest, e.body_text()))
+}
+
+fn body(b: std::result::Result<Bytes, BytesRejection>) -> Result<Bytes, Failure> {
+    b.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            Failure::new(ErrorCode::PayloadTooLarge, format!("the request body is larger than {MAX_FILE} bytes"))
+        }
+        _ => Failure::new(ErrorCode::InvalidRequest, e.body_text()),
+    })
+}
+
+/// Run blocking file work off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T, Failure> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|_| Failure::new(ErrorCode::Internal, "a files task failed".to_string()))?
+        .map_err(Failure::from)
+}
+
+/// The sandbox's file system, through its init.
+async fn sandbox(e: &Engine, id: &str) -> Result<SandboxFs, Failure> {
+    let record = e.get(id).await?;
+    let Some(pid) = record.pid else {
+        return Err(Failure::new(ErrorCode::Conflict, format!("sandbox {} has no running init", record.id)));
+    };
+    blocking(move || SandboxFs::open(pid)).await
+}
+
+type Api = State<Arc<Engine>>;
+
+/// The files API's routes, merged into the daemon's router.
+pub fn routes() -> Router<Arc<Engine>> {
+    let upload = DefaultBodyLimit::max(MAX_FILE as usize);
+    Router::new()
+        .route("/v1/sandboxes/{id}/files", get(get_files).put(put_file).delete(delete_files).layer(upload))
+        .route("/v1/sandboxes/{id}/stat", get(stat))
+        .route("/v1/sandboxes/{id}/mkdir", post(mkdir))
+        .route("/v1/sandboxes/{id}/archive", get(get_archive).put(put_archive).layer(upload))
+}
+
+async fn get_files(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    q: std::result::Result<Query<PathQuery>, QueryRejection>,
+) -> Result<Response, Failure> {
+    let q = query(q)?;
+    let fs = sandbox(&e, &id).await?;
+    Ok(match blocking(move || fs.get(&q.path)).await? {
+        Got::File(data) => ([(header::CONTENT_TYPE, "application/octet-stream")], data).into_response(),
+        Got::Dir(entries) => Json(entries).into_response(),
+    })
+}
+
+async fn put_file(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    q: std::result::Result<Query<PutQuery>, QueryRejection>,
+    data: std::result::Result<Bytes, BytesRejection>,
+) -> Result<Response, Failure> {
+    let q = query(q)?;
+    let mode = parse_mode(q.mode.as_deref())?;
+    parse_path(&q.path)?;
+    let data = body(data)?;
+    let fs = sandbox(&e, &id).await?;
+    let (entry, created) = blocking(move || fs.write(&q.path, &data, mode, q.parents)).await?;
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(entry)).into_response())
+}
+
+async fn delete_files(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    q: std::result::Result<Query<DeleteQuery>, QueryRejection>,
+) -> Result<Response, Failure> {
+    let q = query(q)?;
+    let fs = sandbox(&e, &id).await?;
+    blocking(move || fs.remove(&q.path, q.recursive)).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn stat(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    q: std::result::Result<Query<PathQuery>, QueryRejection>,
+) -> Result<Response, Failure> {
+    let q = query(q)?;
+    let fs = sandbox(&e, &id).await?;
+    Ok(Json(blocking(move || fs.stat(&q.path)).await?).into_response())
+}
+
+async fn mkdir(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    q: std::result::Result<Query<MkdirQuery>, QueryRejection>,
+) -> Result<Response, Failure> {
+    let q = query(q)?;
+    let mode = parse_mode(q.mode.as_deref())?;
+    let fs = sandbox(&e, &id).await?;
+    let (entry, created) = blocking(move || fs.mkdir(&q.path, q.parents, mode)).await?;
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(entry)).into_response())
+}
+
+async fn get_archive(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    q: std::result::Result<Query<PathQuery>, QueryRejection>,
+) -> Result<Response, Failure> {
+    let q = query(q)?;
+    let fs = sandbox(&e, &id).await?;
+    // Errors up to here get a status; after it, one ends the stream early (the client sees a cut body).
+    let (fs, dir) = blocking(move || {
+        let dir = fs.open_dir(&q.path)?;
+        Ok((fs, dir))
+    })
+    .await?;
+    let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(8);
+    tokio::task::spawn_blocking(move || {
+        let mut out = Chunks { tx: tx.clone(), buf: Vec::with_capacity(CHUNK) };
+        let done = fs.write_tar(&dir, &mut out).and_then(|w| w.send().map_err(|e| io_err("send", "the archive", e)));
+        if let Err(err) = done {
+            let _ = tx.blocking_send(Err(io::Error::other(err.to_string())));
+        }
+    });
+    Ok(([(header::CONTENT_TYPE, "application/x-tar")], Body::from_stream(ReceiverStream::new(rx))).into_response())
+}
+
+async fn put_archive(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    q: std::result::Result<Query<ArchiveQuery>, QueryRejection>,
+    data: std::result::Result<Bytes, BytesRejection>,
+) -> Result<Response, Failure> {
+    let q = query(q)?;
+    parse_path(&q.path)?;
+    let data = body(data)?;
+    let fs = sandbox(&e, &id).await?;
+    let entries = blocking(move || fs.extract_tar(&q.path, &data, q.parents)).await?;
+    Ok(Json(Extracted { entries }).into_response())
+}
+
+const CHUNK: usize = 64 * 1024;
+
+/// A writer that hands the response body to the HTTP server in chunks.
+struct Chunks {
+    tx: mpsc::Sender<io::Result<Bytes>>,
+    buf: Vec<u8>,
+}
+
+impl Chunks {
+    fn send(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        self.tx.blocking_send(Ok(chunk)).map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client left"))
+    }
+}
+
+impl Write for Chunks {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(b);
+        if self.buf.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_are_octal() {
+        assert_eq!(parse_mode(Some("0644")).unwrap(), Some(0o644));
+        assert_eq!(parse_mode(Some("0o755")).unwrap(), Some(0o755));
+        assert_eq!(parse_mode(None).unwrap(), None);
+        for bad in ["", "9", "10000", "rwx"] {
+            assert!(parse_mode(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}
