@@ -110,8 +110,8 @@ impl Init {
 
     fn handle(&mut self, req: Request, fds: Vec<OwnedFd>) {
         match req {
-            Request::Exec { id, argv, env, cwd, uid, gid, attached } => {
-                let ev = match self.spawn(&argv, &env, &cwd, uid, gid, attached, fds) {
+            Request::Exec { id, argv, env, cwd, uid, gid, attached, join_cgroup } => {
+                let ev = match self.spawn(&argv, &env, &cwd, uid, gid, attached, join_cgroup, fds) {
                     Ok(pid) => {
                         self.running.insert(pid, id);
                         Event::Started { id, pid }
@@ -141,12 +141,13 @@ impl Init {
         uid: u32,
         gid: u32,
         attached: Attached,
+        join_cgroup: usize,
         fds: Vec<OwnedFd>,
     ) -> Result<i32, (i32, String)> {
         let Some(program) = argv.first().filter(|p| !p.is_empty()) else {
             return Err((125, "no command given".into()));
         };
-        let expected = [attached.stdin, attached.stdout, attached.stderr].iter().filter(|a| **a).count();
+        let expected = [attached.stdin, attached.stdout, attached.stderr].iter().filter(|a| **a).count() + join_cgroup;
         if fds.len() != expected {
             return Err((125, format!("expected {expected} stream descriptors, got {}", fds.len())));
         }
@@ -154,8 +155,12 @@ impl Init {
             return Err((125, format!("cannot create the working directory {cwd}: {e}")));
         }
         let mut fds = fds.into_iter();
+        let streams = expected - join_cgroup;
+        let mut stdio: Vec<OwnedFd> = fds.by_ref().take(streams).collect();
+        let join: Vec<OwnedFd> = fds.collect();
+        stdio.reverse();
         let mut stream = |on: bool| {
-            if on { fds.next().map(Stdio::from).unwrap_or_else(Stdio::null) } else { Stdio::null() }
+            if on { stdio.pop().map(Stdio::from).unwrap_or_else(Stdio::null) } else { Stdio::null() }
         };
         let mut cmd = Command::new(program);
         cmd.args(&argv[1..])
@@ -172,7 +177,7 @@ impl Init {
                 cmd.env(k, v);
             }
         }
-        proc::unblock_signals_on_exec(&mut cmd);
+        proc::prepare_command(&mut cmd, join);
         match cmd.spawn() {
             Ok(child) => Ok(child.id() as i32),
             Err(e) => Err(match e.kind() {

@@ -38,6 +38,10 @@ pub enum Request {
         uid: u32,
         gid: u32,
         attached: Attached,
+        /// How many descriptors follow the attached streams: files the command writes `0` to before it
+        /// starts, to move itself into a cgroup of its own (so its whole tree can be killed at once).
+        #[serde(default)]
+        join_cgroup: usize,
     },
     /// Send a signal to every process of a running command's process group.
     Signal { id: u64, signal: i32 },

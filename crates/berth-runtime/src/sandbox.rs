@@ -354,6 +354,7 @@ impl Sandbox {
             uid: 0,
             gid: 0,
             attached,
+            join_cgroup: 0,
         };
         protocol::send(self.control.as_fd(), &req, &fds)?;
         Ok(())

@@ -256,15 +256,21 @@ pub fn open_namespace(pid: i32, kind: &str) -> SysResult<OwnedFd> {
     .ctx(|| format!("open the {kind} namespace of process {pid}"))
 }
 
-/// Make `cmd` start with no blocked signals, whatever the caller blocks (init blocks the signals it reads
-/// from a signalfd, and a blocked SIGTERM would make the command unkillable by `timeout` and friends).
-pub fn unblock_signals_on_exec(cmd: &mut std::process::Command) {
+/// Prepare `cmd` to start cleanly: with no blocked signals, whatever the caller blocks (init blocks the
+/// signals it reads from a signalfd, and a blocked SIGTERM would make the command unkillable by `timeout`
+/// and friends), and, first of all, moved into the cgroups whose `tasks`/`cgroup.procs` files are `join`.
+pub fn prepare_command(cmd: &mut std::process::Command, join: Vec<OwnedFd>) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the hook runs between fork and exec and only calls sigemptyset and pthread_sigmask, which are
-    // async-signal-safe and allocate nothing.
+    // SAFETY: the hook runs between fork and exec and only calls sigemptyset, pthread_sigmask and write on
+    // descriptors it owns, all async-signal-safe; it allocates nothing.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             reset_signals();
+            for fd in &join {
+                if libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             Ok(())
         });
     }

@@ -373,3 +373,21 @@ fn tcp_requires_a_token_and_cannot_mint_one() {
     let stored = std::fs::read_to_string(d.dir.path().join("root/tokens.json")).unwrap();
     assert!(!stored.contains(&token), "only the token's digest is kept");
 }
+
+#[test]
+fn a_timeout_kills_processes_that_left_the_process_group() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let needle = format!("sleep {}", 9000 + std::process::id() % 1000);
+    // setsid puts the sleeper in a session (and process group) of its own: only the exec's cgroup holds it.
+    let script = format!("setsid {needle} & setsid sh -c '{needle} & wait' & {needle}");
+    let out = d.berth(&["exec", &id, "--timeout", "1s", "--", "sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        common::host_processes_with(&needle).is_empty()
+    });
+    assert!(gone, "processes of a timed-out exec survived: {:?}", common::host_processes_with(&needle));
+    // The sandbox itself lives on.
+    assert_eq!(text(&d.berth(&["exec", &id, "--", "echo", "alive"]).stdout), "alive\n");
+}

@@ -36,6 +36,8 @@ pub struct Engine {
     idempotent: Mutex<HashMap<String, (u16, serde_json::Value)>>,
     events: Arc<Events>,
     pub tokens: crate::tokens::Tokens,
+    /// The host's cgroup layout, for each exec's own cgroup (None: execs are killed by process group only).
+    cgroups: Option<berth_runtime::cgroup::Hierarchy>,
 }
 
 /// Lifecycle events: a live broadcast, and the most recent ones for clients that ask without following.
@@ -95,6 +97,7 @@ impl Engine {
             sandboxes: Mutex::new(HashMap::new()),
             idempotent: Mutex::new(HashMap::new()),
             tokens: crate::tokens::Tokens::open(root).map_err(EngineError::Log)?,
+            cgroups: berth_runtime::cgroup::Hierarchy::detect().ok(),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
@@ -322,6 +325,12 @@ impl Engine {
             timeout: req.timeout_seconds.map(Duration::from_secs_f64),
             max_output,
             log: logs.join(format!("{exec_id}.log")),
+            cgroup: match &self.cgroups {
+                Some(h) => Some(
+                    h.open(&sid).child(&exec_id).map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?,
+                ),
+                None => None,
+            },
         };
         let log_path = plan.log.clone();
         let env_names: Vec<&String> = live.env.keys().chain(req.env.keys()).collect();

@@ -12,6 +12,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, watch};
 
+use berth_runtime::cgroup::Cgroup;
+
 use crate::EngineError;
 use crate::budget::Budget;
 use crate::session::Session;
@@ -31,6 +33,9 @@ pub struct ExecPlan {
     pub timeout: Option<Duration>,
     pub max_output: u64,
     pub log: PathBuf,
+    /// The exec's own cgroup (inside the sandbox's): its whole tree, whatever sessions or process groups
+    /// it makes, is killed through it.
+    pub cgroup: Option<Cgroup>,
 }
 
 /// A started exec: its frames, and a switch that kills it.
@@ -45,6 +50,10 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
     let (out_r, out_w) = pipe_pair()?;
     let (err_r, err_w) = pipe_pair()?;
     let (num, mut events) = session.register();
+    let join = match &plan.cgroup {
+        Some(cg) => cg.join_files().map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?,
+        None => Vec::new(),
+    };
     let req = Request::Exec {
         id: num,
         argv: plan.argv.clone(),
@@ -53,8 +62,12 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
         uid: 0,
         gid: 0,
         attached: Attached { stdin: false, stdout: true, stderr: true },
+        join_cgroup: join.len(),
     };
-    session.send(&req, &[out_w.as_fd(), err_w.as_fd()])?;
+    let mut fds = vec![out_w.as_fd(), err_w.as_fd()];
+    fds.extend(join.iter().map(|f| f.as_fd()));
+    session.send(&req, &fds)?;
+    drop(join);
     drop((out_w, err_w));
     let started_at = Instant::now();
     let (frames_tx, frames) = mpsc::channel(256);
@@ -138,13 +151,13 @@ async fn supervise(
             }
             _ = sleep_until(deadline), if deadline.is_some() && !timed_out && exit.is_none() => {
                 timed_out = true;
-                let _ = session.send(&Request::Signal { id: num, signal: 9 }, &[]);
+                kill_tree(&session, num, plan.cgroup.as_ref());
                 None
             }
             changed = kill_rx.changed(), if !killed && exit.is_none() => {
                 if changed.is_ok() && *kill_rx.borrow() {
                     killed = true;
-                    let _ = session.send(&Request::Signal { id: num, signal: 9 }, &[]);
+                    kill_tree(&session, num, plan.cgroup.as_ref());
                 }
                 None
             }
@@ -202,6 +215,24 @@ async fn supervise(
         let _ = tx.send(ExecFrame::Exit(result.clone())).await;
     }
     let _ = done.send(Some(result));
+    // An exec whose tree is all gone leaves no cgroup; one with background processes keeps it until they
+    // end or the sandbox does.
+    if let Some(cg) = plan.cgroup {
+        if timed_out || killed {
+            let _ = tokio::task::spawn_blocking(move || cg.kill_all().and_then(|()| cg.remove())).await;
+        } else if cg.procs().is_ok_and(|p| p.is_empty()) {
+            let _ = tokio::task::spawn_blocking(move || cg.remove()).await;
+        }
+    }
+}
+
+/// Kill an exec's whole tree: its process group through init at once, and everything in its cgroup (which
+/// also holds what left the group with setsid) in the background.
+fn kill_tree(session: &Session, num: u64, cgroup: Option<&Cgroup>) {
+    let _ = session.send(&Request::Signal { id: num, signal: 9 }, &[]);
+    if let Some(cg) = cgroup.cloned() {
+        tokio::task::spawn_blocking(move || cg.kill_all());
+    }
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {

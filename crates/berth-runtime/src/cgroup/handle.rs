@@ -253,3 +253,48 @@ impl Cgroup {
         }
     }
 }
+
+impl Cgroup {
+    /// Create (or reuse) a child cgroup `name` below this one, without limits of its own: a unit inside the
+    /// sandbox (such as one exec's process tree) that can be killed as a whole.
+    pub fn child(&self, name: &str) -> Result<Cgroup, CgroupError> {
+        self.check()?;
+        super::validate_name(name)?;
+        let kind = match &self.kind {
+            Kind::V1(dirs) => Kind::V1(dirs.join(Path::new(name))),
+            Kind::V2(dir) => Kind::V2(dir.join(name)),
+            Kind::Invalid { .. } => return Err(CgroupError::InvalidName { name: name.into(), reason: "no parent" }),
+        };
+        let child = Cgroup::new(&format!("{}/{name}", self.name), kind, self.fs);
+        for path in child.paths() {
+            match fs::create_dir(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(source) => return Err(CgroupError::Create { path: path.clone(), source }),
+            }
+        }
+        Ok(child)
+    }
+
+    /// Files a process writes `0` to in order to move itself into this cgroup: each v1 hierarchy's `tasks`
+    /// (a single-threaded process moving itself takes no global lock), or the v2 `cgroup.procs`.
+    pub fn join_files(&self) -> Result<Vec<std::os::fd::OwnedFd>, CgroupError> {
+        self.check()?;
+        let file = match &self.kind {
+            Kind::V2(_) => "cgroup.procs",
+            _ => "tasks",
+        };
+        self.paths
+            .iter()
+            .map(|p| {
+                let path = p.join(file);
+                rustix::fs::open(
+                    &path,
+                    rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+                    rustix::fs::Mode::empty(),
+                )
+                .map_err(|e| CgroupError::AddProcess { pid: 0, path, source: e.into() })
+            })
+            .collect()
+    }
+}
