@@ -87,6 +87,8 @@ pub struct ExecRequest {
     pub max_output_bytes: Option<u64>,
     /// Return at once with the exec's id; read its output later from its log.
     pub detach: bool,
+    /// Data for the command's standard input, which is closed after it (without this, stdin is /dev/null).
+    pub stdin: Option<String>,
 }
 
 /// Which output stream a frame carries.

@@ -391,3 +391,23 @@ fn a_timeout_kills_processes_that_left_the_process_group() {
     // The sandbox itself lives on.
     assert_eq!(text(&d.berth(&["exec", &id, "--", "echo", "alive"]).stdout), "alive\n");
 }
+
+#[test]
+fn exec_takes_stdin_from_the_client() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--socket")
+        .arg(d.socket())
+        .args(["exec", "-i", &id, "--", "sh", "-c", "tr a-z A-Z; echo done"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"piped in\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(text(&out.stdout), "PIPED IN\ndone\n");
+    // Without -i the command's stdin is empty, not the client's.
+    let out = d.berth(&["exec", &id, "--", "sh", "-c", "cat; echo eof"]);
+    assert_eq!(text(&out.stdout), "eof\n");
+}

@@ -325,6 +325,7 @@ impl Engine {
             timeout: req.timeout_seconds.map(Duration::from_secs_f64),
             max_output,
             log: logs.join(format!("{exec_id}.log")),
+            stdin: req.stdin.clone(),
             cgroup: match &self.cgroups {
                 Some(h) => Some(
                     h.open(&sid).child(&exec_id).map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?,
@@ -336,7 +337,7 @@ impl Engine {
         let env_names: Vec<&String> = live.env.keys().chain(req.env.keys()).collect();
         let args = serde_json::json!({
             "exec_id": exec_id, "argv": req.argv, "workdir": plan.workdir, "env_names": env_names,
-            "timeout_seconds": req.timeout_seconds, "max_output_bytes": max_output, "detach": req.detach,
+            "timeout_seconds": req.timeout_seconds, "max_output_bytes": max_output, "detach": req.detach, "stdin_bytes": req.stdin.as_ref().map(String::len),
         });
         let running = exec::start(Arc::clone(&live.session), plan).await?;
         live.note("exec", args, serde_json::json!({"started": true}));

@@ -36,6 +36,8 @@ pub struct ExecPlan {
     /// The exec's own cgroup (inside the sandbox's): its whole tree, whatever sessions or process groups
     /// it makes, is killed through it.
     pub cgroup: Option<Cgroup>,
+    /// Data for the command's stdin (closed after it); `None`: stdin is /dev/null.
+    pub stdin: Option<String>,
 }
 
 /// A started exec: its frames, and a switch that kills it.
@@ -61,13 +63,30 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
         cwd: plan.workdir.clone(),
         uid: 0,
         gid: 0,
-        attached: Attached { stdin: false, stdout: true, stderr: true },
+        attached: Attached { stdin: plan.stdin.is_some(), stdout: true, stderr: true },
         join_cgroup: join.len(),
     };
-    let mut fds = vec![out_w.as_fd(), err_w.as_fd()];
+    let stdin = match &plan.stdin {
+        Some(_) => Some(
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                .map_err(|e| berth_sys::SysError::new("create a pipe", e))?,
+        ),
+        None => None,
+    };
+    let mut fds: Vec<_> = stdin.iter().map(|(r, _)| r.as_fd()).collect();
+    fds.extend([out_w.as_fd(), err_w.as_fd()]);
     fds.extend(join.iter().map(|f| f.as_fd()));
     session.send(&req, &fds)?;
     drop(join);
+    if let (Some((r, w)), Some(data)) = (stdin, plan.stdin.clone()) {
+        drop(r);
+        berth_sys::fd::set_nonblocking(&w, true)?;
+        let mut w = pipe::Sender::from_owned_fd(w).map_err(|e| berth_sys::SysError::new("watch a pipe", e))?;
+        // A command that stops reading early closes the pipe; that is its business, not an error.
+        tokio::spawn(async move {
+            let _ = w.write_all(data.as_bytes()).await;
+        });
+    }
     drop((out_w, err_w));
     let started_at = Instant::now();
     let (frames_tx, frames) = mpsc::channel(256);

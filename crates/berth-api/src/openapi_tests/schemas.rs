@@ -137,6 +137,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         timeout_seconds: Some(30.5),
         max_output_bytes: Some(65536),
         detach: true,
+        stdin: Some("input\n".into()),
     };
     let info = ExecInfo {
         exec_id: "x3".into(),

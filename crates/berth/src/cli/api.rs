@@ -94,6 +94,9 @@ pub struct ExecArgs {
     /// Start the command, print its exec id and return; read its output with berth logs.
     #[arg(long, short = 'd')]
     pub detach: bool,
+    /// Send this command's standard input to the command (read to its end first).
+    #[arg(long, short = 'i')]
+    pub interactive: bool,
     /// Print the API's NDJSON frames as they arrive.
     #[arg(long)]
     pub json: bool,

@@ -18,6 +18,13 @@ pub fn exec(socket: &Path, args: ExecArgs) -> anyhow::Result<i32> {
         timeout_seconds: args.timeout.map(output::seconds),
         max_output_bytes: args.max_output,
         detach: args.detach,
+        stdin: if args.interactive {
+            let mut data = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut data)?;
+            Some(data)
+        } else {
+            None
+        },
     };
     let client = Client::connect(socket)?;
     let path = format!("/v1/sandboxes/{}/execs", client::segment(&args.id));
