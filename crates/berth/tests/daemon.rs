@@ -411,3 +411,22 @@ fn exec_takes_stdin_from_the_client() {
     let out = d.berth(&["exec", &id, "--", "sh", "-c", "cat; echo eof"]);
     assert_eq!(text(&out.stdout), "eof\n");
 }
+
+#[test]
+fn a_daemon_killed_mid_exec_restarts_consistent() {
+    let mut d = Daemon::start();
+    let id = d.create(&[]);
+    let needle = format!("sleep {}", 10000 + std::process::id() % 1000);
+    let out = d.berth(&["exec", &id, "--detach", "--", "sh", "-c", &format!("echo started; exec {needle}")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(common::host_processes_with(&needle).len(), 1);
+    d.kill();
+    d.spawn();
+    // The sandbox comes back, works, and removing it takes everything the lost exec left running.
+    assert_eq!(d.ids(), std::slice::from_ref(&id));
+    assert_eq!(text(&d.berth(&["exec", &id, "--", "echo", "ok"]).stdout), "ok\n");
+    assert!(d.berth(&["rm", &id]).status.success());
+    assert!(common::host_processes_with(&needle).is_empty());
+    assert!(d.ids().is_empty());
+}
