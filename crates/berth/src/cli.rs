@@ -141,6 +141,15 @@ pub struct BenchArgs {
     /// against `nsenter` into the same sandbox.
     #[arg(long)]
     pub exec: bool,
+    /// With --exec: output size for the throughput case (head -c SIZE /dev/zero).
+    #[arg(long, default_value = "2G", value_parser = parse_size, value_name = "SIZE")]
+    pub bytes: u64,
+    /// With --exec: idle sandboxes to measure.
+    #[arg(long, default_value = "100", value_parser = parse_count_usize)]
+    pub idle: usize,
+    /// With --exec: the daemon's pid, if it cannot be found by its socket.
+    #[arg(long, value_name = "PID")]
+    pub daemon_pid: Option<i32>,
 }
 
 #[derive(Debug, Args)]

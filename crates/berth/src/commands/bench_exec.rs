@@ -1,6 +1,7 @@
 //! `berth bench --exec`: the round trip of `exec true` on a running sandbox, through the daemon's API (an
 //! in-process client, one connection per exec, as a CLI makes) and through the `berth exec` CLI, against
-//! `nsenter` joining the same sandbox's namespaces and running `true`.
+//! `nsenter` joining the same sandbox's namespaces and running `true`. Then the daemon's output throughput and
+//! the cost of idle sandboxes (`bench_daemon`), and the lifecycle throughput under concurrent clients.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -8,16 +9,28 @@ use std::time::Instant;
 
 use berth_api::{CreateSandbox, ExecFrame, ExecRequest, Sandbox};
 
+use super::bench_daemon::{self, DaemonBenchOpts};
 use crate::cli::BenchArgs;
 use crate::client::Client;
 
 pub fn bench_exec(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
+    let opts = DaemonBenchOpts { bytes: args.bytes, idle: args.idle, daemon_pid: args.daemon_pid };
+    let daemon = bench_daemon::find_daemon(socket, opts.daemon_pid)?;
     let client = Client::connect(socket)?;
     let (_, body) = client.post_json("/v1/sandboxes", &CreateSandbox::default())?;
     let sandbox: Sandbox = serde_json::from_slice(&body)?;
-    let result = measure(socket, &sandbox, &args);
+    let result = measure(socket, &sandbox, &args).and_then(|report| {
+        let output = bench_daemon::output_throughput(socket, &sandbox, &daemon, &opts, args.json)?;
+        Ok((report, output))
+    });
     let _ = Client::connect(socket)?.delete(&format!("/v1/sandboxes/{}", sandbox.id));
-    result?;
+    let (mut report, output) = result?;
+    let idle = bench_daemon::idle_cost(socket, &daemon, &opts, args.json)?;
+    if args.json {
+        report["output"] = output;
+        report["idle"] = idle;
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
     lifecycle_load(socket, 20, 10)
 }
 
@@ -65,7 +78,8 @@ fn lifecycle_load(socket: &Path, clients: usize, rounds: usize) -> anyhow::Resul
     Ok(0)
 }
 
-fn measure(socket: &Path, sandbox: &Sandbox, args: &BenchArgs) -> anyhow::Result<()> {
+/// The medians of the three cases, as JSON; printed as a table too unless `--json`.
+fn measure(socket: &Path, sandbox: &Sandbox, args: &BenchArgs) -> anyhow::Result<serde_json::Value> {
     let exe = std::env::current_exe()?;
     let pid = sandbox.pid.unwrap_or(0).to_string();
     let mut api = Vec::new();
@@ -94,13 +108,7 @@ fn measure(socket: &Path, sandbox: &Sandbox, args: &BenchArgs) -> anyhow::Result
         }
     }
     let (a, c, n) = (median(&mut api), median(&mut cli), median(&mut nsenter));
-    if args.json {
-        let v = serde_json::json!({
-            "runs": args.runs, "api_median_ms": a, "cli_median_ms": c, "nsenter_median_ms": n,
-            "api_over_nsenter": a / n, "cli_over_nsenter": c / n,
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
+    if !args.json {
         println!("{} interleaved runs of each; exec true on one running sandbox\n", args.runs);
         println!("{:<28} {:>10}", "case", "median ms");
         println!("{:<28} {:>10.2}", "API (in-process client)", a);
@@ -108,7 +116,10 @@ fn measure(socket: &Path, sandbox: &Sandbox, args: &BenchArgs) -> anyhow::Result
         println!("{:<28} {:>10.2}", "nsenter -t PID -a true", n);
         println!("\nAPI / nsenter: {:.2}x   CLI / nsenter: {:.2}x", a / n, c / n);
     }
-    Ok(())
+    Ok(serde_json::json!({
+        "runs": args.runs, "api_median_ms": a, "cli_median_ms": c, "nsenter_median_ms": n,
+        "api_over_nsenter": a / n, "cli_over_nsenter": c / n,
+    }))
 }
 
 fn time(cmd: &mut Command) -> anyhow::Result<f64> {

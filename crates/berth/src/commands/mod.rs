@@ -1,6 +1,7 @@
 //! One module per verb.
 
 mod bench;
+mod bench_daemon;
 mod bench_exec;
 mod cp;
 mod create;
