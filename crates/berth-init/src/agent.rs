@@ -110,8 +110,8 @@ impl Init {
 
     fn handle(&mut self, req: Request, fds: Vec<OwnedFd>) {
         match req {
-            Request::Exec { id, argv, env, cwd, uid, gid, attached, join_cgroup } => {
-                let ev = match self.spawn(&argv, &env, &cwd, uid, gid, attached, join_cgroup, fds) {
+            Request::Exec { id, argv, env, cwd, uid, gid, attached, join_cgroup, tty } => {
+                let ev = match self.spawn(&argv, &env, &cwd, uid, gid, attached, join_cgroup, tty, fds) {
                     Ok(pid) => {
                         self.running.insert(pid, id);
                         Event::Started { id, pid }
@@ -142,11 +142,15 @@ impl Init {
         gid: u32,
         attached: Attached,
         join_cgroup: usize,
+        tty: bool,
         fds: Vec<OwnedFd>,
     ) -> Result<i32, (i32, String)> {
         let Some(program) = argv.first().filter(|p| !p.is_empty()) else {
             return Err((125, "no command given".into()));
         };
+        if tty && !attached.stdin {
+            return Err((125, "a command on a terminal needs the terminal attached as its stdin".into()));
+        }
         let expected = [attached.stdin, attached.stdout, attached.stderr].iter().filter(|a| **a).count() + join_cgroup;
         if fds.len() != expected {
             return Err((125, format!("expected {expected} stream descriptors, got {}", fds.len())));
@@ -168,7 +172,6 @@ impl Init {
             .current_dir(cwd)
             .uid(uid)
             .gid(gid)
-            .process_group(0)
             .stdin(stream(attached.stdin))
             .stdout(stream(attached.stdout))
             .stderr(stream(attached.stderr));
@@ -177,7 +180,12 @@ impl Init {
                 cmd.env(k, v);
             }
         }
-        proc::prepare_command(&mut cmd, join);
+        // Its own process group (so that it and its children can be signalled together); on a terminal, the
+        // session that setsid makes gives it one.
+        if !tty {
+            cmd.process_group(0);
+        }
+        proc::prepare_command(&mut cmd, join, tty);
         match cmd.spawn() {
             Ok(child) => Ok(child.id() as i32),
             Err(e) => Err(match e.kind() {

@@ -42,6 +42,10 @@ pub enum Request {
         /// starts, to move itself into a cgroup of its own (so its whole tree can be killed at once).
         #[serde(default)]
         join_cgroup: usize,
+        /// The attached stdin is a terminal: the command starts a session of its own with it as the
+        /// controlling terminal (job control works), instead of only a process group of its own.
+        #[serde(default)]
+        tty: bool,
     },
     /// Send a signal to every process of a running command's process group.
     Signal { id: u64, signal: i32 },
@@ -107,6 +111,18 @@ mod tests {
         assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), req);
         assert!(serde_json::from_str::<Request>(r#"{"op":"signal","id":7,"signal":15,"x":1}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"format_disk"}"#).is_err());
+    }
+
+    #[test]
+    fn exec_requests_default_to_no_terminal() {
+        let text = r#"{"op":"exec","id":1,"argv":["sh"],"env":[],"cwd":"/","uid":0,"gid":0,"attached":{"stdin":true,"stdout":true,"stderr":true}}"#;
+        let Request::Exec { tty, join_cgroup, .. } = serde_json::from_str::<Request>(text).unwrap() else {
+            panic!("not an exec")
+        };
+        assert!(!tty);
+        assert_eq!(join_cgroup, 0);
+        let with = text.replace(r#""gid":0,"#, r#""gid":0,"tty":true,"#);
+        assert!(matches!(serde_json::from_str::<Request>(&with).unwrap(), Request::Exec { tty: true, .. }));
     }
 
     #[test]

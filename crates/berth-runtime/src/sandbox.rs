@@ -355,6 +355,7 @@ impl Sandbox {
             gid: 0,
             attached,
             join_cgroup: 0,
+            tty: false,
         };
         protocol::send(self.control.as_fd(), &req, &fds)?;
         Ok(())

@@ -114,6 +114,15 @@ pub fn set_nonblocking(fd: impl AsFd, on: bool) -> SysResult<()> {
     rustix::fs::fcntl_setfl(fd, flags).ctx(|| "set descriptor flags")
 }
 
+/// Hand a descriptor (such as a terminal's master end, made non-blocking) to the current tokio runtime, to
+/// wait until it is readable or writable. Panics when called outside a runtime, as tokio does.
+#[cfg(feature = "tokio")]
+pub fn watch(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: the `AsyncFd` owns the `OwnedFd`, whose descriptor stays open and the same until the `AsyncFd`
+    // is dropped (which deregisters it before closing it) or gives it back with `into_inner`.
+    unsafe { tokio::io::unix::AsyncFd::register(fd) }.map_err(std::io::Error::from)
+}
+
 /// Listen for `SOCK_SEQPACKET` connections on a unix socket at `path` (replacing a stale socket file).
 pub fn seqpacket_listen(path: &std::path::Path) -> SysResult<OwnedFd> {
     let _ = std::fs::remove_file(path);

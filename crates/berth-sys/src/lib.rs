@@ -13,6 +13,7 @@ pub mod landlock;
 pub mod mount;
 pub mod net;
 pub mod process;
+pub mod pty;
 pub mod seccomp;
 
 pub use error::{SysError, SysResult};

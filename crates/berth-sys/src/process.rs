@@ -259,10 +259,15 @@ pub fn open_namespace(pid: i32, kind: &str) -> SysResult<OwnedFd> {
 /// Prepare `cmd` to start cleanly: with no blocked signals, whatever the caller blocks (init blocks the
 /// signals it reads from a signalfd, and a blocked SIGTERM would make the command unkillable by `timeout`
 /// and friends), and, first of all, moved into the cgroups whose `tasks`/`cgroup.procs` files are `join`.
-pub fn prepare_command(cmd: &mut std::process::Command, join: Vec<OwnedFd>) {
+///
+/// With `terminal`, the command also starts a session of its own (setsid) whose controlling terminal is its
+/// stdin, which must then be a terminal: job control works as in a login. The command must not have asked
+/// for a process group of its own as well (setsid makes it the leader of a new one).
+pub fn prepare_command(cmd: &mut std::process::Command, join: Vec<OwnedFd>, terminal: bool) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the hook runs between fork and exec and only calls sigemptyset, pthread_sigmask and write on
-    // descriptors it owns, all async-signal-safe; it allocates nothing.
+    // SAFETY: the hook runs between fork and exec and only calls sigemptyset, pthread_sigmask, write on
+    // descriptors it owns, setsid and ioctl(TIOCSCTTY) on descriptor 0, all async-signal-safe; it allocates
+    // nothing.
     unsafe {
         cmd.pre_exec(move || {
             reset_signals();
@@ -270,6 +275,9 @@ pub fn prepare_command(cmd: &mut std::process::Command, join: Vec<OwnedFd>) {
                 if libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
                     return Err(std::io::Error::last_os_error());
                 }
+            }
+            if terminal && (libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0) {
+                return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });

@@ -64,6 +64,8 @@ pub enum Command {
     Events(EventsArgs),
     /// Copy a file or a directory tree between the host and a sandbox: berth cp SRC DST, either as ID:/path.
     Cp(CpArgs),
+    /// Open an interactive shell (or run --cmd) on a terminal in a sandbox; exits with its exit code.
+    Shell(ShellArgs),
     /// PID 1 inside a sandbox (started by berth only).
     #[command(hide = true)]
     Init,

@@ -370,8 +370,10 @@ fn tcp_requires_a_token_and_cannot_mint_one() {
     assert_eq!(body, "[]");
     // A token holder cannot mint more tokens over TCP.
     assert_eq!(tcp_http(&addr, "POST", "/v1/tokens", Some(&token)).0, 404);
-    let stored = std::fs::read_to_string(d.dir.path().join("root/tokens.json")).unwrap();
-    assert!(!stored.contains(&token), "only the token's digest is kept");
+    for file in ["root/berth.db", "root/berth.db-wal"] {
+        let stored = std::fs::read(d.dir.path().join(file)).unwrap_or_default();
+        assert!(!stored.windows(token.len()).any(|w| w == token.as_bytes()), "only the token's digest is kept");
+    }
 }
 
 #[test]
@@ -429,4 +431,57 @@ fn a_daemon_killed_mid_exec_restarts_consistent() {
     assert!(d.berth(&["rm", &id]).status.success());
     assert!(common::host_processes_with(&needle).is_empty());
     assert!(d.ids().is_empty());
+}
+
+#[test]
+fn idempotency_and_lost_sandboxes_survive_a_daemon_restart() {
+    let mut d = Daemon::start();
+    let create = |d: &Daemon, key: &str| {
+        let mut s = UnixStream::connect(d.socket()).unwrap();
+        let body = r#"{"name": "kept"}"#;
+        let req = format!(
+            "POST /v1/sandboxes HTTP/1.1\r\nHost: berth\r\nContent-Type: application/json\r\nIdempotency-Key: {key}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        let v: Value = serde_json::from_str(resp.split_once("\r\n\r\n").unwrap().1).unwrap();
+        v["id"].as_str().unwrap().to_string()
+    };
+    let kept = create(&d, "restart-1");
+    let doomed = d.create(&[]);
+    d.kill();
+    // The doomed sandbox's supervisor dies while no daemon runs (as in a crash): its sandbox goes with it.
+    let root = d.dir.path().join("root").display().to_string();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(" shim") && cmdline.contains(&root) {
+            let pid: i32 = e.file_name().to_str().unwrap().parse().unwrap();
+            let sock = d.dir.path().join(format!("root/run/shims/{doomed}.sock"));
+            if std::fs::metadata(&sock).is_ok() && shim_serves(pid, &doomed) {
+                rustix::process::kill_process(
+                    rustix::process::Pid::from_raw(pid).unwrap(),
+                    rustix::process::Signal::KILL,
+                )
+                .unwrap();
+            }
+        }
+    }
+    d.spawn();
+    assert_eq!(d.ids(), std::slice::from_ref(&kept));
+    assert_eq!(create(&d, "restart-1"), kept, "a retry after a restart returns the first result");
+    assert_eq!(d.ids().len(), 1);
+    let journal: Value = serde_json::from_slice(&d.berth(&["journal", &doomed, "--json"]).stdout).unwrap();
+    let last = journal.as_array().unwrap().last().unwrap();
+    assert_eq!(last["action"], "lost", "{journal}");
+}
+
+/// Whether shim `pid` supervises sandbox `id` (its init's cgroup is named after the sandbox).
+fn shim_serves(pid: i32, id: &str) -> bool {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .any(|c| std::fs::read_to_string(format!("/proc/{c}/cgroup")).map(|cg| cg.contains(id)).unwrap_or(false))
 }

@@ -19,6 +19,9 @@ use crate::journal::{self, Journal};
 use crate::session::Session;
 use crate::shim::{self, ShimReady, ShimReply, ShimRequest, ShimStart};
 
+mod attach;
+pub(crate) use attach::AttachedExec;
+
 /// The environment every exec starts from (the sandbox's and the exec's own `env` go on top).
 const BASE_ENV: [(&str, &str); 4] = [
     ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
@@ -31,11 +34,11 @@ pub struct Engine {
     root: PathBuf,
     exe: PathBuf,
     sandboxes: Mutex<HashMap<String, Arc<Live>>>,
-    /// Results of mutating calls made with an `Idempotency-Key`, by key. Keyed calls are serialised by the
-    /// lock, so a retry racing the original waits for it and gets its result.
-    idempotent: Mutex<HashMap<String, (u16, serde_json::Value)>>,
+    /// Serialises calls made with an `Idempotency-Key` (their results are in the store).
+    idempotent: Mutex<()>,
     events: Arc<Events>,
     pub tokens: crate::tokens::Tokens,
+    store: Arc<crate::store::Store>,
     /// The host's cgroup layout, for each exec's own cgroup (None: execs are killed by process group only).
     cgroups: Option<berth_runtime::cgroup::Hierarchy>,
 }
@@ -91,12 +94,14 @@ impl Engine {
         for dir in [shim::shims_dir(root), root.join("logs"), root.join("journal")] {
             tokio::fs::create_dir_all(&dir).await.map_err(EngineError::Log)?;
         }
+        let store = Arc::new(crate::store::Store::open(root)?);
         let engine = Arc::new(Engine {
             root: root.to_path_buf(),
             exe,
             sandboxes: Mutex::new(HashMap::new()),
-            idempotent: Mutex::new(HashMap::new()),
-            tokens: crate::tokens::Tokens::open(root).map_err(EngineError::Log)?,
+            idempotent: Mutex::new(()),
+            tokens: crate::tokens::Tokens::new(Arc::clone(&store)),
+            store,
             cgroups: berth_runtime::cgroup::Hierarchy::detect().ok(),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
@@ -105,7 +110,25 @@ impl Engine {
             }),
         });
         engine.adopt_all().await;
+        engine.account_for_lost().await;
         Ok(engine)
+    }
+
+    /// Sandboxes the database says were live but that no shim answers for: they died with their supervisor
+    /// (a host crash, a killed shim). Record them as lost, in the database and in their journals.
+    async fn account_for_lost(&self) {
+        let adopted: Vec<String> = self.sandboxes.lock().await.keys().cloned().collect();
+        for id in self.store.live_ids().unwrap_or_default() {
+            if adopted.contains(&id) {
+                continue;
+            }
+            let reason = "lost: its supervisor was gone when the daemon started";
+            let _ = self.store.sandbox_gone(&id, reason, now_ms());
+            if let Ok(mut j) = Journal::open(&journal_path(&self.root, &id)) {
+                let _ = j.append("local", "lost", serde_json::json!({}), serde_json::json!({"reason": reason}));
+            }
+            self.events.emit(&id, EventKind::Removed, None, None);
+        }
     }
 
     async fn adopt_all(&self) {
@@ -116,6 +139,7 @@ impl Engine {
                 Ok((record, session)) => {
                     let Ok(live) = Live::new(&self.root, record.clone(), BTreeMap::new(), session) else { continue };
                     live.note("adopt", serde_json::json!({}), serde_json::json!({"pid": record.pid}));
+                    let _ = self.store.sandbox_live(&record);
                     self.events.emit(&record.id, EventKind::Adopted, None, None);
                     self.sandboxes.lock().await.insert(record.id.clone(), Arc::new(live));
                 }
@@ -186,6 +210,7 @@ impl Engine {
         let live = Arc::new(Live::new(&self.root, record.clone(), req.env, session).map_err(EngineError::Log)?);
         live.note("create", args, serde_json::json!({"id": record.id, "pid": record.pid}));
         self.events.emit(&record.id, EventKind::Created, None, None);
+        self.store.sandbox_live(&record)?;
         self.sandboxes.lock().await.insert(record.id.clone(), live);
         Ok(record)
     }
@@ -275,6 +300,7 @@ impl Engine {
             serde_json::json!({}),
             serde_json::json!({"steps": teardown.steps, "leftovers": teardown.leftovers}),
         );
+        let _ = self.store.sandbox_gone(&sid, why, now_ms());
         let kind = if why == "reaped" { EventKind::Reaped } else { EventKind::Removed };
         self.events.emit(&sid, kind, None, None);
         let _ = tokio::fs::remove_dir_all(self.root.join("logs").join(&sid)).await;
@@ -403,12 +429,14 @@ impl Engine {
         F: std::future::Future<Output = Result<(u16, serde_json::Value), EngineError>>,
     {
         let Some(key) = key else { return op.await };
-        let mut cache = self.idempotent.lock().await;
-        if let Some(hit) = cache.get(&key) {
-            return Ok(hit.clone());
+        // Serialised by this lock, so a retry racing the original waits for it and gets its result; kept in
+        // the database, so a retry after a daemon restart gets it too.
+        let _guard = self.idempotent.lock().await;
+        if let Some(hit) = self.store.idempotent_get(&key)? {
+            return Ok(hit);
         }
         let result = op.await?;
-        cache.insert(key, result.clone());
+        self.store.idempotent_put(&key, result.0, &result.1, now_ms())?;
         Ok(result)
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_api::{ExecFrame, ExecResult, Stream};
-use berth_init::protocol::{Attached, Event, Request};
+use berth_init::protocol::{Attached, Event};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, watch};
@@ -16,6 +16,7 @@ use berth_runtime::cgroup::Cgroup;
 
 use crate::EngineError;
 use crate::budget::Budget;
+use crate::launch::{self, Outcome, kill_tree};
 use crate::session::Session;
 
 /// Default bytes of output sent to a client.
@@ -51,21 +52,6 @@ pub struct Running {
 pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, EngineError> {
     let (out_r, out_w) = pipe_pair()?;
     let (err_r, err_w) = pipe_pair()?;
-    let (num, mut events) = session.register();
-    let join = match &plan.cgroup {
-        Some(cg) => cg.join_files().map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?,
-        None => Vec::new(),
-    };
-    let req = Request::Exec {
-        id: num,
-        argv: plan.argv.clone(),
-        env: plan.env.clone(),
-        cwd: plan.workdir.clone(),
-        uid: 0,
-        gid: 0,
-        attached: Attached { stdin: plan.stdin.is_some(), stdout: true, stderr: true },
-        join_cgroup: join.len(),
-    };
     let stdin = match &plan.stdin {
         Some(_) => Some(
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -73,11 +59,13 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
         ),
         None => None,
     };
+    let started_at = Instant::now();
     let mut fds: Vec<_> = stdin.iter().map(|(r, _)| r.as_fd()).collect();
     fds.extend([out_w.as_fd(), err_w.as_fd()]);
-    fds.extend(join.iter().map(|f| f.as_fd()));
-    session.send(&req, &fds)?;
-    drop(join);
+    let cmd = launch::Command { argv: &plan.argv, env: &plan.env, cwd: &plan.workdir, tty: false };
+    let attached = Attached { stdin: plan.stdin.is_some(), stdout: true, stderr: true };
+    let launched = launch::launch(&session, &cmd, attached, &fds, plan.cgroup.as_ref()).await?;
+    drop(fds);
     if let (Some((r, w)), Some(data)) = (stdin, plan.stdin.clone()) {
         drop(r);
         berth_sys::fd::set_nonblocking(&w, true)?;
@@ -88,14 +76,13 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
         });
     }
     drop((out_w, err_w));
-    let started_at = Instant::now();
     let (frames_tx, frames) = mpsc::channel(256);
     let (kill, kill_rx) = watch::channel(false);
     let (done_tx, done) = watch::channel(None);
-    let pid = match events.recv().await {
-        Some(Event::Started { pid, .. }) => pid,
-        Some(Event::Failed { code, message, .. }) => {
-            session.unregister(num);
+    let (num, events) = (launched.num, launched.events);
+    let pid = match launched.outcome {
+        Outcome::Started(pid) => pid,
+        Outcome::Failed { code, message } => {
             let result = ExecResult {
                 exec_id: plan.exec_id.clone(),
                 exit_code: code,
@@ -112,7 +99,6 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
             let _ = done_tx.send(Some(result));
             return Ok(Running { frames, kill, done });
         }
-        _ => return Err(EngineError::InitGone),
     };
     let _ = frames_tx.send(ExecFrame::Started { exec_id: plan.exec_id.clone(), pid }).await;
     let log = tokio::fs::File::create(&plan.log).await.map_err(EngineError::Log)?;
@@ -210,15 +196,7 @@ async fn supervise(
         }
     }
     let (code, signal) = exit.unwrap_or((None, Some(9)));
-    let exit_code = if timed_out {
-        124
-    } else {
-        match (code, signal) {
-            (Some(c), _) => c,
-            (None, Some(s)) => 128 + s,
-            (None, None) => 125,
-        }
-    };
+    let exit_code = if timed_out { 124 } else { launch::exit_code(code, signal) };
     let result = ExecResult {
         exec_id: plan.exec_id,
         exit_code,
@@ -236,22 +214,7 @@ async fn supervise(
     let _ = done.send(Some(result));
     // An exec whose tree is all gone leaves no cgroup; one with background processes keeps it until they
     // end or the sandbox does.
-    if let Some(cg) = plan.cgroup {
-        if timed_out || killed {
-            let _ = tokio::task::spawn_blocking(move || cg.kill_all().and_then(|()| cg.remove())).await;
-        } else if cg.procs().is_ok_and(|p| p.is_empty()) {
-            let _ = tokio::task::spawn_blocking(move || cg.remove()).await;
-        }
-    }
-}
-
-/// Kill an exec's whole tree: its process group through init at once, and everything in its cgroup (which
-/// also holds what left the group with setsid) in the background.
-fn kill_tree(session: &Session, num: u64, cgroup: Option<&Cgroup>) {
-    let _ = session.send(&Request::Signal { id: num, signal: 9 }, &[]);
-    if let Some(cg) = cgroup.cloned() {
-        tokio::task::spawn_blocking(move || cg.kill_all());
-    }
+    launch::release_cgroup(plan.cgroup, timed_out || killed).await;
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {

@@ -77,6 +77,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/v1/sandboxes/{id}/execs/{exec}"),
     ("GET", "/v1/sandboxes/{id}/execs/{exec}/log"),
     ("GET", "/v1/sandboxes/{id}/journal"),
+    ("GET", "/v1/sandboxes/{id}/shell"),
     ("GET", "/v1/sandboxes/{id}/files"),
     ("PUT", "/v1/sandboxes/{id}/files"),
     ("DELETE", "/v1/sandboxes/{id}/files"),
@@ -133,6 +134,7 @@ fn routes() -> Router<Arc<Engine>> {
         .route("/v1/sandboxes/{id}/journal", get(journal))
         .route("/v1/events", get(events))
         .merge(crate::files::routes())
+        .merge(crate::shell::routes())
         .fallback(|| async { Failure(ErrorCode::NotFound, "no such route".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
 }

@@ -15,8 +15,11 @@ mod exec;
 pub mod files;
 mod http;
 pub mod journal;
+mod launch;
 mod session;
+mod shell;
 pub mod shim;
+pub mod store;
 pub mod tokens;
 
 pub use engine::Engine;

@@ -131,6 +131,7 @@ async fn errors_from_the_router_are_error_bodies_with_their_status() {
         ("GET", "/v1/sandboxes/{id}", "", 404),
         ("DELETE", "/v1/sandboxes/{id}", "", 404),
         ("GET", "/v1/sandboxes/{id}/journal", "", 404),
+        ("GET", "/v1/sandboxes/{id}/shell", "", 404),
         ("GET", "/v1/sandboxes/{id}/execs/{exec}/log", "", 404),
         ("DELETE", "/v1/sandboxes/{id}/execs/{exec}", "", 404),
         ("POST", "/v1/sandboxes", "", 400),

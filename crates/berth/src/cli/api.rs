@@ -190,3 +190,16 @@ pub struct CpArgs {
     #[arg(value_name = "DST")]
     pub dst: String,
 }
+
+#[derive(Debug, Args)]
+pub struct ShellArgs {
+    /// The sandbox's id or name.
+    #[arg(value_parser = parse_id, value_name = "ID")]
+    pub id: String,
+    /// Run this command line (with /bin/sh -c) instead of a login shell (/bin/bash -l, or /bin/sh).
+    #[arg(long, value_name = "CMD")]
+    pub cmd: Option<String>,
+    /// The command's TERM. Default: xterm-256color.
+    #[arg(long, value_name = "TERM")]
+    pub term: Option<String>,
+}

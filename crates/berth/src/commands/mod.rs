@@ -19,6 +19,7 @@ mod probe;
 mod ps;
 mod rm;
 mod run;
+mod shell;
 
 use crate::cli::{Cli, Command};
 
@@ -46,6 +47,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Journal(args) => journal::journal(&cli.socket, args),
         Command::Events(args) => events::events(&cli.socket, args),
         Command::Cp(args) => cp::cp(&cli.socket, args),
+        Command::Shell(args) => shell::shell(&cli.socket, args),
         Command::Init => anyhow::bail!("init runs only as PID 1 of a sandbox that berth created"),
     }
 }

@@ -148,6 +148,12 @@ impl SandboxFs {
         Ok(entry(parts.last().unwrap_or(&"/").to_string(), &st, None, Some(self.ids)))
     }
 
+    /// A new pseudo-terminal in the sandbox's own devpts (`/dev/pts/N` inside), owned by its root.
+    pub fn open_terminal(&self) -> Result<berth_sys::pty::Pty> {
+        let _ids = self.act()?;
+        berth_sys::pty::open_in(self.root.as_fd()).map_err(|e| FileError::Internal(berth_runtime::error_chain(&e)))
+    }
+
     /// Create or truncate a regular file. Returns it, and whether it was created.
     pub fn write(&self, path: &str, data: &[u8], mode: Option<u32>, parents: bool) -> Result<(FileEntry, bool)> {
         let parts = parse_path(path)?;

@@ -1,0 +1,124 @@
+//! Execs whose streams the caller brings (an interactive shell's terminal) rather than pipes the engine
+//! makes: they are execs of the sandbox like any other (an exec id, their own cgroup, a journal record,
+//! lifecycle events, `ps` and `kill`), but the caller runs their I/O and reports how they ended.
+
+use std::collections::BTreeMap;
+use std::os::fd::BorrowedFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use berth_api::{EventKind, ExecResult};
+use berth_init::protocol::{Attached, Event};
+use berth_runtime::cgroup::Cgroup;
+use tokio::sync::{mpsc, watch};
+
+use super::{BASE_ENV, Engine, ExecEntry, now_ms};
+use crate::EngineError;
+use crate::journal;
+use crate::launch::{self, Outcome};
+use crate::session::Session;
+
+/// An exec started on the caller's descriptors. The caller watches `events` for its exit, obeys `kill`
+/// (`berth kill`), and sends its result on `done` when it has ended, which records it.
+pub struct AttachedExec {
+    pub exec_id: String,
+    pub session: Arc<Session>,
+    /// Its request id with init (for signals).
+    pub num: u64,
+    pub events: mpsc::UnboundedReceiver<Event>,
+    pub outcome: Outcome,
+    pub cgroup: Option<Cgroup>,
+    /// Where its output goes, for `berth logs`.
+    pub log: PathBuf,
+    pub kill: watch::Receiver<bool>,
+    pub done: watch::Sender<Option<ExecResult>>,
+    pub started_at: std::time::Instant,
+}
+
+impl Engine {
+    /// Start `argv` in sandbox `id` with `stdio` as its stdin, stdout and stderr (`tty`: a terminal, which
+    /// becomes its controlling terminal), in /workspace, with the sandbox's environment and `env` on top.
+    pub(crate) async fn exec_attached(
+        &self,
+        id: &str,
+        argv: Vec<String>,
+        env: BTreeMap<String, String>,
+        stdio: [BorrowedFd<'_>; 3],
+        tty: bool,
+    ) -> Result<AttachedExec, EngineError> {
+        if argv.first().is_none_or(String::is_empty) {
+            return Err(EngineError::invalid("argv must name a command"));
+        }
+        let live = self.live(id).await?;
+        let sid = {
+            let mut r = live.record.lock().await;
+            r.last_activity_ms = now_ms();
+            r.id.clone()
+        };
+        let workdir = "/workspace".to_string();
+        let mut full: BTreeMap<String, String> = BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        full.insert("PWD".into(), workdir.clone());
+        for (k, v) in live.env.iter().chain(env.iter()) {
+            berth_runtime::spec::parse_env(&format!("{k}={v}")).map_err(|e| EngineError::invalid(e.to_string()))?;
+            full.insert(k.clone(), v.clone());
+        }
+        let env_list: Vec<String> = full.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let n = live.next_exec.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let exec_id = format!("x{n}");
+        let logs = self.root.join("logs").join(&sid);
+        tokio::fs::create_dir_all(&logs).await.map_err(EngineError::Log)?;
+        let log = logs.join(format!("{exec_id}.log"));
+        let cgroup = match &self.cgroups {
+            Some(h) => {
+                Some(h.open(&sid).child(&exec_id).map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?)
+            }
+            None => None,
+        };
+        let started_at = std::time::Instant::now();
+        let cmd = launch::Command { argv: &argv, env: &env_list, cwd: &workdir, tty };
+        let attached = Attached { stdin: true, stdout: true, stderr: true };
+        let launched = launch::launch(&live.session, &cmd, attached, &stdio, cgroup.as_ref()).await?;
+        let env_names: Vec<&String> = live.env.keys().chain(env.keys()).collect();
+        live.note(
+            "exec",
+            serde_json::json!({"exec_id": exec_id, "argv": argv, "workdir": workdir, "env_names": env_names, "tty": tty}),
+            serde_json::json!({"started": matches!(launched.outcome, Outcome::Started(_))}),
+        );
+        self.events.emit(&sid, EventKind::ExecStarted, Some(exec_id.clone()), None);
+        let (kill_tx, kill) = watch::channel(false);
+        let (done, done_rx) = watch::channel::<Option<ExecResult>>(None);
+        let (events, journal_live, mut finished) = (Arc::clone(&self.events), Arc::clone(&live), done_rx.clone());
+        let (sid2, eid, log_path) = (sid.clone(), exec_id.clone(), log.clone());
+        tokio::spawn(async move {
+            if let Ok(r) = finished.wait_for(|r| r.is_some()).await {
+                let result = r.clone();
+                if let Some(res) = &result {
+                    let kind = if res.killed { EventKind::ExecKilled } else { EventKind::ExecFinished };
+                    events.emit(&sid2, kind, Some(eid.clone()), Some(res.exit_code));
+                }
+                let digest = journal::file_digest(&log_path).unwrap_or_default();
+                journal_live.note(
+                    "exec_finished",
+                    serde_json::json!({"exec_id": eid}),
+                    serde_json::json!({"result": result, "log": log_path, "log_sha256": digest}),
+                );
+            }
+        });
+        live.execs
+            .lock()
+            .await
+            .insert(exec_id.clone(), ExecEntry { argv, started_at_ms: now_ms(), kill: kill_tx, done: done_rx });
+        Ok(AttachedExec {
+            exec_id,
+            session: Arc::clone(&live.session),
+            num: launched.num,
+            events: launched.events,
+            outcome: launched.outcome,
+            cgroup,
+            log,
+            kill,
+            done,
+            started_at,
+        })
+    }
+}

@@ -1,0 +1,115 @@
+//! Starting one command through a sandbox's init, and ending it: what an exec with pipes and an interactive
+//! shell on a terminal have in common.
+
+use std::os::fd::{AsFd, BorrowedFd};
+
+use berth_init::protocol::{Attached, Event, Request};
+use berth_runtime::cgroup::Cgroup;
+use tokio::sync::mpsc;
+
+use crate::EngineError;
+use crate::session::Session;
+
+/// What to run.
+pub struct Command<'a> {
+    pub argv: &'a [String],
+    /// `KEY=VALUE` strings: the whole environment.
+    pub env: &'a [String],
+    pub cwd: &'a str,
+    /// The attached stdin is a terminal that becomes the command's controlling terminal.
+    pub tty: bool,
+}
+
+/// How asking init went.
+pub enum Outcome {
+    /// Running, as this pid inside the sandbox.
+    Started(i32),
+    /// Init could not start it: an exit code in the shell's manner (127 not found, 126 not executable) and
+    /// why.
+    Failed { code: i32, message: String },
+}
+
+/// A command init was asked to start: its request id, the channel its later events (its exit) arrive on,
+/// and whether it started. A command that did not start is no longer registered with the session.
+pub struct Launched {
+    pub num: u64,
+    pub events: mpsc::UnboundedReceiver<Event>,
+    pub outcome: Outcome,
+}
+
+/// Ask init to start `cmd` with the streams `stdio` (as `attached` says which), moved first into `cgroup`,
+/// and wait for init to say whether it did.
+pub async fn launch(
+    session: &Session,
+    cmd: &Command<'_>,
+    attached: Attached,
+    stdio: &[BorrowedFd<'_>],
+    cgroup: Option<&Cgroup>,
+) -> Result<Launched, EngineError> {
+    let join = match cgroup {
+        Some(cg) => cg.join_files().map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?,
+        None => Vec::new(),
+    };
+    let (num, mut events) = session.register();
+    let req = Request::Exec {
+        id: num,
+        argv: cmd.argv.to_vec(),
+        env: cmd.env.to_vec(),
+        cwd: cmd.cwd.to_string(),
+        uid: 0,
+        gid: 0,
+        attached,
+        join_cgroup: join.len(),
+        tty: cmd.tty,
+    };
+    let mut fds = stdio.to_vec();
+    fds.extend(join.iter().map(|f| f.as_fd()));
+    let sent = session.send(&req, &fds);
+    drop(fds);
+    drop(join);
+    if let Err(e) = sent {
+        session.unregister(num);
+        return Err(e);
+    }
+    let outcome = match events.recv().await {
+        Some(Event::Started { pid, .. }) => Outcome::Started(pid),
+        Some(Event::Failed { code, message, .. }) => {
+            session.unregister(num);
+            Outcome::Failed { code, message }
+        }
+        _ => {
+            session.unregister(num);
+            return Err(EngineError::InitGone);
+        }
+    };
+    Ok(Launched { num, events, outcome })
+}
+
+/// Kill a command's whole tree: its process group through init at once, and everything in its cgroup (which
+/// also holds what left the group with setsid) in the background.
+pub fn kill_tree(session: &Session, num: u64, cgroup: Option<&Cgroup>) {
+    let _ = session.send(&Request::Signal { id: num, signal: 9 }, &[]);
+    if let Some(cg) = cgroup.cloned() {
+        tokio::task::spawn_blocking(move || cg.kill_all());
+    }
+}
+
+/// After a command ended: remove its cgroup when its tree is all gone, or when it was killed (after killing
+/// whatever is left); one with background processes keeps it until they end or the sandbox does.
+pub async fn release_cgroup(cgroup: Option<Cgroup>, killed: bool) {
+    let Some(cg) = cgroup else { return };
+    if killed {
+        let _ = tokio::task::spawn_blocking(move || cg.kill_all().and_then(|()| cg.remove())).await;
+    } else if cg.procs().is_ok_and(|p| p.is_empty()) {
+        let _ = tokio::task::spawn_blocking(move || cg.remove()).await;
+    }
+}
+
+/// Exit code in the shell's manner for how a command ended: its own code, 128 + a signal, or 125.
+pub fn exit_code(code: Option<i32>, signal: Option<i32>) -> i32 {
+    match (code, signal) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        (None, None) => 125,
+    }
+}

@@ -1,0 +1,191 @@
+//! The daemon's database: SQLite in WAL mode at `<root>/berth.db`. It holds what must outlive a daemon
+//! process and is not a sandbox's own: API token digests, idempotency results, and the record of every
+//! sandbox, live or gone. A live sandbox's state of record is its shim (which is how a restarted daemon
+//! re-adopts it); the database says which sandboxes a previous daemon had, so that one lost with its shim
+//! is accounted for rather than forgotten.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// Schema migrations, in order; `PRAGMA user_version` says how many have run.
+const MIGRATIONS: &[&str] = &["CREATE TABLE tokens (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        sha256 TEXT NOT NULL UNIQUE,
+        created_at_ms INTEGER NOT NULL
+    );
+    CREATE TABLE idempotency (
+        key TEXT PRIMARY KEY,
+        status INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        created_at_ms INTEGER NOT NULL
+    );
+    CREATE TABLE sandboxes (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        record TEXT NOT NULL,
+        gone_at_ms INTEGER,
+        gone_reason TEXT
+    );"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("open the database {path}")]
+    Open {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("migrate the database to version {version}")]
+    Migrate {
+        version: usize,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("query the database")]
+    Query(#[from] rusqlite::Error),
+    #[error("the database lock was poisoned")]
+    Poisoned,
+}
+
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+impl Store {
+    pub fn open(root: &Path) -> Result<Store, StoreError> {
+        let path = root.join("berth.db");
+        let open_err = |source| StoreError::Open { path: path.display().to_string(), source };
+        let conn = Connection::open(&path).map_err(open_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(open_err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(open_err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(open_err)?;
+        let done: usize = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(open_err)?;
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(done) {
+            let version = i + 1;
+            conn.execute_batch(&format!("BEGIN; {sql}; PRAGMA user_version = {version}; COMMIT;"))
+                .map_err(|source| StoreError::Migrate { version, source })?;
+        }
+        Ok(Store { conn: Mutex::new(conn) })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        Ok(f(&conn)?)
+    }
+
+    pub fn add_token(&self, id: &str, name: &str, sha256: &str, now_ms: u64) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO tokens (id, name, sha256, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
+                params![id, name, sha256, now_ms as i64],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// The id of the token with this digest.
+    pub fn token_by_digest(&self, sha256: &str) -> Result<Option<String>, StoreError> {
+        self.with(|c| c.query_row("SELECT id FROM tokens WHERE sha256 = ?1", [sha256], |r| r.get(0)).optional())
+    }
+
+    pub fn idempotent_get(&self, key: &str) -> Result<Option<(u16, serde_json::Value)>, StoreError> {
+        let row: Option<(u16, String)> = self.with(|c| {
+            c.query_row("SELECT status, body FROM idempotency WHERE key = ?1", [key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })?;
+        Ok(row.and_then(|(status, body)| serde_json::from_str(&body).ok().map(|b| (status, b))))
+    }
+
+    pub fn idempotent_put(
+        &self,
+        key: &str,
+        status: u16,
+        body: &serde_json::Value,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "INSERT OR REPLACE INTO idempotency (key, status, body, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
+                params![key, status, body.to_string(), now_ms as i64],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Record a sandbox (again), as live.
+    pub fn sandbox_live(&self, record: &berth_api::Sandbox) -> Result<(), StoreError> {
+        let json = serde_json::to_string(record).unwrap_or_default();
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO sandboxes (id, name, record) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(id) DO UPDATE SET name = ?2, record = ?3, gone_at_ms = NULL, gone_reason = NULL",
+                params![record.id, record.name, json],
+            )
+            .map(|_| ())
+        })
+    }
+
+    pub fn sandbox_gone(&self, id: &str, reason: &str, now_ms: u64) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "UPDATE sandboxes SET gone_at_ms = ?2, gone_reason = ?3 WHERE id = ?1 AND gone_at_ms IS NULL",
+                params![id, now_ms as i64, reason],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Ids of the sandboxes recorded as live.
+    pub fn live_ids(&self) -> Result<Vec<String>, StoreError> {
+        self.with(|c| {
+            let mut stmt = c.prepare("SELECT id FROM sandboxes WHERE gone_at_ms IS NULL ORDER BY id")?;
+            let ids = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+            Ok(ids)
+        })
+    }
+
+    /// Why a sandbox is gone, if the database knows it and it is.
+    pub fn gone_reason(&self, id: &str) -> Result<Option<String>, StoreError> {
+        self.with(|c| {
+            c.query_row("SELECT gone_reason FROM sandboxes WHERE id = ?1 AND gone_at_ms IS NOT NULL", [id], |r| {
+                r.get(0)
+            })
+            .optional()
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_survives_a_reopen_and_migrations_run_once() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(dir.path()).unwrap();
+            s.add_token("t1", "ci", "abc", 1).unwrap();
+            s.idempotent_put("create k", 201, &serde_json::json!({"id": "x"}), 1).unwrap();
+            let mut rec: berth_api::Sandbox = serde_json::from_value(serde_json::json!({
+                "id": "0123456789ab", "name": "n", "image": "host", "state": "running", "created_at_ms": 1,
+                "expires_at_ms": null, "idle_timeout_seconds": null, "last_activity_ms": 1, "memory_bytes": null,
+                "pids": null, "cpus": null, "labels": {}, "pid": 7
+            }))
+            .unwrap();
+            s.sandbox_live(&rec).unwrap();
+            rec.id = "ba9876543210".into();
+            s.sandbox_live(&rec).unwrap();
+            s.sandbox_gone("ba9876543210", "removed", 2).unwrap();
+        }
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.token_by_digest("abc").unwrap(), Some("t1".into()));
+        assert_eq!(s.token_by_digest("abd").unwrap(), None);
+        assert_eq!(s.idempotent_get("create k").unwrap(), Some((201, serde_json::json!({"id": "x"}))));
+        assert_eq!(s.live_ids().unwrap(), ["0123456789ab"]);
+        assert_eq!(s.gone_reason("ba9876543210").unwrap(), Some("removed".into()));
+    }
+}
