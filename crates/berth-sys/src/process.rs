@@ -296,3 +296,10 @@ pub fn children_max_rss() -> u64 {
     }
     u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024
 }
+
+/// Let SIGPIPE end the process, as command-line tools do (`berth ls | head`), instead of turning a closed
+/// pipe into a write error. Rust ignores SIGPIPE by default; long-running servers should keep it so.
+pub fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler and touches no memory.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}

@@ -22,6 +22,9 @@ fn main() {
             std::process::exit(code);
         }
     };
+    if !matches!(cli.command, cli::Command::Daemon(_) | cli::Command::Shim) {
+        berth_sys::process::default_sigpipe();
+    }
     let code = match commands::dispatch(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -191,6 +191,10 @@ fn bad_requests_get_4xx_never_5xx() {
         ("POST", "/v1/sandboxes", r#"{"pids": "many"}"#, 400),
         ("POST", "/v1/sandboxes", r#"{"name": "bad name"}"#, 400),
         ("POST", "/v1/sandboxes", r#"{"cpus": -2}"#, 400),
+        ("POST", "/v1/sandboxes", r#"{"memory_bytes": 1024}"#, 400),
+        ("POST", "/v1/sandboxes", r#"{"image": "nope"}"#, 400),
+        ("POST", "/v1/sandboxes", r#"{"mounts": [{"host": "/nonexistent-berth", "target": "/x"}]}"#, 400),
+        ("POST", "/v1/sandboxes", r#"{"mounts": [{"host": "/etc", "target": "/x"}]}"#, 400),
         ("GET", "/v1/sandboxes/nope", "", 404),
         ("DELETE", "/v1/sandboxes/nope", "", 404),
         ("POST", "/v1/sandboxes/nope/execs", r#"{"argv": ["true"]}"#, 404),
@@ -229,7 +233,7 @@ fn ttl_and_idle_timeout_are_enforced_without_a_client() {
 #[test]
 fn a_sigkilled_daemon_is_replaced_and_readopts_its_sandboxes() {
     let mut d = Daemon::start();
-    let id = d.create(&["--name", "survivor"]);
+    let id = d.create(&["--name", "survivor", "--env", "KEPT=yes"]);
     assert!(d.berth(&["exec", &id, "--", "sh", "-c", "echo before > /workspace/state"]).status.success());
     d.kill();
     let no_daemon = d.berth(&["ls"]);
@@ -237,8 +241,11 @@ fn a_sigkilled_daemon_is_replaced_and_readopts_its_sandboxes() {
     assert!(text(&no_daemon.stderr).contains("no berth daemon at"), "{}", text(&no_daemon.stderr));
     d.spawn();
     assert_eq!(d.ids(), std::slice::from_ref(&id));
-    let out = d.berth(&["exec", "survivor", "--", "cat", "/workspace/state"]);
-    assert_eq!(text(&out.stdout), "before\n", "{}", text(&out.stderr));
+    let out = d.berth(&["exec", "survivor", "--", "sh", "-c", "cat /workspace/state; echo $KEPT"]);
+    assert_eq!(text(&out.stdout), "before\nyes\n", "the files and the sandbox's env survive: {}", text(&out.stderr));
+    // Exec ids continue where the previous daemon left off: no log is overwritten.
+    let ps: Value = serde_json::from_slice(&d.berth(&["ps", &id, "--json"]).stdout).unwrap();
+    assert_eq!(ps[0]["exec_id"], "x2", "{ps}");
 }
 
 #[test]

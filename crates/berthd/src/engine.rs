@@ -136,8 +136,8 @@ impl Engine {
         while let Ok(Some(entry)) = dir.next_entry().await {
             let path = entry.path();
             match adopt(&path).await {
-                Ok((record, session)) => {
-                    let Ok(live) = Live::new(&self.root, record.clone(), BTreeMap::new(), session) else { continue };
+                Ok((record, env, session)) => {
+                    let Ok(live) = Live::new(&self.root, record.clone(), env, session) else { continue };
                     live.note("adopt", serde_json::json!({}), serde_json::json!({"pid": record.pid}));
                     let _ = self.store.sandbox_live(&record);
                     self.events.emit(&record.id, EventKind::Adopted, None, None);
@@ -198,9 +198,10 @@ impl Engine {
             cpu_millis: req.cpus.map(|c| (c * 1000.0).round() as u64),
             mounts: req.mounts.clone(),
             record,
+            env: req.env.clone(),
         };
         let record = self.spawn_shim(&start).await?;
-        let (_, session) = adopt(&shim::socket_path(&self.root, &record.id)).await?;
+        let (_, _, session) = adopt(&shim::socket_path(&self.root, &record.id)).await?;
         let env_names: Vec<&String> = req.env.keys().collect();
         let args = serde_json::json!({
             "name": record.name, "image": record.image, "memory_bytes": req.memory_bytes, "pids": req.pids,
@@ -237,9 +238,9 @@ impl Engine {
         BufReader::new(stdout).read_line(&mut first).await.map_err(EngineError::SpawnShim)?;
         match serde_json::from_str::<ShimReady>(&first) {
             Ok(ShimReady::Ready { record }) => Ok(record),
-            Ok(ShimReady::Failed { message }) => {
+            Ok(ShimReady::Failed { message, invalid }) => {
                 let _ = child.wait().await;
-                Err(EngineError::Create(message))
+                Err(if invalid { EngineError::invalid(message) } else { EngineError::Create(message) })
             }
             Err(_) => {
                 let _ = child.wait().await;
@@ -507,13 +508,14 @@ impl Live {
         session: Arc<Session>,
     ) -> std::io::Result<Live> {
         let journal = Journal::open(&journal_path(root, &record.id))?;
+        let sid = record.id.clone();
         Ok(Live {
             journal: std::sync::Mutex::new(journal),
             record: Mutex::new(record),
             env,
             session,
             execs: Mutex::new(BTreeMap::new()),
-            next_exec: std::sync::atomic::AtomicU64::new(1),
+            next_exec: std::sync::atomic::AtomicU64::new(next_exec_number(root, &sid)),
         })
     }
 
@@ -529,6 +531,23 @@ impl Live {
             eprintln!("berth daemon: cannot write the journal: {e}");
         }
     }
+}
+
+/// The next exec number of sandbox `id`: after the highest whose log a previous daemon left, so that exec ids
+/// (and their logs and cgroups) are never reused.
+fn next_exec_number(root: &Path, id: &str) -> u64 {
+    let highest = std::fs::read_dir(root.join("logs").join(id))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.strip_prefix('x')?.strip_suffix(".log")?.parse::<u64>().ok()
+                })
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0);
+    highest + 1
 }
 
 /// Where sandbox `id`'s journal is kept (it outlives the sandbox).
@@ -550,20 +569,20 @@ impl ExecEntry {
 }
 
 /// Connect to a shim, fetch its sandbox's record and take over its init's control socket.
-async fn adopt(path: &Path) -> Result<(Sandbox, Arc<Session>), EngineError> {
+async fn adopt(path: &Path) -> Result<(Sandbox, BTreeMap<String, String>, Arc<Session>), EngineError> {
     let path = path.to_path_buf();
-    let (record, control) = tokio::task::spawn_blocking(move || -> Result<_, EngineError> {
+    let (record, env, control) = tokio::task::spawn_blocking(move || -> Result<_, EngineError> {
         let conn = berth_sys::fd::seqpacket_connect(&path).map_err(|_| EngineError::ShimGone)?;
         let ask = |req: &ShimRequest| -> Result<(ShimReply, Vec<std::os::fd::OwnedFd>), EngineError> {
             berth_init::protocol::send(conn.as_fd(), req, &[]).map_err(|_| EngineError::ShimGone)?;
             berth_init::protocol::recv(conn.as_fd()).map_err(|_| EngineError::ShimGone)
         };
-        let ShimReply::Info { record } = ask(&ShimRequest::Info)?.0 else { return Err(EngineError::ShimGone) };
+        let ShimReply::Info { record, env } = ask(&ShimRequest::Info)?.0 else { return Err(EngineError::ShimGone) };
         let (ShimReply::Control, mut fds) = ask(&ShimRequest::Control)? else { return Err(EngineError::ShimGone) };
         let control = fds.pop().ok_or(EngineError::ShimGone)?;
-        Ok((record, control))
+        Ok((record, env, control))
     })
     .await
     .map_err(|_| EngineError::ShimGone)??;
-    Ok((record, Session::start(control)?))
+    Ok((record, env, Session::start(control)?))
 }

@@ -128,6 +128,7 @@ async fn supervise(
     started_at: Instant,
 ) {
     let mut budget = Budget::new(plan.max_output);
+    let mut utf8 = Utf8Carry::default();
     let mut seq = 0u64;
     let mut total = 0u64;
     let (mut out_open, mut err_open) = (true, true);
@@ -174,9 +175,11 @@ async fn supervise(
         let _ = log.write_all(data).await;
         if let Some(live) = budget.push(stream, data) {
             seq += 1;
-            let frame = ExecFrame::Output { stream, seq, data: String::from_utf8_lossy(&live).into_owned() };
+            let frame = ExecFrame::Output { stream, seq, data: utf8.decode(stream, &live) };
+            // A client that stops reading must not stall the exec (nor its timeout): after a while it is
+            // treated as gone, and the exec goes on into its log.
             if let Some(tx) = &client
-                && tx.send(frame).await.is_err()
+                && !matches!(tokio::time::timeout(CLIENT_STALL, tx.send(frame)).await, Ok(Ok(())))
             {
                 client = None;
             }
@@ -191,6 +194,7 @@ async fn supervise(
         }
         for (stream, chunk) in budget.finish() {
             seq += 1;
+            let chunk = [utf8.flush(stream), chunk].concat();
             let _ =
                 tx.send(ExecFrame::Output { stream, seq, data: String::from_utf8_lossy(&chunk).into_owned() }).await;
         }
@@ -217,9 +221,61 @@ async fn supervise(
     launch::release_cgroup(plan.cgroup, timed_out || killed).await;
 }
 
+/// How long a client may stop reading before the exec stops sending to it.
+const CLIENT_STALL: Duration = Duration::from_secs(10);
+
+/// UTF-8 across reads: a character split between two reads is decoded whole, not as two replacement
+/// characters.
+#[derive(Default)]
+struct Utf8Carry {
+    pending: [Vec<u8>; 2],
+}
+
+impl Utf8Carry {
+    fn slot(stream: Stream) -> usize {
+        usize::from(stream == Stream::Stderr)
+    }
+
+    fn decode(&mut self, stream: Stream, bytes: &[u8]) -> String {
+        let mut all = std::mem::take(&mut self.pending[Self::slot(stream)]);
+        all.extend_from_slice(bytes);
+        let keep = match std::str::from_utf8(&all) {
+            Ok(_) => 0,
+            // An incomplete sequence at the very end waits for the next read.
+            Err(e) if e.error_len().is_none() => all.len() - e.valid_up_to(),
+            Err(_) => 0,
+        };
+        let tail = all.split_off(all.len() - keep);
+        self.pending[Self::slot(stream)] = tail;
+        String::from_utf8_lossy(&all).into_owned()
+    }
+
+    /// What is still held for `stream`.
+    fn flush(&mut self, stream: Stream) -> Vec<u8> {
+        std::mem::take(&mut self.pending[Self::slot(stream)])
+    }
+}
+
 async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_character_split_between_reads_is_decoded_whole() {
+        let mut u = Utf8Carry::default();
+        let snowman = "☃".as_bytes();
+        assert_eq!(u.decode(Stream::Stdout, &[b'a', snowman[0]]), "a");
+        assert_eq!(u.decode(Stream::Stderr, b"e"), "e", "streams carry separately");
+        assert_eq!(u.decode(Stream::Stdout, &snowman[1..]), "☃");
+        assert_eq!(u.decode(Stream::Stdout, &[0xff, b'x']), "\u{fffd}x", "invalid bytes are still replaced");
+        assert_eq!(u.decode(Stream::Stdout, &[snowman[0]]), "");
+        assert_eq!(u.flush(Stream::Stdout), vec![snowman[0]]);
     }
 }

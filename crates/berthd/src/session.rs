@@ -27,12 +27,16 @@ impl Session {
         berth_sys::fd::set_nonblocking(&control, true)?;
         let control = UnixDatagram::from_std(std::os::unix::net::UnixDatagram::from(control))
             .map_err(|e| berth_sys::SysError::new("watch the control socket", e))?;
-        let session = Arc::new(Session { control, waiters: Mutex::new(HashMap::new()), next: AtomicU64::new(1) });
+        let session = Arc::new(Session {
+            control,
+            waiters: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(first_request_id()),
+        });
         tokio::spawn(Arc::clone(&session).route());
         Ok(session)
     }
 
-    /// A new request id and the channel its events arrive on.
+    /// A new request id (unique across daemon restarts) and the channel its events arrive on.
     pub fn register(&self) -> (u64, mpsc::UnboundedReceiver<Event>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
@@ -88,4 +92,10 @@ impl Session {
             w.clear();
         }
     }
+}
+
+/// Request ids start from the clock (in microseconds), so a restarted daemon never reuses the id of a
+/// request a previous daemon made to the same init, whose events could otherwise be taken for its own.
+fn first_request_id() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1)
 }

@@ -23,14 +23,24 @@ pub struct ShimStart {
     pub mounts: Vec<berth_api::Mount>,
     /// The sandbox as the API shows it (id and pid are filled in by the shim).
     pub record: berth_api::Sandbox,
+    /// The environment of every exec, kept (in memory only) for the next daemon.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// The first line a shim prints: the sandbox, or why it could not be built.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ShimReady {
-    Ready { record: berth_api::Sandbox },
-    Failed { message: String },
+    Ready {
+        record: berth_api::Sandbox,
+    },
+    /// `invalid`: the request was at fault (a bad limit, a missing mount source), not berth.
+    Failed {
+        message: String,
+        #[serde(default)]
+        invalid: bool,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -47,10 +57,18 @@ pub enum ShimRequest {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]
 pub enum ShimReply {
-    Info { record: berth_api::Sandbox },
+    Info {
+        record: berth_api::Sandbox,
+        #[serde(default)]
+        env: std::collections::BTreeMap<String, String>,
+    },
     Control,
-    Destroyed { teardown: berth_api::Teardown },
-    Error { message: String },
+    Destroyed {
+        teardown: berth_api::Teardown,
+    },
+    Error {
+        message: String,
+    },
 }
 
 /// Where the shim of sandbox `id` listens.
@@ -68,11 +86,16 @@ pub fn main(root: &Path) -> i32 {
     let mut line = String::new();
     let start: ShimStart = match std::io::stdin().lock().read_line(&mut line).map(|_| serde_json::from_str(&line)) {
         Ok(Ok(s)) => s,
-        _ => return report(&mut out, ShimReady::Failed { message: "the shim got no valid start message".into() }),
+        _ => {
+            return report(
+                &mut out,
+                ShimReady::Failed { message: "the shim got no valid start message".into(), invalid: false },
+            );
+        }
     };
     let (mut sandbox, record) = match build(root, &start) {
         Ok(r) => r,
-        Err(message) => return report(&mut out, ShimReady::Failed { message }),
+        Err((message, invalid)) => return report(&mut out, ShimReady::Failed { message, invalid }),
     };
     let path = socket_path(root, sandbox.id());
     let listener = match std::fs::create_dir_all(shims_dir(root))
@@ -82,11 +105,11 @@ pub fn main(root: &Path) -> i32 {
         Ok(l) => l,
         Err(message) => {
             let _ = sandbox.destroy();
-            return report(&mut out, ShimReady::Failed { message });
+            return report(&mut out, ShimReady::Failed { message, invalid: false });
         }
     };
     report(&mut out, ShimReady::Ready { record: record.clone() });
-    let code = serve(&mut sandbox, &listener, &record);
+    let code = serve(&mut sandbox, &listener, &record, &start.env);
     let _ = std::fs::remove_file(&path);
     // Dropping the sandbox tears it down if `serve` did not.
     drop(sandbox);
@@ -100,11 +123,11 @@ fn report(out: &mut std::io::Stdout, ready: ShimReady) -> i32 {
     if failed { 125 } else { 0 }
 }
 
-fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox), String> {
+fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox), (String, bool)> {
     let mut mounts = Vec::new();
     for m in &start.mounts {
         let text = format!("{}:{}{}", m.host, m.target, if m.readonly { ":ro" } else { "" });
-        mounts.push(berth_runtime::spec::parse_mount(&text).map_err(|e| e.to_string())?);
+        mounts.push(berth_runtime::spec::parse_mount(&text).map_err(|e| (e.to_string(), true))?);
     }
     let spec = Spec {
         name: start.name.clone(),
@@ -116,8 +139,19 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
         },
         mounts,
     };
-    let runtime = Runtime::open(root).map_err(|e| berth_runtime::error_chain(&e))?;
-    let sandbox = runtime.create(&spec).map_err(|e| berth_runtime::error_chain(&e))?;
+    let runtime = Runtime::open(root).map_err(|e| (berth_runtime::error_chain(&e), false))?;
+    let sandbox = runtime.create(&spec).map_err(|e| {
+        use berth_runtime::RuntimeError as E;
+        let invalid = matches!(
+            e,
+            E::Spec(_)
+                | E::MountSource { .. }
+                | E::RootOwnedMount { .. }
+                | E::UnknownImage { .. }
+                | E::TooManyMounts { .. }
+        );
+        (berth_runtime::error_chain(&e), invalid)
+    })?;
     let mut record = start.record.clone();
     record.id = sandbox.id().to_string();
     record.pid = Some(sandbox.pid());
@@ -126,7 +160,12 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
 }
 
 /// Answer the daemon until the sandbox is destroyed (0) or its init dies (1).
-fn serve(sandbox: &mut Sandbox, listener: &OwnedFd, record: &berth_api::Sandbox) -> i32 {
+fn serve(
+    sandbox: &mut Sandbox,
+    listener: &OwnedFd,
+    record: &berth_api::Sandbox,
+    env: &std::collections::BTreeMap<String, String>,
+) -> i32 {
     loop {
         let (conn_ready, init_gone) = {
             let pidfd = sandbox.pidfd();
@@ -150,7 +189,7 @@ fn serve(sandbox: &mut Sandbox, listener: &OwnedFd, record: &berth_api::Sandbox)
                 berth_init::protocol::send(conn.as_fd(), reply, fds)
             };
             let sent = match req {
-                ShimRequest::Info => send(&ShimReply::Info { record: record.clone() }, &[]),
+                ShimRequest::Info => send(&ShimReply::Info { record: record.clone(), env: env.clone() }, &[]),
                 ShimRequest::Control => send(&ShimReply::Control, &[sandbox.control()]),
                 ShimRequest::Destroy => {
                     let t = sandbox.teardown();

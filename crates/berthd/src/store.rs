@@ -50,6 +50,9 @@ pub enum StoreError {
     Poisoned,
 }
 
+/// How long an idempotency result is kept.
+pub const IDEMPOTENCY_TTL_MS: u64 = 24 * 3600 * 1000;
+
 pub struct Store {
     conn: Mutex<Connection>,
 }
@@ -99,6 +102,7 @@ impl Store {
         Ok(row.and_then(|(status, body)| serde_json::from_str(&body).ok().map(|b| (status, b))))
     }
 
+    /// Keep a result for a day ([`IDEMPOTENCY_TTL_MS`]): long enough for any retry, not forever.
     pub fn idempotent_put(
         &self,
         key: &str,
@@ -107,6 +111,8 @@ impl Store {
         now_ms: u64,
     ) -> Result<(), StoreError> {
         self.with(|c| {
+            let expired = now_ms.saturating_sub(IDEMPOTENCY_TTL_MS) as i64;
+            c.execute("DELETE FROM idempotency WHERE created_at_ms < ?1", [expired])?;
             c.execute(
                 "INSERT OR REPLACE INTO idempotency (key, status, body, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
                 params![key, status, body.to_string(), now_ms as i64],
