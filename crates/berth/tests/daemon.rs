@@ -492,3 +492,20 @@ fn shim_serves(pid: i32, id: &str) -> bool {
         .split_whitespace()
         .any(|c| std::fs::read_to_string(format!("/proc/{c}/cgroup")).map(|cg| cg.contains(id)).unwrap_or(false))
 }
+
+#[test]
+fn a_sandbox_whose_init_dies_is_reported_ended() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let inspect: Value = serde_json::from_slice(&d.berth(&["inspect", &id]).stdout).unwrap();
+    let pid = inspect["pid"].as_i64().unwrap() as i32;
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid).unwrap(), rustix::process::Signal::KILL).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !d.ids().is_empty() {
+        assert!(Instant::now() < deadline, "a sandbox whose init died is still listed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let journal: Value = serde_json::from_slice(&d.berth(&["journal", &id, "--json"]).stdout).unwrap();
+    assert_eq!(journal.as_array().unwrap().last().unwrap()["action"], "ended", "{journal}");
+    assert!(common::berth_cgroups().iter().all(|p| !p.ends_with(&id)), "its cgroups must be gone");
+}

@@ -414,6 +414,9 @@ fn escapes_stay_inside_the_sandbox_and_never_touch_the_host() {
         "/workspace/hostroot/proc/1/root/etc/hostname".to_string(),
         "/proc/1/environ".to_string(),
         "/proc/sys/kernel/hostname".to_string(),
+        "/proc".to_string(),
+        "/proc/1".to_string(),
+        "/sys/kernel".to_string(),
     ] {
         let (status, body) = get(&path);
         assert!((400..500).contains(&status), "{path}: {status} {}", text(&body));

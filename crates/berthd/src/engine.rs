@@ -483,8 +483,13 @@ impl Engine {
         let now = now_ms();
         let all: Vec<Arc<Live>> = self.sandboxes.lock().await.values().cloned().collect();
         let mut due = Vec::new();
+        let mut ended = Vec::new();
         for l in all {
             let r = l.record.lock().await;
+            if l.session.is_closed() {
+                ended.push((r.id.clone(), Arc::clone(&l)));
+                continue;
+            }
             let running = l.execs.lock().await.values().any(|e| e.done.borrow().is_none());
             let expired = r.expires_at_ms.is_some_and(|t| now >= t);
             let idle =
@@ -495,6 +500,16 @@ impl Engine {
         }
         for id in &due {
             let _ = self.remove_because(id, "reaped").await;
+        }
+        // A sandbox whose init died (killed from outside, or its supervisor gone) ended on its own: its shim
+        // tore it down; what is left is to say so.
+        for (id, live) in ended {
+            self.sandboxes.lock().await.remove(&id);
+            let reason = "ended: its init exited";
+            let _ = self.store.sandbox_gone(&id, reason, now_ms());
+            live.note("ended", serde_json::json!({}), serde_json::json!({"reason": reason}));
+            self.events.emit(&id, EventKind::Removed, None, None);
+            due.push(id);
         }
         due
     }

@@ -242,8 +242,10 @@ async fn events(State(e): Api, axum::extract::Query(q): axum::extract::Query<Eve
     };
     let past: Vec<Result<axum::response::sse::Event, Infallible>> = recent.iter().map(|ev| Ok(to_sse(ev))).collect();
     // A follower that falls more than the channel's capacity behind skips what it missed.
+    // The receiver was subscribed before the recent list was taken: skip what the list already holds.
+    let seen = recent.last().map(|ev| ev.seq).unwrap_or(0);
     let future = tokio_stream::wrappers::BroadcastStream::new(live)
-        .filter_map(move |ev| ev.ok().map(|ev| Ok::<_, Infallible>(to_sse(&ev))));
+        .filter_map(move |ev| ev.ok().filter(|ev| ev.seq > seen).map(|ev| Ok::<_, Infallible>(to_sse(&ev))));
     let stream = tokio_stream::iter(past).chain(future);
     axum::response::sse::Sse::new(stream).keep_alive(axum::response::sse::KeepAlive::default()).into_response()
 }

@@ -19,6 +19,8 @@ pub struct Session {
     control: UnixDatagram,
     waiters: Mutex<HashMap<u64, mpsc::UnboundedSender<Event>>>,
     next: AtomicU64,
+    /// Set when init hung up: the sandbox has ended (its shim tears it down).
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Session {
@@ -31,6 +33,7 @@ impl Session {
             control,
             waiters: Mutex::new(HashMap::new()),
             next: AtomicU64::new(first_request_id()),
+            closed: std::sync::atomic::AtomicBool::new(false),
         });
         tokio::spawn(Arc::clone(&session).route());
         Ok(session)
@@ -91,6 +94,12 @@ impl Session {
         if let Ok(mut w) = self.waiters.lock() {
             w.clear();
         }
+        self.closed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether init has hung up (the sandbox ended on its own).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
     }
 }
 

@@ -117,6 +117,9 @@ impl SandboxFs {
         let _ids = self.act()?;
         let fd = self.resolve(&parts, OFlags::PATH).map_err(|e| sys("open", path, e))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| sys("stat", path, e))?;
+        // Kernel file systems (/proc, /sys, cgroups) are refused whatever is asked of them: there the daemon's
+        // host credentials, not the sandbox's, would decide what is seen.
+        check_fs(&fd, path)?;
         match FileType::from_raw_mode(st.st_mode) {
             FileType::Directory => Ok(Got::Dir(list(&fd, path, Some(self.ids))?)),
             FileType::RegularFile => {
@@ -144,6 +147,7 @@ impl SandboxFs {
         let parts = parse_path(path)?;
         let _ids = self.act()?;
         let fd = self.resolve(&parts, OFlags::PATH).map_err(|e| sys("open", path, e))?;
+        check_fs(&fd, path)?;
         let st = rustix::fs::fstat(&fd).map_err(|e| sys("stat", path, e))?;
         Ok(entry(parts.last().unwrap_or(&"/").to_string(), &st, None, Some(self.ids)))
     }
