@@ -176,6 +176,8 @@ fn detached_exec_is_cancelled_from_another_process() {
     assert_eq!(text(&d.berth(&["logs", &id, &exec_id]).stdout), "started\n");
     let kill = d.berth(&["kill", &id, &exec_id]);
     assert!(kill.status.success(), "{}", text(&kill.stderr));
+    let journal: Value = serde_json::from_slice(&d.berth(&["journal", &id, "--json"]).stdout).unwrap();
+    assert!(journal.as_array().unwrap().iter().any(|r| r["action"] == "kill"), "a kill is journaled: {journal}");
     let ps: Value = serde_json::from_slice(&d.berth(&["ps", &id, "--json"]).stdout).unwrap();
     let e = &ps.as_array().unwrap()[0];
     assert_eq!(e["running"], false);
@@ -375,6 +377,19 @@ fn tcp_requires_a_token_and_cannot_mint_one() {
     let (status, body) = tcp_http(&addr, "GET", "/v1/sandboxes", Some(&token));
     assert_eq!(status, 200, "{body}");
     assert_eq!(body, "[]");
+    // What a token holder does is journaled under the token's id.
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    let body = r#"{"name": "via-tcp"}"#;
+    let req = format!(
+        "POST /v1/sandboxes HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 201"), "{resp}");
+    let journal: Value = serde_json::from_slice(&d.berth(&["journal", "via-tcp", "--json"]).stdout).unwrap();
+    assert!(journal[0]["actor"].as_str().unwrap().starts_with("token:"), "{journal}");
     // A token holder cannot mint more tokens over TCP.
     assert_eq!(tcp_http(&addr, "POST", "/v1/tokens", Some(&token)).0, 404);
     for file in ["root/berth.db", "root/berth.db-wal"] {

@@ -370,6 +370,7 @@ impl Engine {
         live.note("exec", args, serde_json::json!({"started": true}));
         self.events.emit(&sid, EventKind::ExecStarted, Some(exec_id.clone()), None);
         let (events, sid2, eid) = (Arc::clone(&self.events), sid.clone(), exec_id.clone());
+        let asked_by = actor();
         let (journal_live, mut done) = (Arc::clone(&live), running.done.clone());
         tokio::spawn(async move {
             if let Ok(r) = done.wait_for(|r| r.is_some()).await {
@@ -383,7 +384,8 @@ impl Engine {
                     events.emit(&sid2, kind, Some(eid.clone()), Some(res.exit_code));
                 }
                 let digest = journal::file_digest(&log_path).unwrap_or_default();
-                journal_live.note(
+                journal_live.note_as(
+                    &asked_by,
                     "exec_finished",
                     serde_json::json!({"exec_id": result.as_ref().map(|r| r.exec_id.clone())}),
                     serde_json::json!({"result": result, "log": log_path, "log_sha256": digest}),
@@ -441,6 +443,14 @@ impl Engine {
         Ok(result)
     }
 
+    /// Record a file-system change made through the API in the sandbox's journal.
+    pub async fn note_files(&self, id: &str, action: &str, args: serde_json::Value) {
+        if let Ok(live) = self.live(id).await {
+            live.record.lock().await.last_activity_ms = now_ms();
+            live.note(action, args, serde_json::json!({"ok": true}));
+        }
+    }
+
     /// Recent lifecycle events, and a receiver for the ones to come.
     pub fn events(&self) -> (Vec<LifecycleEvent>, tokio::sync::broadcast::Receiver<LifecycleEvent>) {
         let rx = self.events.tx.subscribe();
@@ -473,6 +483,7 @@ impl Engine {
             let _ = e.kill.send(true);
             e.done.clone()
         };
+        live.note("kill", serde_json::json!({"exec_id": exec_id}), serde_json::json!({}));
         let _ = tokio::time::timeout(Duration::from_secs(10), done.wait_for(|r| r.is_some())).await;
         let execs = live.execs.lock().await;
         execs.get(exec_id).map(|e| e.info(exec_id)).ok_or(EngineError::InitGone)
@@ -537,11 +548,16 @@ impl Live {
     /// Record an action in the sandbox's journal. A journal that cannot be written is reported on stderr:
     /// the action has happened, and refusing it afterwards would not undo it.
     fn note(&self, action: &str, args: serde_json::Value, result: serde_json::Value) {
+        self.note_as(&actor(), action, args, result);
+    }
+
+    fn note_as(&self, actor: &str, action: &str, args: serde_json::Value, result: serde_json::Value) {
+        let actor = actor.to_string();
         let written = self
             .journal
             .lock()
             .map_err(|_| std::io::Error::other("poisoned"))
-            .and_then(|mut j| j.append("local", action, args, result));
+            .and_then(|mut j| j.append(&actor, action, args, result));
         if let Err(e) = written {
             eprintln!("berth daemon: cannot write the journal: {e}");
         }
@@ -563,6 +579,16 @@ fn next_exec_number(root: &Path, id: &str) -> u64 {
         })
         .unwrap_or(0);
     highest + 1
+}
+
+tokio::task_local! {
+    /// Who is asking, for the journal: the token id on the TCP listener; `local` on the unix socket.
+    pub static ACTOR: String;
+}
+
+/// The actor of the request being served (`local` outside one).
+pub fn actor() -> String {
+    ACTOR.try_with(String::clone).unwrap_or_else(|_| "local".to_string())
 }
 
 /// Where sandbox `id`'s journal is kept (it outlives the sandbox).

@@ -107,7 +107,7 @@ async fn require_token(State(e): Api, req: Request, next: axum::middleware::Next
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
     match token.and_then(|t| e.tokens.check(t)) {
-        Some(_) => next.run(req).await,
+        Some(id) => crate::engine::ACTOR.scope(format!("token:{id}"), next.run(req)).await,
         None => Failure(
             ErrorCode::Unauthorized,
             "this listener needs a bearer token: mint one with berth token create and send it as Authorization: Bearer"

@@ -177,7 +177,9 @@ async fn put_file(
     parse_path(&q.path)?;
     let data = body(data)?;
     let fs = sandbox(&e, &id).await?;
+    let (path, bytes) = (q.path.clone(), data.len());
     let (entry, created) = blocking(move || fs.write(&q.path, &data, mode, q.parents)).await?;
+    e.note_files(&id, "write_file", serde_json::json!({"path": path, "bytes": bytes})).await;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(entry)).into_response())
 }
 
@@ -188,7 +190,9 @@ async fn delete_files(
 ) -> Result<Response, Failure> {
     let q = query(q)?;
     let fs = sandbox(&e, &id).await?;
+    let (path, recursive) = (q.path.clone(), q.recursive);
     blocking(move || fs.remove(&q.path, q.recursive)).await?;
+    e.note_files(&id, "remove_file", serde_json::json!({"path": path, "recursive": recursive})).await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -210,7 +214,9 @@ async fn mkdir(
     let q = query(q)?;
     let mode = parse_mode(q.mode.as_deref())?;
     let fs = sandbox(&e, &id).await?;
+    let path = q.path.clone();
     let (entry, created) = blocking(move || fs.mkdir(&q.path, q.parents, mode)).await?;
+    e.note_files(&id, "mkdir", serde_json::json!({"path": path})).await;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(entry)).into_response())
 }
 
@@ -248,7 +254,9 @@ async fn put_archive(
     parse_path(&q.path)?;
     let data = body(data)?;
     let fs = sandbox(&e, &id).await?;
+    let (path, bytes) = (q.path.clone(), data.len());
     let entries = blocking(move || fs.extract_tar(&q.path, &data, q.parents)).await?;
+    e.note_files(&id, "extract_archive", serde_json::json!({"path": path, "bytes": bytes, "entries": entries})).await;
     Ok(Json(Extracted { entries }).into_response())
 }
 
