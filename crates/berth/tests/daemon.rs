@@ -524,3 +524,14 @@ fn a_sandbox_whose_init_dies_is_reported_ended() {
     assert_eq!(journal.as_array().unwrap().last().unwrap()["action"], "ended", "{journal}");
     assert!(common::berth_cgroups().iter().all(|p| !p.ends_with(&id)), "its cgroups must be gone");
 }
+
+#[test]
+fn logs_follow_an_exec_until_it_ends() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let out = d.berth(&["exec", &id, "--detach", "--", "sh", "-c", "for i in 1 2 3; do echo line$i; sleep 0.3; done"]);
+    let exec_id = text(&out.stdout).trim().to_string();
+    let follow = d.berth(&["logs", "-f", &id, &exec_id]);
+    assert!(follow.status.success(), "{}", text(&follow.stderr));
+    assert_eq!(text(&follow.stdout), "line1\nline2\nline3\n", "follow returns once the exec has ended");
+}

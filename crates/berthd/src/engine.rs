@@ -473,6 +473,16 @@ impl Engine {
         Ok(self.root.join("logs").join(sid).join(format!("{exec_id}.log")))
     }
 
+    /// A watch that turns `Some` when the exec has ended.
+    pub async fn exec_done(&self, id: &str, exec_id: &str) -> Result<watch::Receiver<Option<ExecResult>>, EngineError> {
+        let live = self.live(id).await?;
+        let execs = live.execs.lock().await;
+        match execs.get(exec_id) {
+            Some(e) => Ok(e.done.clone()),
+            None => Err(EngineError::NoExec { sandbox: id.to_string(), exec: exec_id.to_string() }),
+        }
+    }
+
     /// Kill an exec's process group and wait for it to end.
     pub async fn kill_exec(&self, id: &str, exec_id: &str) -> Result<ExecInfo, EngineError> {
         let live = self.live(id).await?;

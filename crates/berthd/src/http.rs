@@ -277,10 +277,50 @@ async fn kill_exec(
     once(&e, key, StatusCode::OK, e.kill_exec(&id, &exec)).await
 }
 
-async fn log(State(e): Api, UrlPath((id, exec)): UrlPath<(String, String)>) -> Result<Response, Failure> {
+#[derive(serde::Deserialize)]
+struct LogQuery {
+    #[serde(default)]
+    follow: bool,
+}
+
+/// An exec's whole output, streamed from its log; with `follow`, kept open and fed until the exec ends.
+async fn log(
+    State(e): Api,
+    UrlPath((id, exec)): UrlPath<(String, String)>,
+    q: Result<axum::extract::Query<LogQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, Failure> {
+    let follow = q.map_err(|err| Failure(ErrorCode::InvalidRequest, err.body_text()))?.follow;
     let path = e.log_path(&id, &exec).await?;
-    let text = tokio::fs::read(&path).await.map_err(|err| Failure::from(EngineError::Log(err)))?;
-    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+    let mut done = e.exec_done(&id, &exec).await?;
+    let mut file = tokio::fs::File::open(&path).await.map_err(|err| Failure::from(EngineError::Log(err)))?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match file.read(&mut buf).await {
+                Ok(0) if !follow => return,
+                Ok(0) => {
+                    if done.borrow().is_some() {
+                        // Ended: what it wrote before ending is read above; anything after is not its own.
+                        return;
+                    }
+                    let _ = tokio::time::timeout(Duration::from_millis(100), done.changed()).await;
+                }
+                Ok(n) => {
+                    if tx.send(Ok(Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
+                        return;
+                    }
+                }
+                Err(err) => {
+                    let _ = tx.send(Err(err)).await;
+                    return;
+                }
+            }
+        }
+    });
+    let body = Body::from_stream(ReceiverStream::new(rx));
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }
 
 /// Serve the API on a unix socket until the process is stopped; reap expired sandboxes meanwhile.

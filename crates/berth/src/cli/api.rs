@@ -116,6 +116,9 @@ pub struct LogsArgs {
     /// Print the log as one JSON string.
     #[arg(long)]
     pub json: bool,
+    /// Keep printing output as the exec produces it, until it ends.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
 }
 
 #[derive(Debug, Args)]

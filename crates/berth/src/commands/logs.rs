@@ -8,7 +8,12 @@ use crate::client::{self, Client};
 
 pub fn logs(socket: &Path, args: LogsArgs) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
-    let path = format!("/v1/sandboxes/{}/execs/{}/log", client::segment(&args.id), client::segment(&args.exec_id));
+    let path = format!(
+        "/v1/sandboxes/{}/execs/{}/log{}",
+        client::segment(&args.id),
+        client::segment(&args.exec_id),
+        if args.follow { "?follow=true" } else { "" }
+    );
     let mut stream = client.get_stream(&path)?;
     if args.json {
         let mut log = Vec::new();
