@@ -91,8 +91,12 @@ impl Engine {
     /// Open the engine on a data root: adopt the sandboxes whose shims survived a previous daemon.
     pub async fn open(root: &Path) -> Result<Arc<Engine>, EngineError> {
         let exe = std::env::current_exe().map_err(EngineError::SpawnShim)?;
+        // Logs, journals and shim sockets are the sandboxes' business and root's: nobody else may read them.
         for dir in [shim::shims_dir(root), root.join("logs"), root.join("journal")] {
             tokio::fs::create_dir_all(&dir).await.map_err(EngineError::Log)?;
+            tokio::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .await
+                .map_err(EngineError::Log)?;
         }
         let store = Arc::new(crate::store::Store::open(root)?);
         let engine = Arc::new(Engine {

@@ -190,13 +190,13 @@ async fn supervise(
     let dropped = budget.dropped();
     if let Some(tx) = &client {
         if dropped > 0 {
-            let _ = tx.send(ExecFrame::Truncated { dropped_bytes: dropped }).await;
+            let _ = tokio::time::timeout(CLIENT_STALL, tx.send(ExecFrame::Truncated { dropped_bytes: dropped })).await;
         }
         for (stream, chunk) in budget.finish() {
             seq += 1;
             let chunk = [utf8.flush(stream), chunk].concat();
-            let _ =
-                tx.send(ExecFrame::Output { stream, seq, data: String::from_utf8_lossy(&chunk).into_owned() }).await;
+            let frame = ExecFrame::Output { stream, seq, data: String::from_utf8_lossy(&chunk).into_owned() };
+            let _ = tokio::time::timeout(CLIENT_STALL, tx.send(frame)).await;
         }
     }
     let (code, signal) = exit.unwrap_or((None, Some(9)));
@@ -213,7 +213,7 @@ async fn supervise(
         error: None,
     };
     if let Some(tx) = &client {
-        let _ = tx.send(ExecFrame::Exit(result.clone())).await;
+        let _ = tokio::time::timeout(CLIENT_STALL, tx.send(ExecFrame::Exit(result.clone()))).await;
     }
     let _ = done.send(Some(result));
     // An exec whose tree is all gone leaves no cgroup; one with background processes keeps it until they

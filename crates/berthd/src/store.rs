@@ -61,6 +61,11 @@ impl Store {
     pub fn open(root: &Path) -> Result<Store, StoreError> {
         let path = root.join("berth.db");
         let open_err = |source| StoreError::Open { path: path.display().to_string(), source };
+        // Owner-only before SQLite sees it: its -wal and -shm files take the same mode.
+        if !path.exists() {
+            use std::os::unix::fs::OpenOptionsExt;
+            let _ = std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&path);
+        }
         let conn = Connection::open(&path).map_err(open_err)?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(open_err)?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(open_err)?;
