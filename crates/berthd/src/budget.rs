@@ -28,7 +28,16 @@ impl Budget {
     pub fn push(&mut self, stream: Stream, data: &[u8]) -> Option<Vec<u8>> {
         let live = (data.len() as u64).min(self.head_left) as usize;
         self.head_left -= live as u64;
-        let rest = &data[live..];
+        let mut rest = &data[live..];
+        if rest.len() as u64 >= self.tail_cap {
+            // This chunk alone fills the tail: everything held so far, and its own front, are dropped
+            // without being copied.
+            let cut = rest.len() - self.tail_cap as usize;
+            self.dropped += self.tail_len + cut as u64;
+            self.tail.clear();
+            self.tail_len = 0;
+            rest = &rest[cut..];
+        }
         if !rest.is_empty() {
             self.tail.push_back((stream, rest.to_vec()));
             self.tail_len += rest.len() as u64;

@@ -101,7 +101,11 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
         }
     };
     let _ = frames_tx.send(ExecFrame::Started { exec_id: plan.exec_id.clone(), pid }).await;
-    let log = tokio::fs::File::create(&plan.log).await.map_err(EngineError::Log)?;
+    // Big writes: a tokio file does each write on a blocking thread, so small ones cost a thread hop each.
+    let log = tokio::io::BufWriter::with_capacity(
+        LOG_BUFFER,
+        tokio::fs::File::create(&plan.log).await.map_err(EngineError::Log)?,
+    );
     tokio::spawn(supervise(session, num, events, plan, (out_r, err_r), log, frames_tx, kill_rx, done_tx, started_at));
     Ok(Running { frames, kill, done })
 }
@@ -110,6 +114,8 @@ fn pipe_pair() -> Result<(pipe::Receiver, OwnedFd), EngineError> {
     let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| berth_sys::SysError::new("create a pipe", e))?;
     berth_sys::fd::set_nonblocking(&r, true)?;
+    // A larger pipe means fewer, larger reads when a command writes fast (best effort).
+    let _ = rustix::pipe::fcntl_setpipe_size(&r, READ_CHUNK);
     let r = pipe::Receiver::from_owned_fd(r).map_err(|e| berth_sys::SysError::new("watch a pipe", e))?;
     Ok((r, w))
 }
@@ -121,7 +127,7 @@ async fn supervise(
     mut events: mpsc::UnboundedReceiver<Event>,
     plan: ExecPlan,
     (mut out, mut err): (pipe::Receiver, pipe::Receiver),
-    mut log: tokio::fs::File,
+    mut log: tokio::io::BufWriter<tokio::fs::File>,
     frames: mpsc::Sender<ExecFrame>,
     mut kill_rx: watch::Receiver<bool>,
     done: watch::Sender<Option<ExecResult>>,
@@ -132,7 +138,7 @@ async fn supervise(
     let mut seq = 0u64;
     let mut total = 0u64;
     let (mut out_open, mut err_open) = (true, true);
-    let (mut buf_o, mut buf_e) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+    let (mut buf_o, mut buf_e) = (vec![0u8; READ_CHUNK], vec![0u8; READ_CHUNK]);
     let deadline = plan.timeout.map(|t| tokio::time::Instant::now() + t);
     let mut exit: Option<(Option<i32>, Option<i32>)> = None;
     let mut drain_until: Option<tokio::time::Instant> = None;
@@ -220,6 +226,11 @@ async fn supervise(
     // end or the sandbox does.
     launch::release_cgroup(plan.cgroup, timed_out || killed).await;
 }
+
+/// Bytes buffered before the exec's log is written.
+const LOG_BUFFER: usize = 1 << 20;
+/// The most read from an output pipe at once.
+const READ_CHUNK: usize = 256 * 1024;
 
 /// How long a client may stop reading before the exec stops sending to it.
 const CLIENT_STALL: Duration = Duration::from_secs(10);
