@@ -57,6 +57,7 @@ impl Events {
     fn emit(&self, sandbox: &str, kind: EventKind, exec_id: Option<String>, exit_code: Option<i32>) {
         let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let ev = LifecycleEvent { seq, time_ms: now_ms(), sandbox: sandbox.to_string(), kind, exec_id, exit_code };
+        crate::log::info("lifecycle", serde_json::to_value(&ev).unwrap_or_default());
         if let Ok(mut r) = self.recent.lock() {
             if r.len() == RECENT_EVENTS {
                 r.pop_front();
@@ -573,7 +574,7 @@ impl Live {
             .map_err(|_| std::io::Error::other("poisoned"))
             .and_then(|mut j| j.append(&actor, action, args, result));
         if let Err(e) = written {
-            eprintln!("berth daemon: cannot write the journal: {e}");
+            crate::log::warn("cannot write the journal", serde_json::json!({"error": e.to_string(), "action": action}));
         }
     }
 }

@@ -179,6 +179,11 @@ async fn supervise(
         let data = if stream == Stream::Stdout { &buf_o[..n] } else { &buf_e[..n] };
         total += n as u64;
         let _ = log.write_all(data).await;
+        // A read that did not fill the buffer means the command paused: make the log current (for `logs`
+        // and followers). A command writing flat out fills every read, and the log is written in big blocks.
+        if n < READ_CHUNK {
+            let _ = log.flush().await;
+        }
         if let Some(live) = budget.push(stream, data) {
             seq += 1;
             let frame = ExecFrame::Output { stream, seq, data: utf8.decode(stream, &live) };

@@ -91,12 +91,30 @@ pub const ROUTES: &[(&str, &str)] = &[
 
 /// The API as the unix socket serves it (file-system permissions guard the socket; tokens are minted here).
 pub fn app(engine: Arc<Engine>) -> Router {
-    routes().route("/v1/tokens", post(mint_token)).with_state(engine)
+    routes().route("/v1/tokens", post(mint_token)).layer(axum::middleware::from_fn(log_request)).with_state(engine)
+}
+
+/// Log each request once it is answered: method, path (without its query), status and time taken.
+async fn log_request(req: Request, next: axum::middleware::Next) -> Response {
+    let (method, path) = (req.method().to_string(), req.uri().path().to_string());
+    let started = std::time::Instant::now();
+    let response = next.run(req).await;
+    crate::log::info(
+        "request",
+        serde_json::json!({
+            "method": method, "path": path, "status": response.status().as_u16(),
+            "ms": started.elapsed().as_secs_f64() * 1000.0, "actor": crate::engine::actor(),
+        }),
+    );
+    response
 }
 
 /// The API as the TCP listener serves it: every request needs a bearer token, and no token can be minted.
 pub fn tcp_app(engine: Arc<Engine>) -> Router {
-    routes().layer(axum::middleware::from_fn_with_state(Arc::clone(&engine), require_token)).with_state(engine)
+    routes()
+        .layer(axum::middleware::from_fn(log_request))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&engine), require_token))
+        .with_state(engine)
 }
 
 async fn require_token(State(e): Api, req: Request, next: axum::middleware::Next) -> Response {
@@ -348,10 +366,14 @@ pub async fn serve(root: &Path, socket: &Path, listen: Option<std::net::SocketAd
         let app = tcp_app(Arc::clone(&engine));
         tokio::spawn(async move {
             if let Err(e) = axum::serve(tcp, app).await {
-                eprintln!("berth daemon: the TCP listener stopped: {e}");
+                crate::log::warn("the TCP listener stopped", serde_json::json!({"error": e.to_string()}));
             }
         });
     }
+    crate::log::info(
+        "listening",
+        serde_json::json!({"socket": socket, "tcp": listen.map(|a| a.to_string()), "version": env!("CARGO_PKG_VERSION")}),
+    );
     axum::serve(listener, app(engine)).await.map_err(|e| io("serve on", e))?;
     Ok(())
 }

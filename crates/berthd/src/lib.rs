@@ -16,6 +16,7 @@ pub mod files;
 mod http;
 pub mod journal;
 mod launch;
+pub mod log;
 mod session;
 mod shell;
 pub mod shim;
