@@ -535,3 +535,58 @@ fn logs_follow_an_exec_until_it_ends() {
     assert!(follow.status.success(), "{}", text(&follow.stderr));
     assert_eq!(text(&follow.stdout), "line1\nline2\nline3\n", "follow returns once the exec has ended");
 }
+
+/// Host pids of the shims serving this daemon's data root.
+fn shims_of(d: &Daemon) -> Vec<i32> {
+    let root = d.dir.path().join("root").display().to_string();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let cmdline =
+            String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).unwrap_or_default()).replace('\0', " ");
+        if cmdline.contains(" shim") && cmdline.contains(&root) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_daemon_killed_mid_create_restarts_consistent() {
+    let mut d = Daemon::start();
+    for delay_ms in [1, 4, 12, 40] {
+        // Ask for a sandbox and kill the daemon while it is being made.
+        let socket = d.socket();
+        let asker = std::thread::spawn(move || {
+            if let Ok(mut s) = UnixStream::connect(socket) {
+                let body = "{}";
+                let req = format!(
+                    "POST /v1/sandboxes HTTP/1.1\r\nHost: berth\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(req.as_bytes());
+                let _ = s.read_to_string(&mut String::new());
+            }
+        });
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        d.kill();
+        asker.join().unwrap();
+        d.spawn();
+        // Whatever got made is either a listed, working sandbox or gone: no shim serves an unlisted one.
+        // (A shim the killed daemon had started but not yet adopted is adopted once it is a few seconds old.)
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let listed = loop {
+            let (listed, shims) = (d.ids(), shims_of(&d));
+            if listed.len() == shims.len() {
+                break listed;
+            }
+            assert!(Instant::now() < deadline, "{} shims for {} listed sandboxes", shims.len(), listed.len());
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        for id in &listed {
+            assert_eq!(text(&d.berth(&["exec", id, "--", "echo", "ok"]).stdout), "ok\n");
+        }
+    }
+    assert!(d.berth(&["rm", "--all"]).status.success());
+    assert!(shims_of(&d).is_empty());
+}

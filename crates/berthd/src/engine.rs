@@ -37,6 +37,8 @@ pub struct Engine {
     /// Serialises calls made with an `Idempotency-Key` (their results are in the store).
     idempotent: Mutex<()>,
     events: Arc<Events>,
+    /// Sandboxes being torn down: not to be adopted back meanwhile.
+    removing: std::sync::Mutex<std::collections::HashSet<String>>,
     pub tokens: crate::tokens::Tokens,
     store: Arc<crate::store::Store>,
     /// The host's cgroup layout, for each exec's own cgroup (None: execs are killed by process group only).
@@ -105,6 +107,7 @@ impl Engine {
             exe,
             sandboxes: Mutex::new(HashMap::new()),
             idempotent: Mutex::new(()),
+            removing: std::sync::Mutex::new(std::collections::HashSet::new()),
             tokens: crate::tokens::Tokens::new(Arc::clone(&store)),
             store,
             cgroups: berth_runtime::cgroup::Hierarchy::detect().ok(),
@@ -137,9 +140,32 @@ impl Engine {
     }
 
     async fn adopt_all(&self) {
+        self.adopt(None).await;
+    }
+
+    /// Adopt the shims in the shims directory that this daemon does not know. With `min_age`, only sockets
+    /// at least that old: a younger one may belong to a create this daemon is finishing itself.
+    async fn adopt(&self, min_age: Option<Duration>) {
         let Ok(mut dir) = tokio::fs::read_dir(shim::shims_dir(&self.root)).await else { return };
         while let Ok(Some(entry)) = dir.next_entry().await {
             let path = entry.path();
+            let Some(id) = path.file_stem().and_then(|s| s.to_str()).map(str::to_string) else { continue };
+            let removing = self.removing.lock().map(|r| r.contains(&id)).unwrap_or(true);
+            if removing || self.sandboxes.lock().await.contains_key(&id) {
+                continue;
+            }
+            if let Some(age) = min_age {
+                let young = entry
+                    .metadata()
+                    .await
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|t| t.elapsed().ok())
+                    .is_none_or(|e| e < age);
+                if young {
+                    continue;
+                }
+            }
             match adopt(&path).await {
                 Ok((record, env, session)) => {
                     let Ok(live) = Live::new(&self.root, record.clone(), env, session) else { continue };
@@ -289,6 +315,18 @@ impl Engine {
     async fn remove_because(&self, id: &str, why: &str) -> Result<Teardown, EngineError> {
         let live = self.live(id).await?;
         let sid = live.record.lock().await.id.clone();
+        if let Ok(mut r) = self.removing.lock() {
+            r.insert(sid.clone());
+        }
+        let result = self.tear_down(&live, &sid, why).await;
+        if let Ok(mut r) = self.removing.lock() {
+            r.remove(&sid);
+        }
+        result
+    }
+
+    async fn tear_down(&self, live: &Arc<Live>, sid: &str, why: &str) -> Result<Teardown, EngineError> {
+        let sid = sid.to_string();
         self.sandboxes.lock().await.remove(&sid);
         let path = shim::socket_path(&self.root, &sid);
         let teardown = tokio::task::spawn_blocking(move || -> Result<Teardown, EngineError> {
@@ -527,6 +565,8 @@ impl Engine {
         for id in &due {
             let _ = self.remove_because(id, "reaped").await;
         }
+        // A shim whose daemon died while creating it was never adopted; it is now.
+        self.adopt(Some(Duration::from_secs(5))).await;
         // A sandbox whose init died (killed from outside, or its supervisor gone) ended on its own: its shim
         // tore it down; what is left is to say so.
         for (id, live) in ended {
