@@ -28,7 +28,7 @@ impl Layout {
         self.dir.join("upper").join(layer)
     }
     pub fn work(&self, layer: &str) -> PathBuf {
-        self.dir.join("work").join(layer)
+        self.dir.join("overlay-work").join(layer)
     }
     pub fn lower(&self, layer: &str) -> PathBuf {
         self.dir.join("lower").join(layer)
@@ -299,7 +299,7 @@ mod tests {
             Step::Overlay {
                 lower: "/data/sandboxes/abc/lower/root".into(),
                 upper: "/data/sandboxes/abc/upper/root".into(),
-                work: "/data/sandboxes/abc/work/root".into(),
+                work: "/data/sandboxes/abc/overlay-work/root".into(),
                 target: "/data/sandboxes/abc/rootfs".into(),
             }
         );

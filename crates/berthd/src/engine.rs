@@ -20,7 +20,13 @@ use crate::session::Session;
 use crate::shim::{self, ShimReady, ShimReply, ShimRequest, ShimStart};
 
 mod attach;
+mod events;
+mod live;
+
 pub(crate) use attach::AttachedExec;
+use events::Events;
+pub use live::{ACTOR, actor, journal_path};
+use live::{ExecEntry, Live};
 
 /// The environment every exec starts from (the sandbox's and the exec's own `env` go on top).
 const BASE_ENV: [(&str, &str); 4] = [
@@ -43,47 +49,6 @@ pub struct Engine {
     store: Arc<crate::store::Store>,
     /// The host's cgroup layout, for each exec's own cgroup (None: execs are killed by process group only).
     cgroups: Option<berth_runtime::cgroup::Hierarchy>,
-}
-
-/// Lifecycle events: a live broadcast, and the most recent ones for clients that ask without following.
-struct Events {
-    tx: tokio::sync::broadcast::Sender<LifecycleEvent>,
-    recent: std::sync::Mutex<std::collections::VecDeque<LifecycleEvent>>,
-    seq: std::sync::atomic::AtomicU64,
-}
-
-/// Events kept for `GET /v1/events` without `follow`.
-const RECENT_EVENTS: usize = 1000;
-
-impl Events {
-    fn emit(&self, sandbox: &str, kind: EventKind, exec_id: Option<String>, exit_code: Option<i32>) {
-        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let ev = LifecycleEvent { seq, time_ms: now_ms(), sandbox: sandbox.to_string(), kind, exec_id, exit_code };
-        crate::log::info("lifecycle", serde_json::to_value(&ev).unwrap_or_default());
-        if let Ok(mut r) = self.recent.lock() {
-            if r.len() == RECENT_EVENTS {
-                r.pop_front();
-            }
-            r.push_back(ev.clone());
-        }
-        let _ = self.tx.send(ev);
-    }
-}
-
-struct Live {
-    record: Mutex<Sandbox>,
-    journal: std::sync::Mutex<Journal>,
-    env: BTreeMap<String, String>,
-    session: Arc<Session>,
-    execs: Mutex<BTreeMap<String, ExecEntry>>,
-    next_exec: std::sync::atomic::AtomicU64,
-}
-
-struct ExecEntry {
-    argv: Vec<String>,
-    started_at_ms: u64,
-    kill: watch::Sender<bool>,
-    done: watch::Receiver<Option<ExecResult>>,
 }
 
 pub fn now_ms() -> u64 {
@@ -578,89 +543,6 @@ impl Engine {
             due.push(id);
         }
         due
-    }
-}
-
-impl Live {
-    fn new(
-        root: &Path,
-        record: Sandbox,
-        env: BTreeMap<String, String>,
-        session: Arc<Session>,
-    ) -> std::io::Result<Live> {
-        let journal = Journal::open(&journal_path(root, &record.id))?;
-        let sid = record.id.clone();
-        Ok(Live {
-            journal: std::sync::Mutex::new(journal),
-            record: Mutex::new(record),
-            env,
-            session,
-            execs: Mutex::new(BTreeMap::new()),
-            next_exec: std::sync::atomic::AtomicU64::new(next_exec_number(root, &sid)),
-        })
-    }
-
-    /// Record an action in the sandbox's journal. A journal that cannot be written is reported on stderr:
-    /// the action has happened, and refusing it afterwards would not undo it.
-    fn note(&self, action: &str, args: serde_json::Value, result: serde_json::Value) {
-        self.note_as(&actor(), action, args, result);
-    }
-
-    fn note_as(&self, actor: &str, action: &str, args: serde_json::Value, result: serde_json::Value) {
-        let actor = actor.to_string();
-        let written = self
-            .journal
-            .lock()
-            .map_err(|_| std::io::Error::other("poisoned"))
-            .and_then(|mut j| j.append(&actor, action, args, result));
-        if let Err(e) = written {
-            crate::log::warn("cannot write the journal", serde_json::json!({"error": e.to_string(), "action": action}));
-        }
-    }
-}
-
-/// The next exec number of sandbox `id`: after the highest whose log a previous daemon left, so that exec ids
-/// (and their logs and cgroups) are never reused.
-fn next_exec_number(root: &Path, id: &str) -> u64 {
-    let highest = std::fs::read_dir(root.join("logs").join(id))
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    name.strip_prefix('x')?.strip_suffix(".log")?.parse::<u64>().ok()
-                })
-                .max()
-                .unwrap_or(0)
-        })
-        .unwrap_or(0);
-    highest + 1
-}
-
-tokio::task_local! {
-    /// Who is asking, for the journal: the token id on the TCP listener; `local` on the unix socket.
-    pub static ACTOR: String;
-}
-
-/// The actor of the request being served (`local` outside one).
-pub fn actor() -> String {
-    ACTOR.try_with(String::clone).unwrap_or_else(|_| "local".to_string())
-}
-
-/// Where sandbox `id`'s journal is kept (it outlives the sandbox).
-pub fn journal_path(root: &Path, id: &str) -> PathBuf {
-    root.join("journal").join(format!("{id}.jsonl"))
-}
-
-impl ExecEntry {
-    fn info(&self, id: &str) -> ExecInfo {
-        let result = self.done.borrow().clone();
-        ExecInfo {
-            exec_id: id.to_string(),
-            argv: self.argv.clone(),
-            started_at_ms: self.started_at_ms,
-            running: result.is_none(),
-            result,
-        }
     }
 }
 

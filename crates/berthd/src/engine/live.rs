@@ -1,0 +1,110 @@
+//! One live sandbox as the engine holds it: its record, journal, session with init, and execs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use berth_api::{ExecInfo, ExecResult, Sandbox};
+use tokio::sync::{Mutex, watch};
+
+use crate::journal::Journal;
+use crate::session::Session;
+
+pub(super) struct Live {
+    pub(super) record: Mutex<Sandbox>,
+    pub(super) journal: std::sync::Mutex<Journal>,
+    pub(super) env: BTreeMap<String, String>,
+    pub(super) session: Arc<Session>,
+    pub(super) execs: Mutex<BTreeMap<String, ExecEntry>>,
+    pub(super) next_exec: std::sync::atomic::AtomicU64,
+}
+
+pub(super) struct ExecEntry {
+    pub(super) argv: Vec<String>,
+    pub(super) started_at_ms: u64,
+    pub(super) kill: watch::Sender<bool>,
+    pub(super) done: watch::Receiver<Option<ExecResult>>,
+}
+
+impl Live {
+    pub(super) fn new(
+        root: &Path,
+        record: Sandbox,
+        env: BTreeMap<String, String>,
+        session: Arc<Session>,
+    ) -> std::io::Result<Live> {
+        let journal = Journal::open(&journal_path(root, &record.id))?;
+        let sid = record.id.clone();
+        Ok(Live {
+            journal: std::sync::Mutex::new(journal),
+            record: Mutex::new(record),
+            env,
+            session,
+            execs: Mutex::new(BTreeMap::new()),
+            next_exec: std::sync::atomic::AtomicU64::new(next_exec_number(root, &sid)),
+        })
+    }
+
+    /// Record an action in the sandbox's journal. A journal that cannot be written is reported on stderr:
+    /// the action has happened, and refusing it afterwards would not undo it.
+    pub(super) fn note(&self, action: &str, args: serde_json::Value, result: serde_json::Value) {
+        self.note_as(&actor(), action, args, result);
+    }
+
+    pub(super) fn note_as(&self, actor: &str, action: &str, args: serde_json::Value, result: serde_json::Value) {
+        let actor = actor.to_string();
+        let written = self
+            .journal
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))
+            .and_then(|mut j| j.append(&actor, action, args, result));
+        if let Err(e) = written {
+            crate::log::warn("cannot write the journal", serde_json::json!({"error": e.to_string(), "action": action}));
+        }
+    }
+}
+
+/// The next exec number of sandbox `id`: after the highest whose log a previous daemon left, so that exec ids
+/// (and their logs and cgroups) are never reused.
+fn next_exec_number(root: &Path, id: &str) -> u64 {
+    let highest = std::fs::read_dir(root.join("logs").join(id))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.strip_prefix('x')?.strip_suffix(".log")?.parse::<u64>().ok()
+                })
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0);
+    highest + 1
+}
+
+tokio::task_local! {
+    /// Who is asking, for the journal: the token id on the TCP listener; `local` on the unix socket.
+    pub static ACTOR: String;
+}
+
+/// The actor of the request being served (`local` outside one).
+pub fn actor() -> String {
+    ACTOR.try_with(String::clone).unwrap_or_else(|_| "local".to_string())
+}
+
+/// Where sandbox `id`'s journal is kept (it outlives the sandbox).
+pub fn journal_path(root: &Path, id: &str) -> PathBuf {
+    root.join("journal").join(format!("{id}.jsonl"))
+}
+
+impl ExecEntry {
+    pub(super) fn info(&self, id: &str) -> ExecInfo {
+        let result = self.done.borrow().clone();
+        ExecInfo {
+            exec_id: id.to_string(),
+            argv: self.argv.clone(),
+            started_at_ms: self.started_at_ms,
+            running: result.is_none(),
+            result,
+        }
+    }
+}
