@@ -5,113 +5,12 @@ mod common;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::daemon::Daemon;
 use common::text;
 use serde_json::Value;
-
-/// A daemon of its own for one test.
-struct Daemon {
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-    extra: Vec<String>,
-}
-
-impl Daemon {
-    fn start() -> Daemon {
-        Daemon::start_with(&[])
-    }
-
-    /// A daemon started with extra `berth daemon` options.
-    fn start_with(extra: &[&str]) -> Daemon {
-        let dir = tempfile::Builder::new().prefix("berth-daemon-").tempdir().unwrap();
-        let mut d = Daemon { dir, child: None, extra: extra.iter().map(|s| s.to_string()).collect() };
-        d.spawn();
-        d
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("berth.sock")
-    }
-
-    fn spawn(&mut self) {
-        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
-            .args(["--root"])
-            .arg(self.dir.path().join("root"))
-            .arg("--socket")
-            .arg(self.socket())
-            .arg("daemon")
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.http("GET", "/healthz", "").0 != 200 {
-            assert!(Instant::now() < deadline, "the daemon did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// SIGKILL the daemon (its sandboxes' shims live on).
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
-    }
-
-    fn berth(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_berth"))
-            .arg("--socket")
-            .arg(self.socket())
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-
-    /// One raw HTTP/1.1 request over the socket: (status, body).
-    fn http(&self, method: &str, path: &str, body: &str) -> (u16, String) {
-        let Ok(mut s) = UnixStream::connect(self.socket()) else { return (0, String::new()) };
-        let req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: berth\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        // A server that refuses a body (413) may close before all of it is written: read its answer anyway.
-        let _ = s.write_all(req.as_bytes());
-        let mut resp = String::new();
-        let _ = s.read_to_string(&mut resp);
-        let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-        let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-        (status, body)
-    }
-
-    fn create(&self, args: &[&str]) -> String {
-        let mut all = vec!["create"];
-        all.extend_from_slice(args);
-        let out = self.berth(&all);
-        assert!(out.status.success(), "create: {}", text(&out.stderr));
-        text(&out.stdout).trim().to_string()
-    }
-
-    fn ids(&self) -> Vec<String> {
-        let out = self.berth(&["ls", "--json"]);
-        let list: Value = serde_json::from_slice(&out.stdout).unwrap();
-        list.as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_string()).collect()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if self.child.is_some() {
-            let _ = self.berth(&["rm", "--all"]);
-        }
-        self.kill();
-    }
-}
 
 #[test]
 fn create_exec_ls_rm_through_the_cli() {

@@ -6,143 +6,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
+use common::daemon::Daemon;
 use common::text;
 use serde_json::Value;
-
-/// A daemon of its own for one test (as in tests/daemon.rs, with byte bodies).
-struct Daemon {
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-}
-
-impl Daemon {
-    fn start() -> Daemon {
-        let dir = tempfile::Builder::new().prefix("berth-files-").tempdir().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
-            .arg("--root")
-            .arg(dir.path().join("root"))
-            .arg("--socket")
-            .arg(dir.path().join("berth.sock"))
-            .arg("daemon")
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let d = Daemon { dir, child: Some(child) };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while d.http("GET", "/healthz", b"").0 != 200 {
-            assert!(Instant::now() < deadline, "the daemon did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        d
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("berth.sock")
-    }
-
-    fn berth(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_berth"))
-            .arg("--socket")
-            .arg(self.socket())
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-
-    /// `berth exec ID -- sh -c SCRIPT`, which must succeed; its stdout.
-    fn sh(&self, id: &str, script: &str) -> String {
-        let out = self.berth(&["exec", id, "--", "sh", "-c", script]);
-        assert!(out.status.success(), "{script}: {} {}", text(&out.stdout), text(&out.stderr));
-        text(&out.stdout)
-    }
-
-    fn create(&self, name: &str) -> String {
-        let out = self.berth(&["create", "--name", name]);
-        assert!(out.status.success(), "create: {}", text(&out.stderr));
-        text(&out.stdout).trim().to_string()
-    }
-
-    /// One raw HTTP/1.1 request over the socket: (status, body), chunked bodies put back together.
-    fn http(&self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
-        let Ok(mut s) = UnixStream::connect(self.socket()) else { return (0, Vec::new()) };
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: berth\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
-        );
-        // A server that refuses a body (413) may close before all of it is written: read its answer anyway.
-        let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(body));
-        let mut resp = Vec::new();
-        let _ = s.read_to_end(&mut resp);
-        let split = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(resp.len());
-        let head = String::from_utf8_lossy(&resp[..split]).to_ascii_lowercase();
-        let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-        let mut body = resp.get(split + 4..).unwrap_or_default().to_vec();
-        if head.contains("transfer-encoding: chunked") {
-            body = dechunk(&body);
-        }
-        (status, body)
-    }
-
-    fn files(&self, method: &str, id: &str, route: &str, path: &str, extra: &str, body: &[u8]) -> (u16, Vec<u8>) {
-        self.http(method, &format!("/v1/sandboxes/{id}/{route}?path={}{extra}", encode(path)), body)
-    }
-
-    fn json(&self, method: &str, id: &str, route: &str, path: &str, extra: &str, body: &[u8]) -> (u16, Value) {
-        let (status, body) = self.files(method, id, route, path, extra, body);
-        let v = if body.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&body).unwrap_or_else(|_| panic!("not JSON: {}", text(&body)))
-        };
-        (status, v)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if self.child.is_some() {
-            let _ = self.berth(&["rm", "--all"]);
-        }
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else { return out };
-        let size = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).unwrap();
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[eol + 2..eol + 2 + size]);
-        b = &b[eol + 2 + size + 2..];
-    }
-}
-
-/// Percent-encode a query value (slashes kept, for readable failures).
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
-                char::from(b).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
 
 /// A name for host files that must never come to exist.
 fn marker(what: &str) -> String {
@@ -152,7 +21,7 @@ fn marker(what: &str) -> String {
 #[test]
 fn write_read_list_stat_mkdir_and_remove_round_trip() {
     let d = Daemon::start();
-    let id = d.create("files-rt");
+    let id = d.create(&["--name", "files-rt"]);
 
     // Any bytes, created (201) then truncated in place (200).
     let bytes: Vec<u8> = (0..=255u8).chain([0, 0, 255]).collect();
@@ -235,7 +104,7 @@ fn write_read_list_stat_mkdir_and_remove_round_trip() {
 #[test]
 fn bad_requests_are_4xx_error_bodies() {
     let d = Daemon::start();
-    let id = d.create("files-bad");
+    let id = d.create(&["--name", "files-bad"]);
     for (method, url, status) in [
         ("GET", format!("/v1/sandboxes/{id}/files"), 400),
         ("GET", format!("/v1/sandboxes/{id}/files?path=/x&nonsense=1"), 400),
@@ -250,7 +119,7 @@ fn bad_requests_are_4xx_error_bodies() {
         ("PUT", "/v1/sandboxes/nosuchsandbox/files?path=/x".to_string(), 404),
         ("GET", "/v1/sandboxes/nosuchsandbox/stat?path=/".to_string(), 404),
     ] {
-        let (got, body) = d.http(method, &url, b"x");
+        let (got, body) = d.http_bytes(method, &url, b"x");
         assert_eq!(got, status, "{method} {url}: {}", text(&body));
         let v: Value = serde_json::from_slice(&body).unwrap_or_else(|_| panic!("{method} {url}: {}", text(&body)));
         assert!(v["error"]["code"].is_string() && v["error"]["message"].is_string(), "{v}");
@@ -284,7 +153,7 @@ fn tree(dir: &Path) -> Vec<(String, String)> {
 #[test]
 fn cp_copies_files_and_trees_both_ways() {
     let d = Daemon::start();
-    let id = d.create("files-cp");
+    let id = d.create(&["--name", "files-cp"]);
     let host = tempfile::tempdir().unwrap();
     let src = host.path().join("proj");
     std::fs::create_dir_all(src.join("a/b")).unwrap();
@@ -363,7 +232,7 @@ fn raw_tar(entries: &[(&str, u8, &[u8], &str)]) -> Vec<u8> {
 #[test]
 fn escapes_stay_inside_the_sandbox_and_never_touch_the_host() {
     let d = Daemon::start();
-    let id = d.create("files-esc");
+    let id = d.create(&["--name", "files-esc"]);
     let host_tmp = |name: &str| Path::new("/tmp").join(name);
     let inside_hostname = "files-esc\n";
     let host_hostname = std::fs::read_to_string("/etc/hostname").unwrap_or_default();

@@ -1,6 +1,8 @@
 //! Helpers for tests that drive the real `berth` binary as root.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod daemon;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 

@@ -1,0 +1,256 @@
+//! A daemon of its own for one test: `berth daemon` on a private socket and data root in a tempdir, the CLI
+//! and raw HTTP against it, and everything removed when it is dropped.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::text;
+
+/// A daemon of its own for one test.
+pub struct Daemon {
+    /// Holds the data root (`root`) and the socket (`berth.sock`).
+    pub dir: tempfile::TempDir,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+impl Daemon {
+    pub fn start() -> Daemon {
+        Daemon::start_with(&[])
+    }
+
+    /// A daemon started with extra `berth daemon` options.
+    pub fn start_with(extra: &[&str]) -> Daemon {
+        // Named after the test target: berth-daemon-…, berth-files-…, berth-shell-….
+        let prefix = format!("berth-{}-", env!("CARGO_CRATE_NAME"));
+        let dir = tempfile::Builder::new().prefix(&prefix).tempdir().unwrap();
+        let mut d = Daemon { dir, child: None, extra: extra.iter().map(|s| s.to_string()).collect() };
+        d.spawn();
+        d
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("berth.sock")
+    }
+
+    /// Start the daemon (again, after `kill`) and wait until it answers.
+    pub fn spawn(&mut self) {
+        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("--root")
+            .arg(self.dir.path().join("root"))
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("daemon")
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.http("GET", "/healthz", "").0 != 200 {
+            assert!(Instant::now() < deadline, "the daemon did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL the daemon (its sandboxes' shims live on).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// `berth --socket SOCKET ARGS...`, ready to run.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_berth"));
+        c.arg("--socket").arg(self.socket()).args(args).stdin(Stdio::null());
+        c
+    }
+
+    /// Run `berth --socket SOCKET ARGS...` and return its output.
+    pub fn berth(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    /// `berth create ARGS...`, which must succeed; the new sandbox's id.
+    pub fn create(&self, args: &[&str]) -> String {
+        let mut all = vec!["create"];
+        all.extend_from_slice(args);
+        let out = self.berth(&all);
+        assert!(out.status.success(), "create: {}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    }
+
+    /// The ids of the sandboxes `berth ls` lists.
+    pub fn ids(&self) -> Vec<String> {
+        let out = self.berth(&["ls", "--json"]);
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+        list.as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_string()).collect()
+    }
+
+    /// The execs `berth ps ID` lists.
+    pub fn execs(&self, id: &str) -> Vec<Value> {
+        let out = self.berth(&["ps", id, "--json"]);
+        serde_json::from_slice::<Value>(&out.stdout).unwrap().as_array().unwrap().clone()
+    }
+
+    /// `berth exec ID -- sh -c SCRIPT`, which must succeed; its stdout.
+    pub fn sh(&self, id: &str, script: &str) -> String {
+        let out = self.berth(&["exec", id, "--", "sh", "-c", script]);
+        assert!(out.status.success(), "{script}: {} {}", text(&out.stdout), text(&out.stderr));
+        text(&out.stdout)
+    }
+
+    /// `berth shell ARGS...` with `input` as its (piped) stdin.
+    pub fn shell(&self, args: &[&str], input: &str) -> Output {
+        let mut all = vec!["shell"];
+        all.extend_from_slice(args);
+        let mut child =
+            self.cmd(&all).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        wait_output(child, Duration::from_secs(30))
+    }
+
+    /// A WebSocket to the shell route.
+    pub fn ws(&self, id: &str, query: &str) -> tungstenite::WebSocket<UnixStream> {
+        let stream = UnixStream::connect(self.socket()).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let url = format!("ws://berth/v1/sandboxes/{id}/shell?{query}");
+        tungstenite::client::client(url, stream).unwrap().0
+    }
+
+    /// One HTTP/1.1 request with a JSON body over the socket: (status, body).
+    pub fn http(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        let (status, body) = self.request(method, path, "Content-Type: application/json\r\n", body.as_bytes());
+        (status, text(&body))
+    }
+
+    /// One HTTP/1.1 request with a byte body (and no content type) over the socket: (status, body).
+    pub fn http_bytes(&self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        self.request(method, path, "", body)
+    }
+
+    /// One HTTP/1.1 request over the socket, with `headers` (whole `Name: value\r\n` lines) after `Host`:
+    /// (status, body), chunked bodies put back together. Status 0 if there is no daemon to connect to.
+    pub fn request(&self, method: &str, path: &str, headers: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        let Ok(mut s) = UnixStream::connect(self.socket()) else { return (0, Vec::new()) };
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: berth\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        // A server that refuses a body (413) may close before all of it is written: read its answer anyway.
+        let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(body));
+        let mut resp = Vec::new();
+        let _ = s.read_to_end(&mut resp);
+        let split = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(resp.len());
+        let head = String::from_utf8_lossy(&resp[..split]).to_ascii_lowercase();
+        let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let mut body = resp.get(split + 4..).unwrap_or_default().to_vec();
+        if head.contains("transfer-encoding: chunked") {
+            body = dechunk(&body);
+        }
+        (status, body)
+    }
+
+    /// One raw HTTP/1.1 request over the socket, sent as it is: (status, head and body). The answer is read to
+    /// the end of its `Content-Length` body, since a request to upgrade keeps the connection open.
+    pub fn raw(&self, request: &str) -> (u16, String) {
+        let Ok(mut s) = UnixStream::connect(self.socket()) else { return (0, String::new()) };
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s.write_all(request.as_bytes());
+        let mut resp = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&resp).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+                    .and_then(|v| v.parse::<usize>().ok());
+                if length.is_some_and(|n| body.len() >= n) {
+                    break;
+                }
+            }
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => resp.extend_from_slice(&buf[..n]),
+            }
+        }
+        let resp = String::from_utf8_lossy(&resp).into_owned();
+        (resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0), resp)
+    }
+
+    /// A request to a files route, `/v1/sandboxes/ID/ROUTE?path=PATH` and `extra` (`&name=value...`).
+    pub fn files(&self, method: &str, id: &str, route: &str, path: &str, extra: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        self.http_bytes(method, &format!("/v1/sandboxes/{id}/{route}?path={}{extra}", encode(path)), body)
+    }
+
+    /// `files`, its answer parsed as JSON (null if empty).
+    pub fn json(&self, method: &str, id: &str, route: &str, path: &str, extra: &str, body: &[u8]) -> (u16, Value) {
+        let (status, body) = self.files(method, id, route, path, extra, body);
+        let v = if body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&body).unwrap_or_else(|_| panic!("not JSON: {}", text(&body)))
+        };
+        (status, v)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = self.cmd(&["rm", "--all"]).output();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Wait for a child's output, killing it after `limit` (a test must not hang on a shell that never ends).
+pub fn wait_output(mut child: Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!("still running after {limit:?}; output so far: {}", text(&out.stdout));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Put a chunked body back together.
+pub fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else { return out };
+        let size = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + size]);
+        b = &b[eol + 2 + size + 2..];
+    }
+}
+
+/// Percent-encode a query value (slashes kept, for readable failures).
+pub fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
