@@ -94,6 +94,9 @@ pub fn run() -> i32 {
             match protocol::recv::<Request>(init.control.as_fd()) {
                 Ok((req, fds)) => init.handle(req, fds),
                 Err(ProtocolError::Closed) => return init.shutdown(),
+                Err(ProtocolError::TooLarge) => {
+                    let _ = init.report(&Event::Rejected { message: ProtocolError::TooLarge.to_string() });
+                }
                 Err(ProtocolError::Decode(e)) => {
                     let _ = init.report(&Event::Rejected { message: e.to_string() });
                 }

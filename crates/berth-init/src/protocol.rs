@@ -79,6 +79,8 @@ pub enum ProtocolError {
     Decode(#[from] serde_json::Error),
     #[error("the other end of the control socket closed")]
     Closed,
+    #[error("a control message was larger than {MAX_MESSAGE} bytes")]
+    TooLarge,
 }
 
 /// Send one message with its descriptors.
@@ -91,7 +93,10 @@ pub fn send<T: Serialize>(sock: BorrowedFd<'_>, msg: &T, fds: &[BorrowedFd<'_>])
 /// Receive one message and the descriptors it carried.
 pub fn recv<T: for<'de> Deserialize<'de>>(sock: BorrowedFd<'_>) -> Result<(T, Vec<OwnedFd>), ProtocolError> {
     let mut buf = vec![0u8; MAX_MESSAGE];
-    let (n, fds) = berth_sys::fd::recv(sock, &mut buf)?;
+    let (n, fds) = berth_sys::fd::recv(sock, &mut buf).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidData => ProtocolError::TooLarge,
+        _ => ProtocolError::Io(e),
+    })?;
     if n == 0 {
         return Err(ProtocolError::Closed);
     }

@@ -21,6 +21,11 @@ impl SysError {
         self.source.raw_os_error()
     }
 
+    /// The kind of the underlying I/O error.
+    pub fn kind(&self) -> io::ErrorKind {
+        self.source.kind()
+    }
+
     pub fn action(&self) -> &str {
         &self.action
     }

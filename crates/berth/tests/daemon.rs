@@ -489,3 +489,25 @@ fn a_daemon_killed_mid_create_restarts_consistent() {
     assert!(d.berth(&["rm", "--all"]).status.success());
     assert!(shims_of(&d).is_empty());
 }
+
+#[test]
+fn an_oversized_or_failing_exec_is_refused_and_the_sandbox_lives_on() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    assert!(d.berth(&["exec", &id, "--", "sh", "-c", "echo keep > /workspace/state"]).status.success());
+    let huge = "a".repeat(70_000);
+    let out = d.berth(&["exec", &id, "--", "echo", &huge]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(text(&out.stderr).contains("at most"), "{}", text(&out.stderr));
+    // A command that cannot start leaves no cgroup behind.
+    assert_eq!(d.berth(&["exec", &id, "--", "/nonexistent-berth-cmd"]).status.code(), Some(127));
+    let leftover: Vec<_> = common::berth_cgroups()
+        .into_iter()
+        .filter(|p| p.ends_with(&id))
+        .flat_map(|p| std::fs::read_dir(p).unwrap())
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .collect();
+    assert!(leftover.is_empty(), "exec cgroups left: {leftover:?}");
+    assert_eq!(text(&d.berth(&["exec", &id, "--", "cat", "/workspace/state"]).stdout), "keep\n");
+}

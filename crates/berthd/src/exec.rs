@@ -64,7 +64,13 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
     fds.extend([out_w.as_fd(), err_w.as_fd()]);
     let cmd = launch::Command { argv: &plan.argv, env: &plan.env, cwd: &plan.workdir, tty: false };
     let attached = Attached { stdin: plan.stdin.is_some(), stdout: true, stderr: true };
-    let launched = launch::launch(&session, &cmd, attached, &fds, plan.cgroup.as_ref()).await?;
+    let launched = match launch::launch(&session, &cmd, attached, &fds, plan.cgroup.as_ref()).await {
+        Ok(l) => l,
+        Err(e) => {
+            launch::release_cgroup(plan.cgroup, false).await;
+            return Err(e);
+        }
+    };
     drop(fds);
     if let (Some((r, w)), Some(data)) = (stdin, plan.stdin.clone()) {
         drop(r);
@@ -97,15 +103,23 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
             let _ = tokio::fs::write(&plan.log, b"").await;
             let _ = frames_tx.send(ExecFrame::Exit(result.clone())).await;
             let _ = done_tx.send(Some(result));
+            launch::release_cgroup(plan.cgroup, false).await;
             return Ok(Running { frames, kill, done });
         }
     };
     let _ = frames_tx.send(ExecFrame::Started { exec_id: plan.exec_id.clone(), pid }).await;
     // Big writes: a tokio file does each write on a blocking thread, so small ones cost a thread hop each.
-    let log = tokio::io::BufWriter::with_capacity(
-        LOG_BUFFER,
-        tokio::fs::File::create(&plan.log).await.map_err(EngineError::Log)?,
-    );
+    let file = match tokio::fs::File::create(&plan.log).await {
+        Ok(f) => f,
+        Err(e) => {
+            // No log, no exec: stop what was started rather than run it unrecorded.
+            kill_tree(&session, num, plan.cgroup.as_ref());
+            session.unregister(num);
+            launch::release_cgroup(plan.cgroup, true).await;
+            return Err(EngineError::Log(e));
+        }
+    };
+    let log = tokio::io::BufWriter::with_capacity(LOG_BUFFER, file);
     tokio::spawn(supervise(session, num, events, plan, (out_r, err_r), log, frames_tx, kill_rx, done_tx, started_at));
     Ok(Running { frames, kill, done })
 }

@@ -319,7 +319,7 @@ async fn log(
             match file.read(&mut buf).await {
                 Ok(0) if !follow => return,
                 Ok(0) => {
-                    if done.borrow().is_some() {
+                    if tx.is_closed() || done.borrow().is_some() {
                         // Ended: what it wrote before ending is read above; anything after is not its own.
                         return;
                     }

@@ -62,6 +62,15 @@ pub async fn launch(
         join_cgroup: join.len(),
         tty: cmd.tty,
     };
+    // Init reads one message of at most MAX_MESSAGE bytes: a larger command line is the client's error.
+    let size = serde_json::to_vec(&req).map(|v| v.len()).unwrap_or(usize::MAX);
+    if size > berth_init::protocol::MAX_MESSAGE {
+        session.unregister(num);
+        return Err(EngineError::invalid(format!(
+            "the command, its environment and working directory take {size} bytes; at most {} are allowed",
+            berth_init::protocol::MAX_MESSAGE
+        )));
+    }
     let mut fds = stdio.to_vec();
     fds.extend(join.iter().map(|f| f.as_fd()));
     let sent = session.send(&req, &fds);
