@@ -189,6 +189,14 @@ pub struct MintedToken {
     pub token: String,
 }
 
+/// A token as `GET /v1/tokens` lists it (never its secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenInfo {
+    pub id: String,
+    pub name: String,
+    pub created_at_ms: u64,
+}
+
 /// What removing a sandbox did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Teardown {

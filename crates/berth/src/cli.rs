@@ -126,6 +126,17 @@ pub enum TokenCommand {
         #[arg(long)]
         json: bool,
     },
+    /// List tokens (ids, names, creation times; never the secrets).
+    Ls {
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a token by id: requests carrying it are refused from now on.
+    Rm {
+        /// The token's id (from `berth token ls`).
+        id: String,
+    },
 }
 
 #[derive(Debug, Args)]

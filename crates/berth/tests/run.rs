@@ -238,7 +238,19 @@ fn sandbox_processes_run_as_unprivileged_host_ids() {
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert_eq!(line, "ready\n");
-    let procs = common::host_processes_with(&needle);
+    // The shell prints before it execs the sleeper: look until the sleeper is there (a process mid-exec can
+    // briefly show no command line).
+    let mut procs = Vec::new();
+    for _ in 0..100 {
+        procs = common::host_processes_with(&needle);
+        if procs.len() == 1 && procs[0].0 > 0 {
+            let cmdline = std::fs::read(format!("/proc/{}/cmdline", procs[0].0)).unwrap_or_default();
+            if cmdline.starts_with(b"sleep") {
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     // SIGTERM to berth run is forwarded to the command, which ends, and the sandbox is torn down.
     common::terminate(&mut child);
     assert_eq!(child.wait().unwrap().code(), Some(143));
@@ -289,7 +301,14 @@ fn a_killed_run_takes_its_sandbox_with_it_and_the_next_run_sweeps_the_rest() {
         .unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    assert_eq!(common::host_processes_with(&needle).len(), 1);
+    // (Polled: a process in the middle of exec can briefly show no command line.)
+    assert!(
+        (0..100).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            common::host_processes_with(&needle).len() == 1
+        }),
+        "the sandbox's process is not visible on the host"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     // Init dies with its supervisor (parent-death signal), and every process of the sandbox with init.

@@ -87,11 +87,17 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/v1/sandboxes/{id}/archive"),
     ("GET", "/v1/events"),
     ("POST", "/v1/tokens"),
+    ("GET", "/v1/tokens"),
+    ("DELETE", "/v1/tokens/{token}"),
 ];
 
 /// The API as the unix socket serves it (file-system permissions guard the socket; tokens are minted here).
 pub fn app(engine: Arc<Engine>) -> Router {
-    routes().route("/v1/tokens", post(mint_token)).layer(axum::middleware::from_fn(log_request)).with_state(engine)
+    routes()
+        .route("/v1/tokens", post(mint_token).get(list_tokens))
+        .route("/v1/tokens/{token}", delete(revoke_token))
+        .layer(axum::middleware::from_fn(log_request))
+        .with_state(engine)
 }
 
 /// Log each request once it is answered: method, path (without its query), status and time taken.
@@ -132,6 +138,17 @@ async fn require_token(State(e): Api, req: Request, next: axum::middleware::Next
                 .into(),
         )
         .into_response(),
+    }
+}
+
+async fn list_tokens(State(e): Api) -> Result<Response, Failure> {
+    Ok(Json(e.tokens.list().map_err(|err| Failure::from(EngineError::Log(err)))?).into_response())
+}
+
+async fn revoke_token(State(e): Api, UrlPath(token): UrlPath<String>) -> Result<Response, Failure> {
+    match e.tokens.revoke(&token).map_err(|err| Failure::from(EngineError::Log(err)))? {
+        true => Ok(StatusCode::NO_CONTENT.into_response()),
+        false => Err(Failure(ErrorCode::NotFound, format!("there is no token {token:?}"))),
     }
 }
 

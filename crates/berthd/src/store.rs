@@ -94,6 +94,20 @@ impl Store {
         })
     }
 
+    /// Every token: id, name and creation time (never the digest).
+    pub fn tokens(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
+        self.with(|c| {
+            let mut stmt = c.prepare("SELECT id, name, created_at_ms FROM tokens ORDER BY created_at_ms")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64)))?;
+            rows.collect()
+        })
+    }
+
+    /// Delete a token; whether it existed.
+    pub fn revoke_token(&self, id: &str) -> Result<bool, StoreError> {
+        self.with(|c| c.execute("DELETE FROM tokens WHERE id = ?1", [id]).map(|n| n > 0))
+    }
+
     /// The id of the token with this digest.
     pub fn token_by_digest(&self, sha256: &str) -> Result<Option<String>, StoreError> {
         self.with(|c| c.query_row("SELECT id FROM tokens WHERE sha256 = ?1", [sha256], |r| r.get(0)).optional())

@@ -39,6 +39,17 @@ impl Tokens {
         Ok(minted)
     }
 
+    /// Every token (ids, names, creation times; no secrets).
+    pub fn list(&self) -> std::io::Result<Vec<berth_api::TokenInfo>> {
+        let rows = self.store.tokens().map_err(std::io::Error::other)?;
+        Ok(rows.into_iter().map(|(id, name, created_at_ms)| berth_api::TokenInfo { id, name, created_at_ms }).collect())
+    }
+
+    /// Revoke a token: requests carrying it are refused from now on. Whether it existed.
+    pub fn revoke(&self, id: &str) -> std::io::Result<bool> {
+        self.store.revoke_token(id).map_err(std::io::Error::other)
+    }
+
     /// The id of the token, if `token` is a valid one.
     pub fn check(&self, token: &str) -> Option<String> {
         self.store.token_by_digest(&digest(token)).ok().flatten()

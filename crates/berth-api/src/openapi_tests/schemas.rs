@@ -167,6 +167,10 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         ("FileEntry", to_value(&file_sample())),
         ("Extracted", to_value(&Extracted { entries: 3 })),
         ("MintToken", to_value(&MintToken { name: "ci".into() })),
+        (
+            "TokenInfo",
+            to_value(&TokenInfo { id: "a1b2c3".into(), name: "ci".into(), created_at_ms: 1_700_000_000_000 }),
+        ),
         ("MintedToken", to_value(&MintedToken { id: "a1b2c3".into(), name: "ci".into(), token: "berth_00ff".into() })),
     ];
     samples.extend(frame_samples().iter().map(|f| ("ExecFrame", to_value(f))));

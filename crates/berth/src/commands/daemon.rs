@@ -33,3 +33,24 @@ pub fn token_create(socket: &Path, name: &str, json: bool) -> anyhow::Result<i32
     }
     Ok(0)
 }
+
+/// `berth token ls`.
+pub fn token_ls(socket: &Path, json: bool) -> anyhow::Result<i32> {
+    let (_, body) = crate::client::Client::connect(socket)?.get("/v1/tokens")?;
+    if json {
+        println!("{}", String::from_utf8_lossy(&body));
+        return Ok(0);
+    }
+    let tokens: Vec<berth_api::TokenInfo> = serde_json::from_slice(&body)?;
+    for t in tokens {
+        println!("{}\t{}\t{}", t.id, t.created_at_ms, t.name);
+    }
+    Ok(0)
+}
+
+/// `berth token rm ID`.
+pub fn token_rm(socket: &Path, id: &str) -> anyhow::Result<i32> {
+    crate::client::Client::connect(socket)?.delete(&format!("/v1/tokens/{}", crate::client::segment(id)))?;
+    println!("revoked {id}");
+    Ok(0)
+}
