@@ -51,6 +51,14 @@ pub enum SpecError {
     MemoryTooSmall(u64),
 }
 
+/// The environment every command in a sandbox starts from, before `PWD` and the caller's variables.
+pub const BASE_ENV: [(&str, &str); 4] = [
+    ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+    ("HOME", "/root"),
+    ("USER", "root"),
+    ("LANG", "C.UTF-8"),
+];
+
 /// The smallest memory limit a sandbox can be built under.
 pub const MIN_MEMORY: u64 = 4 << 20;
 

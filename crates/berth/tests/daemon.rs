@@ -181,16 +181,9 @@ fn the_journal_records_every_action_and_verify_catches_an_edit() {
 fn a_retry_with_the_same_idempotency_key_acts_once() {
     let d = Daemon::start();
     let post = |key: &str, body: &str| {
-        let mut s = UnixStream::connect(d.socket()).unwrap();
-        let req = format!(
-            "POST /v1/sandboxes HTTP/1.1\r\nHost: berth\r\nContent-Type: application/json\r\nIdempotency-Key: {key}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        s.write_all(req.as_bytes()).unwrap();
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).unwrap();
-        let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-        serde_json::from_str::<Value>(&body).unwrap()
+        let headers = format!("Content-Type: application/json\r\nIdempotency-Key: {key}\r\n");
+        let (_, body) = d.request("POST", "/v1/sandboxes", &headers, body.as_bytes());
+        serde_json::from_slice::<Value>(&body).unwrap()
     };
     let first = post("create-1", r#"{"name": "once"}"#);
     let again = post("create-1", r#"{"name": "once"}"#);
@@ -372,16 +365,9 @@ fn a_daemon_killed_mid_exec_restarts_consistent() {
 fn idempotency_and_lost_sandboxes_survive_a_daemon_restart() {
     let mut d = Daemon::start();
     let create = |d: &Daemon, key: &str| {
-        let mut s = UnixStream::connect(d.socket()).unwrap();
-        let body = r#"{"name": "kept"}"#;
-        let req = format!(
-            "POST /v1/sandboxes HTTP/1.1\r\nHost: berth\r\nContent-Type: application/json\r\nIdempotency-Key: {key}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        s.write_all(req.as_bytes()).unwrap();
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).unwrap();
-        let v: Value = serde_json::from_str(resp.split_once("\r\n\r\n").unwrap().1).unwrap();
+        let headers = format!("Content-Type: application/json\r\nIdempotency-Key: {key}\r\n");
+        let (_, body) = d.request("POST", "/v1/sandboxes", &headers, br#"{"name": "kept"}"#);
+        let v: Value = serde_json::from_slice(&body).unwrap();
         v["id"].as_str().unwrap().to_string()
     };
     let kept = create(&d, "restart-1");

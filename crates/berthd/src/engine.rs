@@ -28,14 +28,6 @@ use events::Events;
 pub use live::{ACTOR, actor, journal_path};
 use live::{ExecEntry, Live};
 
-/// The environment every exec starts from (the sandbox's and the exec's own `env` go on top).
-const BASE_ENV: [(&str, &str); 4] = [
-    ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
-    ("HOME", "/root"),
-    ("USER", "root"),
-    ("LANG", "C.UTF-8"),
-];
-
 pub struct Engine {
     root: PathBuf,
     exe: PathBuf,
@@ -342,7 +334,8 @@ impl Engine {
             r.last_activity_ms = now_ms();
             r.id.clone()
         };
-        let mut env: BTreeMap<String, String> = BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut env: BTreeMap<String, String> =
+            berth_runtime::spec::BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         env.insert("PWD".into(), workdir.clone());
         for (k, v) in live.env.iter().chain(req.env.iter()) {
             berth_runtime::spec::parse_env(&format!("{k}={v}")).map_err(|e| EngineError::invalid(e.to_string()))?;

@@ -149,13 +149,9 @@ fn supervise(sandbox: &Sandbox, args: &RunArgs, sigfd: std::os::fd::BorrowedFd<'
 
 /// The command's environment: a fixed base, then the caller's `--env` on top.
 fn environment(extra: &[(String, String)], workdir: &str) -> Vec<String> {
-    let mut env: Vec<(String, String)> = vec![
-        ("PATH".into(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()),
-        ("HOME".into(), "/root".into()),
-        ("USER".into(), "root".into()),
-        ("LANG".into(), "C.UTF-8".into()),
-        ("PWD".into(), workdir.into()),
-    ];
+    let mut env: Vec<(String, String)> =
+        berth_runtime::spec::BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    env.push(("PWD".into(), workdir.into()));
     if let Ok(term) = std::env::var("TERM") {
         env.push(("TERM".into(), term));
     }

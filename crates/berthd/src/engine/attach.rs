@@ -12,11 +12,12 @@ use berth_init::protocol::{Attached, Event};
 use berth_runtime::cgroup::Cgroup;
 use tokio::sync::{mpsc, watch};
 
-use super::{BASE_ENV, Engine, ExecEntry, now_ms};
+use super::{Engine, ExecEntry, now_ms};
 use crate::EngineError;
 use crate::journal;
 use crate::launch::{self, Outcome};
 use crate::session::Session;
+use berth_runtime::spec::BASE_ENV;
 
 /// An exec started on the caller's descriptors. The caller watches `events` for its exit, obeys `kill`
 /// (`berth kill`), and sends its result on `done` when it has ended, which records it.
