@@ -16,13 +16,21 @@ pub mod trace;
 
 use std::path::PathBuf;
 
-pub use sandbox::{Runtime, Sandbox, Stdio, Teardown};
+pub use sandbox::{Runtime, Sandbox, Stdio, Teardown, new_id};
 
 /// What went wrong building, running or destroying a sandbox.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     #[error("berth needs root to create sandboxes (it maps each sandbox's root to an unprivileged host id range)")]
     NotRoot,
+    #[error("sandbox {id} is already running")]
+    Running { id: String },
+    #[error("cannot use the storage directory {path}")]
+    Storage {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("the data directory {path} cannot be used: {reason}")]
     DataRoot { path: PathBuf, reason: String },
     #[error("cannot prepare the data directory {path}")]

@@ -12,35 +12,52 @@ use crate::spec::Spec;
 /// Where one sandbox's state lives while its root is built.
 ///
 /// `dir` is a host directory that every sandbox shares as a mount point only: each sandbox mounts its own
-/// private tmpfs on it inside its own mount namespace and keeps its writable layers, workspace and root
-/// there. The host never sees those files, and they vanish with the sandbox's last process: an ephemeral
-/// sandbox leaves nothing on disk by construction. (Its writes count against its memory limit.)
+/// private tmpfs on it inside its own mount namespace and assembles its root there. The host never sees
+/// those files, and they vanish with the sandbox's last process: an ephemeral sandbox leaves nothing on disk
+/// by construction. (Its writes count against its memory limit.)
+///
+/// With `state`, the writable layers and the workspace live instead in a host directory (a storage volume)
+/// attached at `<dir>/state`, so they outlive the sandbox's processes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     pub dir: PathBuf,
+    pub state: bool,
 }
 
 impl Layout {
     pub fn rootfs(&self) -> PathBuf {
         self.dir.join("rootfs")
     }
+    /// Where the writable state is: the scratch tmpfs itself, or the attached storage volume.
+    pub fn state_dir(&self) -> PathBuf {
+        if self.state { self.dir.join("state") } else { self.dir.clone() }
+    }
     pub fn upper(&self, layer: &str) -> PathBuf {
-        self.dir.join("upper").join(layer)
+        self.state_dir().join("upper").join(layer)
     }
     pub fn work(&self, layer: &str) -> PathBuf {
-        self.dir.join("overlay-work").join(layer)
+        self.state_dir().join("overlay-work").join(layer)
     }
     pub fn lower(&self, layer: &str) -> PathBuf {
         self.dir.join("lower").join(layer)
     }
     pub fn workspace(&self) -> PathBuf {
-        self.dir.join("workspace")
+        self.state_dir().join("workspace")
     }
-    /// The directories made inside the scratch file system before anything is mounted.
-    pub fn directories(&self) -> Vec<PathBuf> {
-        let mut dirs = vec![self.rootfs(), self.workspace()];
+    /// The directories made on the scratch tmpfs before anything is attached to it.
+    pub fn scratch_directories(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.rootfs()];
+        dirs.extend(LAYERS.iter().map(|l| self.lower(l)));
+        if self.state {
+            dirs.push(self.state_dir());
+        }
+        dirs
+    }
+    /// The directories of the writable state (already there when a persistent sandbox runs again).
+    pub fn state_directories(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.workspace()];
         for layer in LAYERS {
-            dirs.extend([self.upper(layer), self.work(layer), self.lower(layer)]);
+            dirs.extend([self.upper(layer), self.work(layer)]);
         }
         dirs.push(self.upper("root").join("etc"));
         dirs
@@ -58,6 +75,8 @@ pub enum Idmap {
     Sandbox,
     /// Host `uid`/`gid` (a mounted directory's owner) is root inside; other ids are nobody.
     Owner { uid: u32, gid: u32 },
+    /// berth's storage: host id `STORAGE_BASE + N` is sandbox id N.
+    Storage,
 }
 
 /// A tree the supervisor clones and id-maps before the sandbox builds its root.
@@ -169,7 +188,12 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
         flags: Flags::NOSUID | Flags::NODEV,
         data: format!("mode=755{size}"),
     }];
-    steps.extend(layout.directories().into_iter().map(|path| Step::Mkdir { path, mode: 0o755 }));
+    steps.extend(layout.scratch_directories().into_iter().map(|path| Step::Mkdir { path, mode: 0o755 }));
+    if let Some(state) = &spec.state {
+        trees.push(Tree { source: state.clone(), idmap: Idmap::Storage, readonly: false });
+        steps.push(Step::Attach { tree: trees.len() - 1, target: layout.state_dir() });
+    }
+    steps.extend(layout.state_directories().into_iter().map(|path| Step::Mkdir { path, mode: 0o755 }));
     let hostname = &spec.name;
     let etc = layout.upper("root").join("etc");
     steps.push(Step::WriteFile { path: etc.join("hostname"), contents: format!("{hostname}\n") });
@@ -261,6 +285,12 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
         trees.push(Tree { source: m.host.clone(), idmap: Idmap::Owner { uid, gid }, readonly: m.readonly });
         steps.push(Step::AttachInRoot { tree: trees.len() - 1, target: m.target.clone(), file: !m.host.is_dir() });
     }
+    let mut volumes: Vec<&crate::spec::VolumeMount> = spec.volumes.iter().collect();
+    volumes.sort_by_key(|v| v.target.matches('/').count());
+    for v in volumes {
+        trees.push(Tree { source: v.source.clone(), idmap: Idmap::Storage, readonly: v.readonly });
+        steps.push(Step::AttachInRoot { tree: trees.len() - 1, target: v.target.clone(), file: false });
+    }
     steps.push(Step::Pivot { new_root: root.clone() });
     Plan { root, trees, steps, hostname: spec.name.clone() }
 }
@@ -273,7 +303,7 @@ mod tests {
     use crate::spec::{BindMount, Spec};
 
     fn spec(mounts: Vec<BindMount>) -> Spec {
-        Spec { name: "t1".into(), image: "host".into(), limits: Limits::default(), mounts }
+        Spec { name: "t1".into(), image: "host".into(), limits: Limits::default(), mounts, ..Spec::default() }
     }
 
     fn layers() -> ImageLayers {
@@ -282,7 +312,7 @@ mod tests {
 
     #[test]
     fn root_is_overlays_over_idmapped_read_only_trees_then_pivot() {
-        let layout = Layout { dir: "/data/sandboxes/abc".into() };
+        let layout = Layout { dir: "/data/sandboxes/abc".into(), state: false };
         let plan = compile(&spec(vec![]), &layers(), &layout, &[]);
         assert_eq!(plan.trees.len(), 2);
         assert!(plan.trees.iter().all(|t| t.readonly && t.idmap == Idmap::Sandbox));
@@ -308,8 +338,45 @@ mod tests {
     }
 
     #[test]
+    fn persistent_state_is_attached_before_its_directories_are_made() {
+        let layout = Layout { dir: "/s".into(), state: true };
+        let mut sp = spec(vec![]);
+        sp.state = Some("/pool/sandboxes/abc".into());
+        sp.volumes = vec![crate::spec::VolumeMount {
+            source: "/pool/volumes/v".into(),
+            target: "/data".into(),
+            readonly: false,
+        }];
+        let plan = compile(&sp, &layers(), &layout, &[]);
+        assert_eq!(
+            plan.trees[2],
+            Tree { source: "/pool/sandboxes/abc".into(), idmap: Idmap::Storage, readonly: false }
+        );
+        assert_eq!(plan.trees[3], Tree { source: "/pool/volumes/v".into(), idmap: Idmap::Storage, readonly: false });
+        let attach = plan.steps.iter().position(|s| *s == Step::Attach { tree: 2, target: "/s/state".into() }).unwrap();
+        let upper = plan
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::Mkdir { path, .. } if path.as_path() == Path::new("/s/state/upper/root")))
+            .unwrap();
+        assert!(attach < upper);
+        assert!(plan.steps.contains(&Step::Overlay {
+            lower: "/s/lower/root".into(),
+            upper: "/s/state/upper/root".into(),
+            work: "/s/state/overlay-work/root".into(),
+            target: "/s/rootfs".into(),
+        }));
+        assert!(plan.steps.contains(&Step::BindFile {
+            source: "/s/state/workspace".into(),
+            target: "/s/rootfs/workspace".into(),
+            optional: false
+        }));
+        assert!(plan.steps.contains(&Step::AttachInRoot { tree: 3, target: "/data".into(), file: false }));
+    }
+
+    #[test]
     fn proc_is_masked_and_sys_is_read_only() {
-        let layout = Layout { dir: "/s".into() };
+        let layout = Layout { dir: "/s".into(), state: false };
         let plan = compile(&spec(vec![]), &layers(), &layout, &[]);
         let kcore =
             Step::BindFile { source: "/dev/null".into(), target: "/s/rootfs/proc/kcore".into(), optional: true };
@@ -324,7 +391,7 @@ mod tests {
 
     #[test]
     fn user_mounts_are_owner_mapped_and_ordered_shallow_first() {
-        let layout = Layout { dir: "/s".into() };
+        let layout = Layout { dir: "/s".into(), state: false };
         let mounts = vec![
             BindMount { host: "/nonexistent-a".into(), target: "/workspace/a/b".into(), readonly: true },
             BindMount { host: "/nonexistent-b".into(), target: "/workspace/a".into(), readonly: false },

@@ -16,7 +16,7 @@ use rustix::fs::FlockOperation;
 use crate::RuntimeError;
 use crate::cgroup::{Cgroup, Entry, Hierarchy, Usage};
 use crate::child::{self, Go};
-use crate::ids::{IDS_PER_SANDBOX, IdBlock};
+use crate::ids::{IDS_PER_SANDBOX, IdBlock, STORAGE_BASE};
 use crate::image::Images;
 use crate::plan::{self, Idmap, Layout, Plan};
 use crate::spec::{self, Spec};
@@ -138,12 +138,7 @@ impl Runtime {
         // claim.
         for id in self.hierarchy.list() {
             let live = Path::new(LIVE_DIR).join(format!("{id}.lock"));
-            let held = File::options()
-                .write(true)
-                .open(&live)
-                .map(|f| rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_err())
-                .unwrap_or(false);
-            if held {
+            if claim_held(&live) {
                 continue;
             }
             let cg = self.hierarchy.open(&id);
@@ -175,15 +170,30 @@ impl Runtime {
             }
             owners.push((meta.uid(), meta.gid()));
         }
+        for v in &spec.volumes {
+            spec::check_target(&v.target)?;
+        }
         crate::trace::mark("start");
         let layers = self.images.layers(&spec.image)?;
-        let id = new_id()?;
+        for dir in spec.state.iter().chain(spec.volumes.iter().map(|v| &v.source)) {
+            prepare_storage(dir)?;
+        }
+        let id = match &spec.id {
+            Some(id) => {
+                spec::check_id(id)?;
+                if claim_held(&Path::new(LIVE_DIR).join(format!("{id}.lock"))) {
+                    return Err(RuntimeError::Running { id: id.clone() });
+                }
+                id.clone()
+            }
+            None => new_id()?,
+        };
         let (claim_file, claim_path) = claim(&self.root.join("sandboxes"), &id)?;
         // From here on, a failure must undo what was made: `Partial` does that when dropped.
         let mut partial = Partial { cgroup: None, claim_path: Some(claim_path.clone()), live_path: None };
         let (live, live_path) = claim(Path::new(LIVE_DIR), &id)?;
         partial.live_path = Some(live_path.clone());
-        let layout = Layout { dir: PathBuf::from(SCRATCH_MOUNT_POINT) };
+        let layout = Layout { dir: PathBuf::from(SCRATCH_MOUNT_POINT), state: spec.state.is_some() };
         let ids = IdBlock::claim(Path::new(crate::ids::CLAIMS_DIR))?;
         crate::trace::mark("claim");
         partial.cgroup = Some(self.hierarchy.create(&id, &spec.limits)?);
@@ -236,11 +246,19 @@ fn start_child(pid: i32, plan: &Plan, base: u32, control: BorrowedFd<'_>) -> Res
     process::write_id_maps(pid, base, IDS_PER_SANDBOX)?;
     let userns = process::open_namespace(pid, "user")?;
     let mut owner_ns: Vec<((u32, u32), OwnedFd)> = Vec::new();
+    let mut storage_ns: Option<OwnedFd> = None;
     let mut trees = Vec::with_capacity(plan.trees.len());
     for t in &plan.trees {
         let attrs = Attrs { readonly: t.readonly, nosuid: true, nodev: true, noexec: false };
         let ns = match t.idmap {
             Idmap::Sandbox => userns.as_fd(),
+            Idmap::Storage => {
+                if storage_ns.is_none() {
+                    let map = format!("{STORAGE_BASE} {base} {IDS_PER_SANDBOX}\n");
+                    storage_ns = Some(berth_sys::clone::user_namespace(&map, &map)?);
+                }
+                storage_ns.as_ref().map(|ns| ns.as_fd()).ok_or(RuntimeError::InitGone)?
+            }
             Idmap::Owner { uid, gid } => {
                 if !owner_ns.iter().any(|(k, _)| *k == (uid, gid)) {
                     let ns =
@@ -293,7 +311,33 @@ fn claim(dir: &Path, id: &str) -> Result<(File, PathBuf), RuntimeError> {
     Ok((file, path))
 }
 
-fn new_id() -> Result<String, RuntimeError> {
+/// Whether someone holds the claim at `path` (a live sandbox's supervisor).
+fn claim_held(path: &Path) -> bool {
+    File::options()
+        .write(true)
+        .open(path)
+        .map(|f| rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_err())
+        .unwrap_or(false)
+}
+
+/// Make a storage directory the sandbox's: its top is owned by root inside (stored as `STORAGE_BASE`), so
+/// root inside can write there through the id-mapped mount. A top owned by anyone else (host root, when the
+/// pool just made it) is handed over; its contents are the sandbox's already.
+fn prepare_storage(dir: &Path) -> Result<(), RuntimeError> {
+    let err = |source| RuntimeError::Storage { path: dir.to_path_buf(), source };
+    let meta = fs::symlink_metadata(dir).map_err(err)?;
+    if !meta.is_dir() {
+        return Err(err(std::io::Error::from(std::io::ErrorKind::NotADirectory)));
+    }
+    if meta.uid() != STORAGE_BASE || meta.gid() != STORAGE_BASE {
+        std::os::unix::fs::lchown(dir, Some(STORAGE_BASE), Some(STORAGE_BASE)).map_err(err)?;
+        fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// A fresh sandbox id: twelve random hex digits.
+pub fn new_id() -> Result<String, RuntimeError> {
     let mut bytes = [0u8; 6];
     rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
         .map_err(|e| berth_sys::SysError::new("read random bytes", e))?;

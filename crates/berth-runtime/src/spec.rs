@@ -14,14 +14,31 @@ pub struct BindMount {
     pub readonly: bool,
 }
 
-/// Everything the runtime needs to build one sandbox.
+/// A directory of berth's storage (a named volume) brought into the sandbox. Its files are stored under
+/// [`crate::ids::STORAGE_BASE`] and seen inside as the sandbox's own ids, whichever id block it runs under.
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeMount {
+    pub source: PathBuf,
+    /// Absolute, normalised path inside the sandbox.
+    pub target: String,
+    pub readonly: bool,
+}
+
+/// Everything the runtime needs to build one sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Spec {
     /// The sandbox's host name; also how it is named in errors.
     pub name: String,
     pub image: String,
     pub limits: Limits,
     pub mounts: Vec<BindMount>,
+    /// The id to run under (a persistent sandbox started again keeps its id); a fresh one when `None`.
+    pub id: Option<String>,
+    /// A host directory that keeps the sandbox's writable state (the root file system's changes and the
+    /// workspace) across runs, stored under [`crate::ids::STORAGE_BASE`]. `None`: a private tmpfs that
+    /// vanishes with the sandbox.
+    pub state: Option<PathBuf>,
+    pub volumes: Vec<VolumeMount>,
 }
 
 /// A value given on the command line or in a request that berth cannot use.
@@ -47,6 +64,8 @@ pub enum SpecError {
         "{0:?} is not a valid sandbox name: use 1-63 letters, digits, '-' and '.', starting with a letter or digit"
     )]
     Name(String),
+    #[error("{0:?} is not a sandbox id: ids are twelve lower-case hex digits")]
+    Id(String),
     #[error("the memory limit of {0} bytes is too small: a sandbox needs at least 4M")]
     MemoryTooSmall(u64),
 }
@@ -157,6 +176,14 @@ pub fn sandbox_path(s: &str) -> Result<String, SpecError> {
 /// Sandbox paths that berth itself mounts and that a bind mount may not cover.
 const RESERVED: [&str; 5] = ["/", "/proc", "/sys", "/dev", "/usr"];
 
+/// Check that `target` may be mounted over: not one of the paths berth mounts itself.
+pub fn check_target(target: &str) -> Result<(), SpecError> {
+    if RESERVED.iter().any(|r| target == *r || (*r != "/" && target.starts_with(&format!("{r}/")))) {
+        return Err(SpecError::Reserved(target.to_string()));
+    }
+    Ok(())
+}
+
 /// Parse `HOST:SANDBOX[:ro]` (or `:rw`).
 pub fn parse_mount(s: &str) -> Result<BindMount, SpecError> {
     let bad = || SpecError::Mount(s.to_string());
@@ -171,10 +198,14 @@ pub fn parse_mount(s: &str) -> Result<BindMount, SpecError> {
         return Err(bad());
     }
     let target = sandbox_path(target)?;
-    if RESERVED.iter().any(|r| target == *r || (*r != "/" && target.starts_with(&format!("{r}/")))) {
-        return Err(SpecError::Reserved(target));
-    }
+    check_target(&target)?;
     Ok(BindMount { host: PathBuf::from(host), target, readonly })
+}
+
+/// Check a sandbox id handed in by a caller: twelve lower-case hex digits, as the runtime makes them.
+pub fn check_id(s: &str) -> Result<(), SpecError> {
+    let ok = s.len() == 12 && s.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c));
+    if ok { Ok(()) } else { Err(SpecError::Id(s.to_string())) }
 }
 
 /// Check a sandbox name (it becomes the host name, so it follows host name rules).

@@ -97,6 +97,10 @@ pub struct RunArgs {
     /// Image to build the root file system from.
     #[arg(long, default_value = "host", value_name = "NAME")]
     pub image: String,
+    /// Keep the root file system's changes and /workspace in this host directory (made if missing), and
+    /// pick them up again on the next run with the same directory. Default: nothing outlives the run.
+    #[arg(long, value_name = "DIR")]
+    pub state: Option<std::path::PathBuf>,
     /// Sandbox name, also its host name. Default: berth-<number>.
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,

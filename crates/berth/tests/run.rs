@@ -458,3 +458,28 @@ fn cgroups_left_by_a_vanished_data_root_are_swept() {
     assert_eq!(b.run(&[], &["true"]).status.code(), Some(0));
     assert!(!cg.exists(), "the orphaned cgroup must be swept");
 }
+
+#[test]
+fn state_directory_keeps_root_changes_and_workspace_across_runs_under_storage_ids() {
+    use std::os::unix::fs::MetadataExt;
+    let b = Berth::new();
+    let state = b.root.path().join("kept");
+    let st = state.to_str().unwrap();
+    let first = b.run(
+        &["--state", st],
+        &["sh", "-c", "echo one > /workspace/a && echo two > /etc/added && rm /etc/shells && cp /bin/true /workspace/s && chmod 4755 /workspace/s"],
+    );
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let second = b.run(
+        &["--state", st],
+        &["sh", "-c", "cat /workspace/a /etc/added; test -e /etc/shells || echo gone; stat -c %u /workspace/a"],
+    );
+    assert_eq!(text(&second.stdout), "one\ntwo\ngone\n0\n", "{}", text(&second.stderr));
+    // On the host the files belong to berth's storage ids, not to host root: the setuid file is harmless.
+    let setuid = std::fs::metadata(state.join("workspace/s")).unwrap();
+    assert_eq!(setuid.uid(), berth_runtime::ids::STORAGE_BASE);
+    assert_eq!(std::fs::metadata(state.join("upper/root/etc/added")).unwrap().uid(), berth_runtime::ids::STORAGE_BASE);
+    // Without --state nothing is kept.
+    let third = b.run(&[], &["sh", "-c", "test -e /workspace/a || echo fresh"]);
+    assert_eq!(text(&third.stdout), "fresh\n");
+}

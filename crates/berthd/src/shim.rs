@@ -138,6 +138,7 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
             cpu_millis: start.cpu_millis,
         },
         mounts,
+        ..Spec::default()
     };
     let runtime = Runtime::open(root).map_err(|e| (berth_runtime::error_chain(&e), false))?;
     let sandbox = runtime.create(&spec).map_err(|e| {

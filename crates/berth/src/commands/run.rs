@@ -39,6 +39,12 @@ enum Outcome {
     TimedOut,
 }
 
+/// The `--state` directory, made if missing, as an absolute path.
+fn state_dir(dir: &Path) -> anyhow::Result<std::path::PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create the state directory {}", dir.display()))?;
+    std::fs::canonicalize(dir).with_context(|| format!("cannot use the state directory {}", dir.display()))
+}
+
 pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
     // Signals arrive on a descriptor from here on, so a Ctrl-C during setup still tears down cleanly.
     berth_runtime::trace::mark("main");
@@ -54,6 +60,8 @@ pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
             cpu_millis: args.cpus,
         },
         mounts: args.mounts.clone(),
+        state: args.state.as_deref().map(state_dir).transpose()?,
+        ..Spec::default()
     };
     let sandbox = runtime.create(&spec).context("cannot create the sandbox")?;
     let id = sandbox.id().to_string();
