@@ -31,6 +31,25 @@ pub struct CreateSandbox {
     pub env: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
     pub mounts: Vec<Mount>,
+    /// Keep the workspace and the root file system's changes through stop, start, rebuild and a lost
+    /// supervisor (a host reboot); an ephemeral sandbox's state goes when its supervisor does.
+    pub persistent: bool,
+    /// Disk quota for the sandbox's writable state (needs a btrfs storage pool).
+    pub disk_bytes: Option<u64>,
+    /// Named volumes to mount.
+    pub volumes: Vec<VolumeMount>,
+    /// Start from this snapshot's files (id or name) instead of the image's clean state.
+    pub from_snapshot: Option<String>,
+}
+
+/// A named volume brought into a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeMount {
+    pub name: String,
+    pub target: String,
+    #[serde(default)]
+    pub readonly: bool,
 }
 
 /// A host path brought into a sandbox.
@@ -50,6 +69,8 @@ pub enum SandboxState {
     Creating,
     Running,
     Stopping,
+    /// No processes; its files are kept until it is started again or removed.
+    Stopped,
     Gone,
 }
 
@@ -71,6 +92,13 @@ pub struct Sandbox {
     pub labels: BTreeMap<String, String>,
     /// Host pid of the sandbox's init.
     pub pid: Option<i32>,
+    #[serde(default)]
+    pub persistent: bool,
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
+    /// The snapshot its files started from (a `create --from`, or the instant of a fork).
+    #[serde(default)]
+    pub parent: Option<String>,
 }
 
 /// `POST /v1/sandboxes/{id}/execs`
@@ -170,6 +198,11 @@ pub enum EventKind {
     ExecKilled,
     Removed,
     Reaped,
+    Stopped,
+    Started,
+    Snapshotted,
+    Restored,
+    Forked,
 }
 
 /// `POST /v1/tokens` (unix socket only): mint a token for the TCP listener.
@@ -293,6 +326,9 @@ impl ErrorCode {
         }
     }
 }
+
+mod storage;
+pub use storage::*;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -153,6 +153,11 @@ fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<(), RuntimeEr
                 .and_then(|()| fs::set_permissions(path, fs::Permissions::from_mode(*mode)))
                 .map_err(|e| SysError::new(format!("create {}", path.display()), e))?;
         }
+        Step::EnsureDir { path } => {
+            if fs::symlink_metadata(path).is_err() {
+                fs::create_dir_all(path).map_err(|e| SysError::new(format!("create {}", path.display()), e))?;
+            }
+        }
         Step::WriteFile { path, contents } => {
             fs::write(path, contents).map_err(|e| SysError::new(format!("write {}", path.display()), e))?
         }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::RuntimeError;
 
 /// Bumped whenever the skeleton's contents change, so old skeletons are rebuilt.
-const SKELETON_VERSION: &str = "2";
+const SKELETON_VERSION: &str = "3";
 
 /// Host `/etc` entries copied into the skeleton: what programs from the host's `/usr` expect to find.
 const HOST_ETC: &[&str] = &[
@@ -75,11 +75,18 @@ pub struct Images {
 /// What a sandbox's root is built from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageLayers {
-    /// The skeleton: the root of the tree (without `/usr`).
+    /// The root of the tree: the host image's skeleton, or an imported image's whole root file system.
     pub skeleton: PathBuf,
-    /// The tree seen at `/usr`.
-    pub usr: PathBuf,
+    /// The tree seen at `/usr`, when it is a layer of its own (the host image).
+    pub usr: Option<PathBuf>,
+    /// Whether the image's files are stored under berth's storage ids (imported images), rather than host
+    /// ids that are the sandbox's own (the host's `/usr`, owned by root).
+    pub storage_ids: bool,
 }
+
+/// Where an imported image keeps its root file system, and its description.
+pub const IMPORTED_ROOTFS: &str = "rootfs";
+pub const IMPORTED_META: &str = "image.json";
 
 impl Images {
     pub fn new(dir: PathBuf) -> Images {
@@ -89,14 +96,19 @@ impl Images {
     /// The layers of image `name`, preparing them on first use.
     pub fn layers(&self, name: &str) -> Result<ImageLayers, RuntimeError> {
         if name != "host" {
-            return Err(RuntimeError::UnknownImage { name: name.to_string() });
+            let dir = self.dir.join(name);
+            let valid = crate::spec::check_name(name).is_ok() && dir.join(IMPORTED_META).is_file();
+            if !valid {
+                return Err(RuntimeError::UnknownImage { name: name.to_string() });
+            }
+            return Ok(ImageLayers { skeleton: dir.join(IMPORTED_ROOTFS), usr: None, storage_ids: true });
         }
         let skeleton = self.dir.join("host").join(format!("rootfs-v{SKELETON_VERSION}"));
         if !skeleton.join("etc/passwd").exists() {
             self.build_skeleton(&skeleton)
                 .map_err(|source| RuntimeError::PrepareImage { name: name.to_string(), source })?;
         }
-        Ok(ImageLayers { skeleton, usr: PathBuf::from("/usr") })
+        Ok(ImageLayers { skeleton, usr: Some(PathBuf::from("/usr")), storage_ids: false })
     }
 
     fn build_skeleton(&self, dest: &Path) -> std::io::Result<()> {
@@ -175,6 +187,9 @@ fn write_skeleton(root: &Path) -> std::io::Result<()> {
         ("shadow", SHADOW, 0o640),
         ("nsswitch.conf", NSSWITCH, 0o644),
         ("resolv.conf", RESOLV, 0o644),
+        // Mount points: each sandbox binds its own over them.
+        ("hostname", "", 0o644),
+        ("hosts", "", 0o644),
     ] {
         fs::write(etc.join(name), text)?;
         fs::set_permissions(etc.join(name), fs::Permissions::from_mode(mode))?;

@@ -59,7 +59,6 @@ impl Layout {
         for layer in LAYERS {
             dirs.extend([self.upper(layer), self.work(layer)]);
         }
-        dirs.push(self.upper("root").join("etc"));
         dirs
     }
 }
@@ -138,6 +137,10 @@ pub enum Step {
         path: PathBuf,
         mode: u32,
     },
+    /// Make a directory (0755) if nothing is there; leave what is there as it is.
+    EnsureDir {
+        path: PathBuf,
+    },
     WriteFile {
         path: PathBuf,
         contents: String,
@@ -176,10 +179,11 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
     let root = layout.rootfs();
     let at = |p: &str| root.join(p.trim_start_matches('/'));
     let nosuid_nodev_noexec = Flags::NOSUID | Flags::NODEV | Flags::NOEXEC;
-    let mut trees = vec![
-        Tree { source: layers.skeleton.clone(), idmap: Idmap::Sandbox, readonly: true },
-        Tree { source: layers.usr.clone(), idmap: Idmap::Sandbox, readonly: true },
-    ];
+    let image_ids = if layers.storage_ids { Idmap::Storage } else { Idmap::Sandbox };
+    let mut trees = vec![Tree { source: layers.skeleton.clone(), idmap: image_ids, readonly: true }];
+    if let Some(usr) = &layers.usr {
+        trees.push(Tree { source: usr.clone(), idmap: Idmap::Sandbox, readonly: true });
+    }
     // The scratch file system is as large as the memory limit: its pages are charged to the sandbox anyway.
     let size = spec.limits.memory_bytes.map(|b| format!(",size={b}")).unwrap_or_default();
     let mut steps = vec![Step::Mount {
@@ -194,15 +198,19 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
         steps.push(Step::Attach { tree: trees.len() - 1, target: layout.state_dir() });
     }
     steps.extend(layout.state_directories().into_iter().map(|path| Step::Mkdir { path, mode: 0o755 }));
+    // The sandbox's own names live on the scratch tmpfs and are bound over /etc's (as container runtimes
+    // do): they are not the project's files, so a persistent sandbox's or a fork's changes never include them.
     let hostname = &spec.name;
-    let etc = layout.upper("root").join("etc");
-    steps.push(Step::WriteFile { path: etc.join("hostname"), contents: format!("{hostname}\n") });
-    steps.push(Step::WriteFile {
-        path: etc.join("hosts"),
-        contents: format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"),
-    });
-    for (i, layer) in LAYERS.iter().enumerate() {
-        steps.push(Step::Attach { tree: i, target: layout.lower(layer) });
+    let names = [
+        ("hostname", format!("{hostname}\n")),
+        ("hosts", format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n")),
+    ];
+    for (file, contents) in &names {
+        steps.push(Step::WriteFile { path: layout.dir.join(file), contents: contents.clone() });
+    }
+    steps.push(Step::Attach { tree: 0, target: layout.lower("root") });
+    if layers.usr.is_some() {
+        steps.push(Step::Attach { tree: 1, target: layout.lower("usr") });
     }
     steps.push(Step::Overlay {
         lower: layout.lower("root"),
@@ -210,12 +218,25 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
         work: layout.work("root"),
         target: root.clone(),
     });
-    steps.push(Step::Overlay {
-        lower: layout.lower("usr"),
-        upper: layout.upper("usr"),
-        work: layout.work("usr"),
-        target: at("/usr"),
-    });
+    if layers.usr.is_some() {
+        steps.push(Step::Overlay {
+            lower: layout.lower("usr"),
+            upper: layout.upper("usr"),
+            work: layout.work("usr"),
+            target: at("/usr"),
+        });
+    }
+    // An imported image may lack the directories berth mounts on: made where missing, as they are.
+    for dir in ["/etc", "/proc", "/sys", "/dev", "/tmp", "/workspace"] {
+        steps.push(Step::EnsureDir { path: at(dir) });
+    }
+    for (file, _) in &names {
+        steps.push(Step::BindFile {
+            source: layout.dir.join(file),
+            target: at(&format!("/etc/{file}")),
+            optional: false,
+        });
+    }
     steps.push(Step::Mount { fstype: "proc", target: at("/proc"), flags: nosuid_nodev_noexec, data: String::new() });
     for f in PROC_MASKED_FILES {
         steps.push(Step::BindFile { source: "/dev/null".into(), target: at(&format!("/proc/{f}")), optional: true });
@@ -307,7 +328,7 @@ mod tests {
     }
 
     fn layers() -> ImageLayers {
-        ImageLayers { skeleton: "/data/images/host/rootfs".into(), usr: "/usr".into() }
+        ImageLayers { skeleton: "/data/images/host/rootfs".into(), usr: Some("/usr".into()), storage_ids: false }
     }
 
     #[test]
@@ -372,6 +393,19 @@ mod tests {
             optional: false
         }));
         assert!(plan.steps.contains(&Step::AttachInRoot { tree: 3, target: "/data".into(), file: false }));
+    }
+
+    #[test]
+    fn an_imported_image_is_one_storage_mapped_layer_with_its_mount_points_ensured() {
+        let layout = Layout { dir: "/s".into(), state: false };
+        let image = ImageLayers { skeleton: "/data/images/alpine/rootfs".into(), usr: None, storage_ids: true };
+        let plan = compile(&spec(vec![]), &image, &layout, &[]);
+        assert_eq!(plan.trees.len(), 1);
+        assert_eq!(plan.trees[0].idmap, Idmap::Storage);
+        assert!(!plan.steps.iter().any(|s| matches!(s, Step::Overlay { target, .. } if target.ends_with("usr"))));
+        let proc_dir = plan.steps.iter().position(|s| *s == Step::EnsureDir { path: "/s/rootfs/proc".into() }).unwrap();
+        let proc_mount = plan.steps.iter().position(|s| matches!(s, Step::Mount { fstype: "proc", .. })).unwrap();
+        assert!(proc_dir < proc_mount);
     }
 
     #[test]

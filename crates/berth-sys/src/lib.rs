@@ -5,6 +5,7 @@
 //! down as data; the two filters that are policy by nature, the seccomp denylist and the landlock rule set,
 //! live here as data beside the code that installs them.
 
+pub mod btrfs;
 pub mod clone;
 mod error;
 pub mod fd;

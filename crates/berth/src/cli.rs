@@ -4,10 +4,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use berth_runtime::spec::{self, BindMount};
+use clap::builder::ArgPredicate;
 use clap::{Args, Parser, Subcommand};
 
 mod api;
+mod projects;
 pub use api::*;
+pub use projects::*;
 
 #[derive(Debug, Parser)]
 #[command(name = "berth", version, about = "Sandboxes where AI coding agents live and do their work")]
@@ -66,6 +69,33 @@ pub enum Command {
     Cp(CpArgs),
     /// Open an interactive shell (or run --cmd) on a terminal in a sandbox; exits with its exit code.
     Shell(ShellArgs),
+    /// Stop a sandbox's processes and keep its files (berth start brings it back).
+    Stop(IdArgs),
+    /// Start a stopped sandbox again on its kept files.
+    Start(IdArgs),
+    /// Replace a sandbox's runtime with a fresh one from its image, keeping its files.
+    Rebuild(IdArgs),
+    /// Snapshot a sandbox's files (berth snapshot ID), or list (ls) and remove (rm) snapshots.
+    Snapshot(SnapshotArgs),
+    /// Roll a sandbox's files back to a snapshot.
+    Restore(RestoreArgs),
+    /// Return a sandbox to its image's clean state.
+    Reset(ResetArgs),
+    /// Copy a sandbox's files, copy-on-write, into new sandboxes; prints their ids.
+    Fork(ForkArgs),
+    /// List what changed in a sandbox's files, or print it as a patch.
+    Diff(DiffArgs),
+    /// Commit a sandbox's workspace changes to a new branch of a host git repository.
+    Export(ExportArgs),
+    /// Named volumes that sandboxes mount.
+    #[command(subcommand)]
+    Volume(VolumeCommand),
+    /// Images: import, list, remove.
+    #[command(subcommand)]
+    Image(ImageCommand),
+    /// The storage pool where sandboxes' files, snapshots and volumes live.
+    #[command(subcommand)]
+    Storage(StorageCommand),
     /// PID 1 inside a sandbox (started by berth only).
     #[command(hide = true)]
     Init,
@@ -145,11 +175,12 @@ pub enum TokenCommand {
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Timed runs of each case.
-    #[arg(long, default_value = "200", value_parser = parse_count_usize)]
+    /// Timed runs of each case (default 200; 10 with --storage, whose rounds copy whole workspaces).
+    #[arg(long, value_parser = parse_count_usize, default_value = "200",
+        default_value_if("storage", ArgPredicate::IsPresent, "10"))]
     pub runs: usize,
-    /// Untimed runs of each case first.
-    #[arg(long, default_value = "10")]
+    /// Untimed runs of each case first (default 10; 1 with --storage).
+    #[arg(long, default_value = "10", default_value_if("storage", ArgPredicate::IsPresent, "1"))]
     pub warmup: usize,
     /// Print the results as JSON.
     #[arg(long)]
@@ -167,6 +198,16 @@ pub struct BenchArgs {
     /// With --exec: the daemon's pid, if it cannot be found by its socket.
     #[arg(long, value_name = "PID")]
     pub daemon_pid: Option<i32>,
+    /// Instead: time snapshot, fork, restore through the daemon at --socket (whose data root is --root)
+    /// against `cp -a` of the same workspace, with and without reflinks, in the same storage pool.
+    #[arg(long, conflicts_with = "exec")]
+    pub storage: bool,
+    /// With --storage: files in the workspace.
+    #[arg(long, default_value = "20000", value_parser = parse_count, value_name = "N")]
+    pub files: u64,
+    /// With --storage: their total size.
+    #[arg(long, default_value = "1G", value_parser = parse_size, value_name = "SIZE")]
+    pub size: u64,
 }
 
 #[derive(Debug, Args)]

@@ -20,8 +20,12 @@ use crate::session::Session;
 use crate::shim::{self, ShimReady, ShimReply, ShimRequest, ShimStart};
 
 mod attach;
+mod changes;
 mod events;
+mod images;
 mod live;
+mod projects;
+mod recovery;
 
 pub(crate) use attach::AttachedExec;
 use events::Events;
@@ -41,6 +45,10 @@ pub struct Engine {
     store: Arc<crate::store::Store>,
     /// The host's cgroup layout, for each exec's own cgroup (None: execs are killed by process group only).
     cgroups: Option<berth_runtime::cgroup::Hierarchy>,
+    /// Where sandboxes' files, snapshots and volumes live.
+    pool: Arc<berth_storage::Pool>,
+    /// Sandboxes in the middle of an operation that must not overlap another (stop, snapshot, restore, …).
+    busy: std::sync::Mutex<HashMap<String, &'static str>>,
 }
 
 pub fn now_ms() -> u64 {
@@ -59,6 +67,7 @@ impl Engine {
                 .map_err(EngineError::Log)?;
         }
         let store = Arc::new(crate::store::Store::open(root)?);
+        let pool = berth_storage::Pool::open(root).map_err(|e| EngineError::Storage(e.to_string()))?;
         let engine = Arc::new(Engine {
             root: root.to_path_buf(),
             exe,
@@ -68,6 +77,8 @@ impl Engine {
             tokens: crate::tokens::Tokens::new(Arc::clone(&store)),
             store,
             cgroups: berth_runtime::cgroup::Hierarchy::detect().ok(),
+            pool: Arc::new(pool),
+            busy: std::sync::Mutex::new(HashMap::new()),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
@@ -77,23 +88,6 @@ impl Engine {
         engine.adopt_all().await;
         engine.account_for_lost().await;
         Ok(engine)
-    }
-
-    /// Sandboxes the database says were live but that no shim answers for: they died with their supervisor
-    /// (a host crash, a killed shim). Record them as lost, in the database and in their journals.
-    async fn account_for_lost(&self) {
-        let adopted: Vec<String> = self.sandboxes.lock().await.keys().cloned().collect();
-        for id in self.store.live_ids().unwrap_or_default() {
-            if adopted.contains(&id) {
-                continue;
-            }
-            let reason = "lost: its supervisor was gone when the daemon started";
-            let _ = self.store.sandbox_gone(&id, reason, now_ms());
-            if let Ok(mut j) = Journal::open(&journal_path(&self.root, &id)) {
-                let _ = j.append("local", "lost", serde_json::json!({}), serde_json::json!({"reason": reason}));
-            }
-            self.events.emit(&id, EventKind::Removed, None, None);
-        }
     }
 
     async fn adopt_all(&self) {
@@ -139,7 +133,7 @@ impl Engine {
         }
     }
 
-    pub async fn create(&self, req: CreateSandbox) -> Result<Sandbox, EngineError> {
+    pub async fn create(&self, mut req: CreateSandbox) -> Result<Sandbox, EngineError> {
         let name = req.name.clone().unwrap_or_else(|| format!("berth-{}", now_ms() % 1_000_000_000));
         berth_runtime::spec::check_name(&name).map_err(|e| EngineError::invalid(e.to_string()))?;
         if let Some(c) = req.cpus.filter(|c| !(0.01..=1024.0).contains(c)) {
@@ -153,23 +147,76 @@ impl Engine {
         for k in req.env.keys() {
             berth_runtime::spec::parse_env(&format!("{k}=")).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
-        {
-            let all = self.sandboxes.lock().await;
-            for live in all.values() {
-                let r = live.record.lock().await;
-                if r.name == name {
-                    return Err(EngineError::NameTaken { name, id: r.id.clone() });
-                }
+        self.check_volumes(&req.volumes)?;
+        self.check_quota(req.disk_bytes)?;
+        let parent = match &req.from_snapshot {
+            Some(s) => Some(self.store.snapshot(s)?.ok_or_else(|| EngineError::NoSnapshot(s.clone()))?),
+            None => None,
+        };
+        self.check_name_free(&name).await?;
+        req.name = Some(name);
+        let image =
+            req.image.clone().or_else(|| parent.as_ref().map(|p| p.image.clone())).unwrap_or_else(|| "host".into());
+        if image != "host" {
+            self.image(&image)?;
+        }
+        for (k, v) in self.image_env(&image) {
+            req.env.entry(k).or_insert(v);
+        }
+        req.image = Some(image);
+        let id = berth_runtime::new_id().map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?;
+        let state = self.state_dir(&id);
+        match &parent {
+            Some(p) => self.pool_clone(self.snapshot_dir(&p.id), state.clone(), false).await?,
+            None => {
+                let dir = state.clone();
+                self.pool_op(move |pool| pool.create(&dir)).await?
             }
         }
+        let made = self.apply_quota(&id, req.disk_bytes).await;
+        let parent_id = parent.map(|p| p.id);
+        let booted = match made {
+            Ok(()) => self.boot(&id, &req, now_ms(), parent_id.clone()).await,
+            Err(e) => Err(e),
+        };
+        let record = match booted {
+            Ok(r) => r,
+            Err(e) => {
+                let state = self.state_dir(&id);
+                let _ = self.pool_op(move |pool| pool.remove(&state)).await;
+                return Err(e);
+            }
+        };
+        let env_names: Vec<&String> = req.env.keys().collect();
+        let args = serde_json::json!({
+            "name": record.name, "image": record.image, "memory_bytes": req.memory_bytes, "pids": req.pids,
+            "cpus": req.cpus, "ttl_seconds": req.ttl_seconds, "idle_timeout_seconds": req.idle_timeout_seconds,
+            "labels": req.labels, "mounts": req.mounts, "env_names": env_names, "persistent": req.persistent,
+            "disk_bytes": req.disk_bytes, "volumes": req.volumes, "from_snapshot": parent_id,
+        });
+        if let Ok(live) = self.live(&record.id).await {
+            live.note("create", args, serde_json::json!({"id": record.id, "pid": record.pid}));
+        }
+        self.events.emit(&record.id, EventKind::Created, None, None);
+        Ok(record)
+    }
+
+    /// Start the runtime of sandbox `id` (its storage ready) from `req`, and hold it as live.
+    pub(crate) async fn boot(
+        &self,
+        id: &str,
+        req: &CreateSandbox,
+        created_at_ms: u64,
+        parent: Option<String>,
+    ) -> Result<Sandbox, EngineError> {
         let now = now_ms();
         let record = Sandbox {
-            id: String::new(),
-            name: name.clone(),
+            id: id.to_string(),
+            name: req.name.clone().unwrap_or_default(),
             image: req.image.clone().unwrap_or_else(|| "host".into()),
             state: SandboxState::Creating,
-            created_at_ms: now,
-            expires_at_ms: req.ttl_seconds.map(|t| now + (t * 1000.0) as u64),
+            created_at_ms,
+            expires_at_ms: req.ttl_seconds.map(|t| created_at_ms + (t * 1000.0) as u64),
             idle_timeout_seconds: req.idle_timeout_seconds,
             last_activity_ms: now,
             memory_bytes: req.memory_bytes,
@@ -177,9 +224,13 @@ impl Engine {
             cpus: req.cpus,
             labels: req.labels.clone(),
             pid: None,
+            persistent: req.persistent,
+            disk_bytes: req.disk_bytes,
+            parent,
         };
+        let volumes = req.volumes.iter().map(|v| (self.volume_dir(&v.name), v.target.clone(), v.readonly)).collect();
         let start = ShimStart {
-            name,
+            name: record.name.clone(),
             image: record.image.clone(),
             memory_bytes: req.memory_bytes,
             pids: req.pids.or(Some(4096)),
@@ -187,19 +238,15 @@ impl Engine {
             mounts: req.mounts.clone(),
             record,
             env: req.env.clone(),
+            id: Some(id.to_string()),
+            state: Some(self.state_dir(id)),
+            volumes,
         };
         let record = self.spawn_shim(&start).await?;
         let (_, _, session) = adopt(&shim::socket_path(&self.root, &record.id)).await?;
-        let env_names: Vec<&String> = req.env.keys().collect();
-        let args = serde_json::json!({
-            "name": record.name, "image": record.image, "memory_bytes": req.memory_bytes, "pids": req.pids,
-            "cpus": req.cpus, "ttl_seconds": req.ttl_seconds, "idle_timeout_seconds": req.idle_timeout_seconds,
-            "labels": req.labels, "mounts": req.mounts, "env_names": env_names,
-        });
-        let live = Arc::new(Live::new(&self.root, record.clone(), req.env, session).map_err(EngineError::Log)?);
-        live.note("create", args, serde_json::json!({"id": record.id, "pid": record.pid}));
-        self.events.emit(&record.id, EventKind::Created, None, None);
+        let live = Arc::new(Live::new(&self.root, record.clone(), req.env.clone(), session).map_err(EngineError::Log)?);
         self.store.sandbox_live(&record)?;
+        self.store.put_spec(&record.id, &serde_json::to_value(req).unwrap_or_default())?;
         self.sandboxes.lock().await.insert(record.id.clone(), live);
         Ok(record)
     }
@@ -225,7 +272,7 @@ impl Engine {
         let mut first = String::new();
         BufReader::new(stdout).read_line(&mut first).await.map_err(EngineError::SpawnShim)?;
         match serde_json::from_str::<ShimReady>(&first) {
-            Ok(ShimReady::Ready { record }) => Ok(record),
+            Ok(ShimReady::Ready { record }) => Ok(*record),
             Ok(ShimReady::Failed { message, invalid }) => {
                 let _ = child.wait().await;
                 Err(if invalid { EngineError::invalid(message) } else { EngineError::Create(message) })
@@ -247,6 +294,14 @@ impl Engine {
                 return Ok(Arc::clone(l));
             }
         }
+        drop(all);
+        if let Ok(Some(s)) = self.stopped_record(id_or_name) {
+            return Err(EngineError::WrongState {
+                id: s.id,
+                state: "stopped".into(),
+                hint: "start it first (berth start)".into(),
+            });
+        }
         Err(EngineError::NoSandbox(id_or_name.to_string()))
     }
 
@@ -256,34 +311,69 @@ impl Engine {
         for l in all {
             out.push(l.record.lock().await.clone());
         }
+        let stopped: Vec<Sandbox> = self.store.stopped().unwrap_or_default();
+        for s in stopped {
+            if !out.iter().any(|o| o.id == s.id) {
+                out.push(s);
+            }
+        }
         out.sort_by_key(|s| s.created_at_ms);
         out
     }
 
     pub async fn get(&self, id: &str) -> Result<Sandbox, EngineError> {
-        Ok(self.live(id).await?.record.lock().await.clone())
+        match self.live(id).await {
+            Ok(l) => Ok(l.record.lock().await.clone()),
+            Err(e) => self.stopped_record(id)?.ok_or(e),
+        }
     }
 
-    /// Tear a sandbox down (in order, through its shim) and report what was done.
+    /// Tear a sandbox down (in order, through its shim), remove its files, and report what was done.
     pub async fn remove(&self, id: &str) -> Result<Teardown, EngineError> {
         self.remove_because(id, "remove").await
     }
 
     async fn remove_because(&self, id: &str, why: &str) -> Result<Teardown, EngineError> {
-        let live = self.live(id).await?;
-        let sid = live.record.lock().await.id.clone();
+        let sid = self.get(id).await?.id;
+        let _busy = self.busy(&sid, "being removed")?;
         if let Ok(mut r) = self.removing.lock() {
             r.insert(sid.clone());
         }
-        let result = self.tear_down(&live, &sid, why).await;
+        let result = self.tear_down(&sid, why).await;
         if let Ok(mut r) = self.removing.lock() {
             r.remove(&sid);
         }
         result
     }
 
-    async fn tear_down(&self, live: &Arc<Live>, sid: &str, why: &str) -> Result<Teardown, EngineError> {
+    async fn tear_down(&self, sid: &str, why: &str) -> Result<Teardown, EngineError> {
+        let mut teardown = match self.live(sid).await {
+            Ok(live) => {
+                let t = self.halt(&live, sid).await?;
+                live.note(why, serde_json::json!({}), serde_json::json!({"steps": t.steps, "leftovers": t.leftovers}));
+                t
+            }
+            // Stopped: nothing runs, only its files are left.
+            Err(_) => {
+                let t = Teardown { id: sid.to_string(), steps: vec![], leftovers: vec![] };
+                if let Ok(mut j) = Journal::open(&journal_path(&self.root, sid)) {
+                    let _ = j.append(&actor(), why, serde_json::json!({}), serde_json::json!({"stopped": true}));
+                }
+                t
+            }
+        };
+        self.discard_files(sid, &mut teardown).await;
+        let _ = self.store.sandbox_gone(sid, why, now_ms());
+        let kind = if why == "reaped" { EventKind::Reaped } else { EventKind::Removed };
+        self.events.emit(sid, kind, None, None);
+        let _ = tokio::fs::remove_dir_all(self.root.join("logs").join(sid)).await;
+        Ok(teardown)
+    }
+
+    /// Destroy a live sandbox's runtime through its shim (its files stay) and forget it as live.
+    async fn halt(&self, live: &Arc<Live>, sid: &str) -> Result<Teardown, EngineError> {
         let sid = sid.to_string();
+        // Forgotten as live first: the reaper must not take its init's exit for a sandbox that ended on its own.
         self.sandboxes.lock().await.remove(&sid);
         let path = shim::socket_path(&self.root, &sid);
         let teardown = tokio::task::spawn_blocking(move || -> Result<Teardown, EngineError> {
@@ -295,17 +385,9 @@ impl Engine {
             }
         })
         .await
-        .map_err(|_| EngineError::ShimGone)??;
-        live.note(
-            why,
-            serde_json::json!({}),
-            serde_json::json!({"steps": teardown.steps, "leftovers": teardown.leftovers}),
-        );
-        let _ = self.store.sandbox_gone(&sid, why, now_ms());
-        let kind = if why == "reaped" { EventKind::Reaped } else { EventKind::Removed };
-        self.events.emit(&sid, kind, None, None);
-        let _ = tokio::fs::remove_dir_all(self.root.join("logs").join(&sid)).await;
-        Ok(teardown)
+        .map_err(|_| EngineError::ShimGone)?;
+        let _ = live;
+        teardown
     }
 
     /// Start an exec. Returns its id, and (unless detached) the stream of its frames.
@@ -529,10 +611,8 @@ impl Engine {
         // tore it down; what is left is to say so.
         for (id, live) in ended {
             self.sandboxes.lock().await.remove(&id);
-            let reason = "ended: its init exited";
-            let _ = self.store.sandbox_gone(&id, reason, now_ms());
-            live.note("ended", serde_json::json!({}), serde_json::json!({"reason": reason}));
-            self.events.emit(&id, EventKind::Removed, None, None);
+            drop(live);
+            self.supervisor_gone(&id, "its init exited", "ended").await;
             due.push(id);
         }
         due

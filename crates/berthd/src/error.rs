@@ -12,6 +12,20 @@ pub enum EngineError {
     NoExec { sandbox: String, exec: String },
     #[error("the name {name:?} is already used by sandbox {id}")]
     NameTaken { name: String, id: String },
+    #[error("sandbox {id} is busy ({op}); try again when that has finished")]
+    Busy { id: String, op: &'static str },
+    #[error("sandbox {id} is {state}: {hint}")]
+    WrongState { id: String, state: String, hint: String },
+    #[error("there is no snapshot {0:?}")]
+    NoSnapshot(String),
+    #[error("there is no volume {0:?}")]
+    NoVolume(String),
+    #[error("there is no image {0:?}")]
+    NoImage(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("storage: {0}")]
+    Storage(String),
     #[error("cannot start the sandbox's supervisor")]
     SpawnShim(#[source] std::io::Error),
     #[error("the sandbox could not be created: {0}")]
@@ -35,13 +49,18 @@ impl EngineError {
         match self {
             EngineError::InvalidRequest { .. } => ErrorCode::InvalidRequest,
             EngineError::NoSandbox(_) | EngineError::NoExec { .. } => ErrorCode::NotFound,
-            EngineError::NameTaken { .. } => ErrorCode::Conflict,
+            EngineError::NameTaken { .. }
+            | EngineError::Busy { .. }
+            | EngineError::WrongState { .. }
+            | EngineError::Conflict(_) => ErrorCode::Conflict,
+            EngineError::NoSnapshot(_) | EngineError::NoVolume(_) | EngineError::NoImage(_) => ErrorCode::NotFound,
             EngineError::Create(m) if m.contains("too many sandboxes") => ErrorCode::Unavailable,
             EngineError::Create(_)
             | EngineError::SpawnShim(_)
             | EngineError::ShimGone
             | EngineError::InitGone
             | EngineError::Log(_)
+            | EngineError::Storage(_)
             | EngineError::Sys(_) => ErrorCode::Internal,
         }
     }

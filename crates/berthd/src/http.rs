@@ -23,7 +23,7 @@ use crate::{Engine, EngineError};
 const MAX_BODY: usize = 1 << 20;
 
 /// An API error response.
-pub struct Failure(ErrorCode, String);
+pub struct Failure(pub(crate) ErrorCode, pub(crate) String);
 
 impl IntoResponse for Failure {
     fn into_response(self) -> Response {
@@ -61,7 +61,7 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<
     }
 }
 
-type Api = State<Arc<Engine>>;
+pub(crate) type Api = State<Arc<Engine>>;
 
 /// Every (method, path) the router answers, as `openapi.json` describes them; the tests hold the router and
 /// the description to this list, so a new route goes here and into the description too.
@@ -89,6 +89,25 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/tokens"),
     ("GET", "/v1/tokens"),
     ("DELETE", "/v1/tokens/{token}"),
+    ("POST", "/v1/sandboxes/{id}/stop"),
+    ("POST", "/v1/sandboxes/{id}/start"),
+    ("POST", "/v1/sandboxes/{id}/rebuild"),
+    ("POST", "/v1/sandboxes/{id}/snapshots"),
+    ("POST", "/v1/sandboxes/{id}/restore"),
+    ("POST", "/v1/sandboxes/{id}/reset"),
+    ("POST", "/v1/sandboxes/{id}/fork"),
+    ("GET", "/v1/snapshots"),
+    ("GET", "/v1/snapshots/{snapshot}"),
+    ("DELETE", "/v1/snapshots/{snapshot}"),
+    ("GET", "/v1/volumes"),
+    ("POST", "/v1/volumes"),
+    ("DELETE", "/v1/volumes/{name}"),
+    ("GET", "/v1/storage"),
+    ("GET", "/v1/sandboxes/{id}/diff"),
+    ("POST", "/v1/sandboxes/{id}/export"),
+    ("GET", "/v1/images"),
+    ("POST", "/v1/images"),
+    ("DELETE", "/v1/images/{name}"),
 ];
 
 /// The API as the unix socket serves it (file-system permissions guard the socket; tokens are minted here).
@@ -170,6 +189,7 @@ fn routes() -> Router<Arc<Engine>> {
         .route("/v1/events", get(events))
         .merge(crate::files::routes())
         .merge(crate::shell::routes())
+        .merge(crate::projects_http::routes())
         .fallback(|| async { Failure(ErrorCode::NotFound, "no such route".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
 }
@@ -180,7 +200,7 @@ async fn openapi() -> Response {
 }
 
 /// The `Idempotency-Key` of a mutating request, scoped to its route.
-fn idempotency_key(headers: &HeaderMap, route: &str) -> Result<Option<String>, Failure> {
+pub(crate) fn idempotency_key(headers: &HeaderMap, route: &str) -> Result<Option<String>, Failure> {
     let Some(v) = headers.get("idempotency-key") else { return Ok(None) };
     match v.to_str() {
         Ok(k) if !k.is_empty() && k.len() <= 200 => Ok(Some(format!("{route} {k}"))),
@@ -192,7 +212,7 @@ fn idempotency_key(headers: &HeaderMap, route: &str) -> Result<Option<String>, F
 }
 
 /// Run a mutating call once per idempotency key and answer with its (first) result.
-async fn once<T: serde::Serialize>(
+pub(crate) async fn once<T: serde::Serialize>(
     e: &Engine,
     key: Option<String>,
     status: StatusCode,

@@ -26,6 +26,15 @@ pub struct ShimStart {
     /// The environment of every exec, kept (in memory only) for the next daemon.
     #[serde(default)]
     pub env: std::collections::BTreeMap<String, String>,
+    /// The id to run under (chosen by the daemon, which prepares the sandbox's storage first).
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The storage volume of the sandbox's writable state.
+    #[serde(default)]
+    pub state: Option<PathBuf>,
+    /// Named volumes: host directory, sandbox path, read-only.
+    #[serde(default)]
+    pub volumes: Vec<(PathBuf, String, bool)>,
 }
 
 /// The first line a shim prints: the sandbox, or why it could not be built.
@@ -33,7 +42,7 @@ pub struct ShimStart {
 #[serde(rename_all = "snake_case")]
 pub enum ShimReady {
     Ready {
-        record: berth_api::Sandbox,
+        record: Box<berth_api::Sandbox>,
     },
     /// `invalid`: the request was at fault (a bad limit, a missing mount source), not berth.
     Failed {
@@ -108,7 +117,7 @@ pub fn main(root: &Path) -> i32 {
             return report(&mut out, ShimReady::Failed { message, invalid: false });
         }
     };
-    report(&mut out, ShimReady::Ready { record: record.clone() });
+    report(&mut out, ShimReady::Ready { record: Box::new(record.clone()) });
     let code = serve(&mut sandbox, &listener, &record, &start.env);
     let _ = std::fs::remove_file(&path);
     // Dropping the sandbox tears it down if `serve` did not.
@@ -138,7 +147,17 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
             cpu_millis: start.cpu_millis,
         },
         mounts,
-        ..Spec::default()
+        id: start.id.clone(),
+        state: start.state.clone(),
+        volumes: start
+            .volumes
+            .iter()
+            .map(|(source, target, readonly)| berth_runtime::spec::VolumeMount {
+                source: source.clone(),
+                target: target.clone(),
+                readonly: *readonly,
+            })
+            .collect(),
     };
     let runtime = Runtime::open(root).map_err(|e| (berth_runtime::error_chain(&e), false))?;
     let sandbox = runtime.create(&spec).map_err(|e| {
@@ -150,6 +169,7 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
                 | E::RootOwnedMount { .. }
                 | E::UnknownImage { .. }
                 | E::TooManyMounts { .. }
+                | E::Running { .. }
         );
         (berth_runtime::error_chain(&e), invalid)
     })?;

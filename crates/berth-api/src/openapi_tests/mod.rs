@@ -7,10 +7,12 @@
 //!
 //! This module holds the shared helpers (the parsed description, schema lookup and `$ref`s) and the checks of
 //! the description as a document (its version, its references, its operations); `validator` is the small
-//! schema validator and field comparison, and `schemas` holds the samples and checks each schema against them.
+//! schema validator and field comparison, `schemas` holds the samples and checks each schema against them, and
+//! `storage_samples` holds the samples of the durable-project and image types.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod schemas;
+mod storage_samples;
 mod validator;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,6 +1,7 @@
 //! Each wire type against its schema: fully populated and sparse samples of every type, validated and
-//! compared field by field; string enums, the `ExecFrame` discriminator, and which fields requests and
-//! responses require.
+//! compared field by field; string enums, the discriminators of the NDJSON frames (`ExecFrame`,
+//! `ImportFrame`), and which fields requests and responses require. The samples of durable projects and
+//! images (`storage.rs`) are in `storage_samples`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -8,6 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::storage_samples::{all_change_kinds, import_frame_samples, storage_full_samples, storage_sparse_samples};
 use super::validator::{assert_full, compare_fields, properties, validate};
 use super::*;
 
@@ -39,10 +41,11 @@ fn frame_samples() -> Vec<ExecFrame> {
 }
 
 fn all_states() -> Vec<SandboxState> {
-    match SandboxState::Gone {
-        SandboxState::Creating | SandboxState::Running | SandboxState::Stopping | SandboxState::Gone => {}
+    use SandboxState::*;
+    match Gone {
+        Creating | Running | Stopping | Stopped | Gone => {}
     }
-    vec![SandboxState::Creating, SandboxState::Running, SandboxState::Stopping, SandboxState::Gone]
+    vec![Creating, Running, Stopping, Stopped, Gone]
 }
 
 fn all_streams() -> Vec<Stream> {
@@ -63,9 +66,24 @@ pub(super) fn all_codes() -> Vec<ErrorCode> {
 fn all_event_kinds() -> Vec<EventKind> {
     use EventKind::*;
     match Created {
-        Created | Adopted | ExecStarted | ExecFinished | ExecTimedOut | ExecKilled | Removed | Reaped => {}
+        Created | Adopted | ExecStarted | ExecFinished | ExecTimedOut | ExecKilled | Removed | Reaped | Stopped
+        | Started | Snapshotted | Restored | Forked => {}
     }
-    vec![Created, Adopted, ExecStarted, ExecFinished, ExecTimedOut, ExecKilled, Removed, Reaped]
+    vec![
+        Created,
+        Adopted,
+        ExecStarted,
+        ExecFinished,
+        ExecTimedOut,
+        ExecKilled,
+        Removed,
+        Reaped,
+        Stopped,
+        Started,
+        Snapshotted,
+        Restored,
+        Forked,
+    ]
 }
 
 fn all_file_kinds() -> Vec<FileKind> {
@@ -87,6 +105,28 @@ fn event_sample() -> LifecycleEvent {
     }
 }
 
+/// A fully populated sandbox, also the children of a fork.
+pub(super) fn sandbox_sample() -> Sandbox {
+    Sandbox {
+        id: "0123456789ab".into(),
+        name: "agent-1".into(),
+        image: "host".into(),
+        state: SandboxState::Running,
+        created_at_ms: 1_700_000_000_000,
+        expires_at_ms: Some(1_700_000_360_000),
+        idle_timeout_seconds: Some(600.5),
+        last_activity_ms: 1_700_000_001_000,
+        memory_bytes: Some(256 << 20),
+        pids: Some(512),
+        cpus: Some(1.5),
+        labels: map(&[("team", "core")]),
+        pid: Some(31337),
+        persistent: true,
+        disk_bytes: Some(1 << 30),
+        parent: Some("fedcba987654".into()),
+    }
+}
+
 fn file_sample() -> FileEntry {
     FileEntry {
         name: "link".into(),
@@ -103,6 +143,7 @@ fn file_sample() -> FileEntry {
 /// Fully populated samples of every type with an object schema, by schema name.
 fn full_samples() -> Vec<(&'static str, Value)> {
     let mount = Mount { host: "/srv/project".into(), target: "/workspace/project".into(), readonly: true };
+    let volume = VolumeMount { name: "cache".into(), target: "/root/.cache".into(), readonly: true };
     let create = CreateSandbox {
         name: Some("agent-1".into()),
         image: Some("host".into()),
@@ -114,21 +155,10 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         env: map(&[("LANG", "C.UTF-8")]),
         labels: map(&[("team", "core")]),
         mounts: vec![mount.clone()],
-    };
-    let sandbox = Sandbox {
-        id: "0123456789ab".into(),
-        name: "agent-1".into(),
-        image: "host".into(),
-        state: SandboxState::Running,
-        created_at_ms: 1_700_000_000_000,
-        expires_at_ms: Some(1_700_000_360_000),
-        idle_timeout_seconds: Some(600.5),
-        last_activity_ms: 1_700_000_001_000,
-        memory_bytes: Some(256 << 20),
-        pids: Some(512),
-        cpus: Some(1.5),
-        labels: map(&[("team", "core")]),
-        pid: Some(31337),
+        persistent: true,
+        disk_bytes: Some(1 << 30),
+        volumes: vec![volume.clone()],
+        from_snapshot: Some("base".into()),
     };
     let request = ExecRequest {
         argv: vec!["sh".into(), "-c".into(), "make test".into()],
@@ -156,7 +186,8 @@ fn full_samples() -> Vec<(&'static str, Value)> {
     let mut samples = vec![
         ("CreateSandbox", to_value(&create)),
         ("Mount", to_value(&mount)),
-        ("Sandbox", to_value(&sandbox)),
+        ("VolumeMount", to_value(&volume)),
+        ("Sandbox", to_value(&sandbox_sample())),
         ("ExecRequest", to_value(&request)),
         ("ExecResult", to_value(&result_sample())),
         ("ExecInfo", to_value(&info)),
@@ -174,6 +205,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         ("MintedToken", to_value(&MintedToken { id: "a1b2c3".into(), name: "ci".into(), token: "berth_00ff".into() })),
     ];
     samples.extend(frame_samples().iter().map(|f| ("ExecFrame", to_value(f))));
+    samples.extend(storage_full_samples());
     samples
 }
 
@@ -193,6 +225,9 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
         cpus: None,
         labels: BTreeMap::new(),
         pid: None,
+        persistent: false,
+        disk_bytes: None,
+        parent: None,
     };
     let result = ExecResult {
         exec_id: "x0".into(),
@@ -207,9 +242,10 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
     };
     let info =
         ExecInfo { exec_id: "x0".into(), argv: vec!["true".into()], started_at_ms: 0, running: true, result: None };
-    vec![
+    let mut samples = vec![
         ("CreateSandbox", to_value(&CreateSandbox::default())),
         ("Mount", to_value(&Mount { host: "/a".into(), target: "/b".into(), readonly: false })),
+        ("VolumeMount", to_value(&VolumeMount { name: "v".into(), target: "/v".into(), readonly: false })),
         ("Sandbox", to_value(&sandbox)),
         ("ExecRequest", to_value(&ExecRequest { argv: vec!["true".into()], ..ExecRequest::default() })),
         ("ExecResult", to_value(&result)),
@@ -220,7 +256,9 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
         ("FileEntry", to_value(&FileEntry { kind: FileKind::File, link_target: None, ..file_sample() })),
         ("Extracted", to_value(&Extracted { entries: 0 })),
         ("MintToken", to_value(&MintToken::default())),
-    ]
+    ];
+    samples.extend(storage_sparse_samples());
+    samples
 }
 
 #[test]
@@ -282,6 +320,7 @@ fn string_enums_list_every_variant() {
         ("ErrorCode", all_codes().iter().map(to_value).collect()),
         ("EventKind", all_event_kinds().iter().map(to_value).collect()),
         ("FileKind", all_file_kinds().iter().map(to_value).collect()),
+        ("ChangeKind", all_change_kinds().iter().map(to_value).collect()),
     ] {
         assert_eq!(schema(&spec, name)["enum"].as_array().unwrap(), &values, "{name}");
     }
@@ -290,22 +329,32 @@ fn string_enums_list_every_variant() {
 #[test]
 fn frames_are_one_of_by_type() {
     let spec = spec();
-    let frame = schema(&spec, "ExecFrame");
-    assert_eq!(frame["discriminator"]["propertyName"], "type");
-    let mapping = frame["discriminator"]["mapping"].as_object().unwrap();
-    let alternatives: BTreeSet<&str> =
-        frame["oneOf"].as_array().unwrap().iter().map(|a| a["$ref"].as_str().unwrap()).collect();
-    let mapped: BTreeSet<&str> = mapping.values().map(|v| v.as_str().unwrap()).collect();
-    assert_eq!(alternatives, mapped, "ExecFrame's oneOf and its discriminator mapping differ");
-    let tags: BTreeSet<String> =
-        frame_samples().iter().map(|f| to_value(f)["type"].as_str().unwrap().to_string()).collect();
-    assert_eq!(tags, mapping.keys().cloned().collect(), "frame types (left) and the mapping (right) differ");
-    for f in frame_samples() {
-        let v = to_value(&f);
-        let tag = v["type"].as_str().unwrap();
-        let target = named(&spec, mapping[tag].as_str().unwrap());
-        assert_eq!(properties(&spec, target)["type"]["const"], tag, "{tag} maps to a schema for another type");
-        validate(&spec, target, &v, tag).unwrap();
+    let exec: Vec<Value> = frame_samples().iter().map(to_value).collect();
+    let import: Vec<Value> = import_frame_samples().iter().map(to_value).collect();
+    for (name, samples) in [("ExecFrame", exec), ("ImportFrame", import)] {
+        let frame = schema(&spec, name);
+        assert_eq!(frame["discriminator"]["propertyName"], "type", "{name}");
+        let mapping = frame["discriminator"]["mapping"].as_object().unwrap();
+        let alternatives: BTreeSet<&str> =
+            frame["oneOf"].as_array().unwrap().iter().map(|a| a["$ref"].as_str().unwrap()).collect();
+        let mapped: BTreeSet<&str> = mapping.values().map(|v| v.as_str().unwrap()).collect();
+        assert_eq!(alternatives, mapped, "{name}'s oneOf and its discriminator mapping differ");
+        let tags: BTreeSet<String> = samples.iter().map(|v| v["type"].as_str().unwrap().to_string()).collect();
+        assert_eq!(
+            tags,
+            mapping.keys().cloned().collect(),
+            "{name}: frame types (left) and the mapping (right) differ"
+        );
+        for v in &samples {
+            let tag = v["type"].as_str().unwrap();
+            let target = named(&spec, mapping[tag].as_str().unwrap());
+            assert_eq!(
+                properties(&spec, target)["type"]["const"],
+                tag,
+                "{name}: {tag} maps to a schema for another type"
+            );
+            validate(&spec, target, v, tag).unwrap();
+        }
     }
 }
 
@@ -339,29 +388,65 @@ fn check_request<T: Serialize + DeserializeOwned>(spec: &Value, name: &str, full
     }
 }
 
+/// The request schemas: exactly those that refuse unknown fields.
+const REQUESTS: [&str; 12] = [
+    "CreateSandbox",
+    "Mount",
+    "VolumeMount",
+    "ExecRequest",
+    "MintToken",
+    "CreateSnapshot",
+    "ForkRequest",
+    "RestoreRequest",
+    "ResetRequest",
+    "ExportRequest",
+    "CreateVolume",
+    "ImportImage",
+];
+
 #[test]
 fn request_schemas_match_deserialization() {
     let spec = spec();
     let samples = full_samples();
-    let sample = |name: &str| samples.iter().find(|(n, _)| *n == name).unwrap().1.clone();
-    check_request(&spec, "CreateSandbox", &serde_json::from_value::<CreateSandbox>(sample("CreateSandbox")).unwrap());
-    check_request(&spec, "Mount", &serde_json::from_value::<Mount>(sample("Mount")).unwrap());
-    check_request(&spec, "ExecRequest", &serde_json::from_value::<ExecRequest>(sample("ExecRequest")).unwrap());
-    check_request(&spec, "MintToken", &serde_json::from_value::<MintToken>(sample("MintToken")).unwrap());
+    fn check<T: Serialize + DeserializeOwned>(spec: &Value, samples: &[(&str, Value)], name: &str) {
+        let sample = samples.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("no sample of {name}"));
+        check_request(spec, name, &serde_json::from_value::<T>(sample.1.clone()).unwrap());
+    }
+    check::<CreateSandbox>(&spec, &samples, "CreateSandbox");
+    check::<Mount>(&spec, &samples, "Mount");
+    check::<VolumeMount>(&spec, &samples, "VolumeMount");
+    check::<ExecRequest>(&spec, &samples, "ExecRequest");
+    check::<MintToken>(&spec, &samples, "MintToken");
+    check::<CreateSnapshot>(&spec, &samples, "CreateSnapshot");
+    check::<ForkRequest>(&spec, &samples, "ForkRequest");
+    check::<RestoreRequest>(&spec, &samples, "RestoreRequest");
+    check::<ResetRequest>(&spec, &samples, "ResetRequest");
+    check::<ExportRequest>(&spec, &samples, "ExportRequest");
+    check::<CreateVolume>(&spec, &samples, "CreateVolume");
+    check::<ImportImage>(&spec, &samples, "ImportImage");
+    let closed: BTreeSet<&str> = spec["components"]["schemas"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, s)| s["additionalProperties"] == false)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(closed, REQUESTS.into_iter().collect(), "schemas refusing unknown fields (left) and REQUESTS (right)");
 }
 
 #[test]
 fn response_schemas_require_every_field() {
-    // Responses are only serialized, and serde writes every field (nulls included): all are required.
+    // Responses are only serialized, and serde writes every field (nulls and `#[serde(default)]` fields
+    // included): all are required.
     let spec = spec();
-    for (name, sample) in full_samples() {
-        if matches!(name, "CreateSandbox" | "Mount" | "ExecRequest" | "MintToken") {
+    for (name, sample) in full_samples().into_iter().chain(sparse_samples()) {
+        if REQUESTS.contains(&name) {
             continue;
         }
         let mut s = resolve(&spec, schema(&spec, name));
-        if name == "ExecFrame" {
+        if let Some(mapping) = s["discriminator"]["mapping"].as_object() {
             let tag = sample["type"].as_str().unwrap();
-            s = named(&spec, s["discriminator"]["mapping"][tag].as_str().unwrap());
+            s = named(&spec, mapping[tag].as_str().unwrap());
         }
         let mut required: BTreeSet<String> =
             s["required"].as_array().into_iter().flatten().map(|r| r.as_str().unwrap().to_string()).collect();

@@ -39,9 +39,38 @@ pub struct CreateArgs {
     /// Bring a host directory or file in (repeatable).
     #[arg(long = "mount", short = 'm', value_parser = parse_mount, value_name = "HOST:SANDBOX[:ro]")]
     pub mounts: Vec<BindMount>,
+    /// Keep the workspace and the root file system's changes through stop, start, rebuild and a host
+    /// reboot (until berth rm).
+    #[arg(long)]
+    pub persistent: bool,
+    /// Disk quota for the sandbox's files, such as 2G (needs a btrfs pool: berth storage init).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub disk: Option<u64>,
+    /// Mount a named volume (repeatable; berth volume create NAME first).
+    #[arg(long = "volume", short = 'v', value_parser = parse_volume, value_name = "NAME:SANDBOX[:ro]")]
+    pub volumes: Vec<berth_api::VolumeMount>,
+    /// Start from a snapshot's files (its id or name) instead of the image's clean state.
+    #[arg(long, value_name = "SNAPSHOT")]
+    pub from: Option<String>,
     /// Print the new sandbox as JSON instead of only its id.
     #[arg(long)]
     pub json: bool,
+}
+
+fn parse_volume(s: &str) -> Result<berth_api::VolumeMount, String> {
+    let bad = || format!("{s:?} is not NAME:SANDBOX[:ro]");
+    let mut parts = s.split(':');
+    let (name, target) = (parts.next().ok_or_else(bad)?, parts.next().ok_or_else(bad)?);
+    let readonly = match parts.next() {
+        None | Some("rw") => false,
+        Some("ro") => true,
+        Some(_) => return Err(bad()),
+    };
+    if parts.next().is_some() || name.is_empty() {
+        return Err(bad());
+    }
+    let target = berth_runtime::spec::sandbox_path(target).map_err(|e| e.to_string())?;
+    Ok(berth_api::VolumeMount { name: name.to_string(), target, readonly })
 }
 
 #[derive(Debug, Args)]
@@ -144,7 +173,7 @@ pub struct PsArgs {
     pub json: bool,
 }
 
-fn parse_id(s: &str) -> Result<String, String> {
+pub(super) fn parse_id(s: &str) -> Result<String, String> {
     if s.is_empty() || s.chars().any(|c| c.is_control()) {
         return Err(format!("{s:?} is not an id"));
     }

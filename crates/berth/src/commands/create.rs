@@ -24,6 +24,10 @@ pub fn create(socket: &Path, args: CreateArgs) -> anyhow::Result<i32> {
             .into_iter()
             .map(|m| Mount { host: m.host.to_string_lossy().into_owned(), target: m.target, readonly: m.readonly })
             .collect(),
+        persistent: args.persistent,
+        disk_bytes: args.disk,
+        volumes: args.volumes,
+        from_snapshot: args.from,
     };
     let client = Client::connect(socket)?;
     let (_, body) = client.post_json("/v1/sandboxes", &request)?;

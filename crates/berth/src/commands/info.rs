@@ -12,11 +12,23 @@ pub fn info(root: &Path) -> anyhow::Result<i32> {
         Version::V2 => "v2",
     };
     let landlock = berth_sys::landlock::abi_version();
+    // Which copy-on-write mode the daemon's storage would use here, and why not better.
+    let storage = match berth_storage::Pool::open(root).and_then(|p| p.info()) {
+        Ok(i) => serde_json::json!({
+            "mode": i.mode.to_string(), "size_bytes": i.size_bytes, "free_bytes": i.free_bytes, "quotas": i.quotas,
+            "hint": match i.mode {
+                berth_storage::Mode::Btrfs => serde_json::Value::Null,
+                _ => "forks and snapshots copy files and disk quotas are off: run `berth storage init` for a btrfs pool".into(),
+            },
+        }),
+        Err(e) => serde_json::json!({"error": e.to_string()}),
+    };
     let info = serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "root": root,
         "cgroups": cgroups,
         "landlock_abi": landlock,
+        "storage": storage,
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
     });
     println!("{}", serde_json::to_string_pretty(&info)?);

@@ -3,11 +3,13 @@
 mod bench;
 mod bench_daemon;
 mod bench_exec;
+mod bench_storage;
 mod cp;
 mod create;
 mod daemon;
 mod events;
 mod exec;
+mod image;
 mod info;
 mod inspect;
 mod journal;
@@ -16,10 +18,12 @@ mod logs;
 mod ls;
 mod output;
 mod probe;
+mod projects;
 mod ps;
 mod rm;
 mod run;
 mod shell;
+mod storage;
 
 use crate::cli::{Cli, Command};
 
@@ -29,6 +33,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Run(args) => run::run(&cli.root, args),
         Command::Probe(args) => probe::probe(args),
         Command::Info => info::info(&cli.root),
+        Command::Bench(args) if args.storage => bench_storage::bench_storage(&cli.root, &cli.socket, args),
         Command::Bench(args) if args.exec => bench_exec::bench_exec(&cli.socket, args),
         Command::Bench(args) => bench::bench(&cli.root, args),
         Command::Daemon(args) => daemon::daemon(&cli.root, &cli.socket, args.listen),
@@ -50,6 +55,18 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Events(args) => events::events(&cli.socket, args),
         Command::Cp(args) => cp::cp(&cli.socket, args),
         Command::Shell(args) => shell::shell(&cli.socket, args),
+        Command::Stop(args) => projects::lifecycle(&cli.socket, "stop", args),
+        Command::Start(args) => projects::lifecycle(&cli.socket, "start", args),
+        Command::Rebuild(args) => projects::lifecycle(&cli.socket, "rebuild", args),
+        Command::Snapshot(args) => projects::snapshot(&cli.socket, args),
+        Command::Restore(args) => projects::restore(&cli.socket, args),
+        Command::Reset(args) => projects::reset(&cli.socket, args),
+        Command::Fork(args) => projects::fork(&cli.socket, args),
+        Command::Diff(args) => projects::diff(&cli.socket, args),
+        Command::Export(args) => projects::export(&cli.socket, args),
+        Command::Volume(cmd) => projects::volume(&cli.socket, cmd),
+        Command::Image(cmd) => image::image(&cli.socket, cmd),
+        Command::Storage(cmd) => storage::storage(&cli.root, &cli.socket, cmd),
         Command::Init => anyhow::bail!("init runs only as PID 1 of a sandbox that berth created"),
     }
 }

@@ -27,12 +27,35 @@ impl Daemon {
 
     /// A daemon started with extra `berth daemon` options.
     pub fn start_with(extra: &[&str]) -> Daemon {
+        let mut d = Daemon::new(extra);
+        d.spawn();
+        d
+    }
+
+    fn new(extra: &[&str]) -> Daemon {
         // Named after the test target: berth-daemon-…, berth-files-…, berth-shell-….
         let prefix = format!("berth-{}-", env!("CARGO_CRATE_NAME"));
         let dir = tempfile::Builder::new().prefix(&prefix).tempdir().unwrap();
-        let mut d = Daemon { dir, child: None, extra: extra.iter().map(|s| s.to_string()).collect() };
+        Daemon { dir, child: None, extra: extra.iter().map(|s| s.to_string()).collect() }
+    }
+
+    /// A daemon whose data root has a btrfs storage pool of `size` (`berth storage init`), unmounted when the
+    /// daemon is dropped.
+    pub fn start_with_pool(size: &str) -> Daemon {
+        let mut d = Daemon::new(&[]);
+        let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("--root")
+            .arg(d.root())
+            .args(["storage", "init", "--size", size])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "storage init: {}", text(&out.stderr));
         d.spawn();
         d
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -43,7 +66,7 @@ impl Daemon {
     pub fn spawn(&mut self) {
         let child = Command::new(env!("CARGO_BIN_EXE_berth"))
             .arg("--root")
-            .arg(self.dir.path().join("root"))
+            .arg(self.root())
             .arg("--socket")
             .arg(self.socket())
             .arg("daemon")
@@ -210,6 +233,9 @@ impl Drop for Daemon {
             let _ = self.cmd(&["rm", "--all"]).output();
             let _ = c.kill();
             let _ = c.wait();
+        }
+        if self.root().join("pool.img").exists() {
+            let _ = berth_storage::Pool::unmount(&self.root());
         }
     }
 }

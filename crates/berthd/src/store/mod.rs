@@ -9,8 +9,11 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+mod projects;
+
 /// Schema migrations, in order; `PRAGMA user_version` says how many have run.
-const MIGRATIONS: &[&str] = &["CREATE TABLE tokens (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE tokens (
         id TEXT PRIMARY KEY,
         name TEXT NOT NULL,
         sha256 TEXT NOT NULL UNIQUE,
@@ -28,7 +31,19 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE tokens (
         record TEXT NOT NULL,
         gone_at_ms INTEGER,
         gone_reason TEXT
-    );"];
+    );",
+    "ALTER TABLE sandboxes ADD COLUMN spec TEXT;
+    CREATE TABLE snapshots (
+        id TEXT PRIMARY KEY,
+        name TEXT UNIQUE,
+        record TEXT NOT NULL,
+        created_at_ms INTEGER NOT NULL
+    );
+    CREATE TABLE volumes (
+        name TEXT PRIMARY KEY,
+        created_at_ms INTEGER NOT NULL
+    );",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -79,7 +94,7 @@ impl Store {
         Ok(Store { conn: Mutex::new(conn) })
     }
 
-    fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, StoreError> {
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, StoreError> {
         let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
         Ok(f(&conn)?)
     }

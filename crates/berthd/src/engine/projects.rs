@@ -1,0 +1,552 @@
+//! Durable projects: a sandbox's files outlive its runtime. Stop, start and rebuild; snapshots, restore and
+//! reset; copy-on-write forks; named volumes. Every sandbox the daemon makes keeps its writable state in a
+//! volume of the storage pool (`<pool>/sandboxes/<id>`), so all of this is a matter of cloning volumes.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use berth_api::{CreateSandbox, EventKind, Forked, Sandbox, SandboxState, Snapshot, Teardown, Volume, VolumeMount};
+use berth_storage::Pool;
+
+use super::{Engine, Live, actor, journal_path, now_ms};
+use crate::EngineError;
+use crate::journal::Journal;
+
+/// Most sandboxes one fork makes.
+pub const MAX_FORKS: u32 = 64;
+
+/// Marks a sandbox busy for as long as it lives.
+pub(crate) struct BusyGuard<'a> {
+    engine: &'a Engine,
+    id: String,
+}
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut b) = self.engine.busy.lock() {
+            b.remove(&self.id);
+        }
+    }
+}
+
+fn storage_err(e: berth_storage::StorageError) -> EngineError {
+    match e {
+        e @ berth_storage::StorageError::QuotaUnsupported { .. } => EngineError::invalid(e.to_string()),
+        e => EngineError::Storage(berth_runtime::error_chain(&e)),
+    }
+}
+
+impl Engine {
+    pub(crate) fn state_dir(&self, id: &str) -> PathBuf {
+        self.pool.path().join("sandboxes").join(id)
+    }
+
+    pub(crate) fn snapshot_dir(&self, id: &str) -> PathBuf {
+        self.pool.path().join("snapshots").join(id)
+    }
+
+    pub(crate) fn volume_dir(&self, name: &str) -> PathBuf {
+        self.pool.path().join("volumes").join(name)
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Run a blocking pool operation off the async threads.
+    pub(crate) async fn pool_op<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&Pool) -> Result<T, berth_storage::StorageError> + Send + 'static,
+    ) -> Result<T, EngineError> {
+        let pool = Arc::clone(&self.pool);
+        tokio::task::spawn_blocking(move || op(&pool))
+            .await
+            .map_err(|_| EngineError::Storage("a storage operation panicked".into()))?
+            .map_err(storage_err)
+    }
+
+    pub(crate) async fn pool_clone(&self, src: PathBuf, dst: PathBuf, readonly: bool) -> Result<(), EngineError> {
+        self.pool_op(move |pool| pool.clone_volume(&src, &dst, readonly)).await
+    }
+
+    /// Mark `id` busy with `op`, or say what it is busy with.
+    pub(crate) fn busy(&self, id: &str, op: &'static str) -> Result<BusyGuard<'_>, EngineError> {
+        let mut b = self.busy.lock().map_err(|_| EngineError::Conflict("the engine's state was poisoned".into()))?;
+        if let Some(now) = b.get(id) {
+            return Err(EngineError::Busy { id: id.to_string(), op: now });
+        }
+        b.insert(id.to_string(), op);
+        Ok(BusyGuard { engine: self, id: id.to_string() })
+    }
+
+    pub(crate) fn check_quota(&self, disk: Option<u64>) -> Result<(), EngineError> {
+        match disk {
+            Some(b) if b < (16 << 20) => Err(EngineError::invalid("disk_bytes must be at least 16M")),
+            Some(_) if self.pool.mode() != berth_storage::Mode::Btrfs => Err(EngineError::invalid(format!(
+                "disk quotas need a btrfs storage pool and this one is {}: run `berth storage init` and restart the daemon",
+                self.pool.mode()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) async fn apply_quota(&self, id: &str, disk: Option<u64>) -> Result<(), EngineError> {
+        let Some(bytes) = disk else { return Ok(()) };
+        let dir = self.state_dir(id);
+        self.pool_op(move |pool| pool.set_quota(&dir, Some(bytes))).await
+    }
+
+    pub(crate) fn check_volumes(&self, volumes: &[VolumeMount]) -> Result<(), EngineError> {
+        let known = self.store.volumes()?;
+        for v in volumes {
+            if !known.iter().any(|(n, _)| *n == v.name) {
+                return Err(EngineError::NoVolume(v.name.clone()));
+            }
+            let target =
+                berth_runtime::spec::sandbox_path(&v.target).map_err(|e| EngineError::invalid(e.to_string()))?;
+            berth_runtime::spec::check_target(&target).map_err(|e| EngineError::invalid(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn check_name_free(&self, name: &str) -> Result<(), EngineError> {
+        for s in self.list().await {
+            if s.name == name {
+                return Err(EngineError::NameTaken { name: name.to_string(), id: s.id });
+            }
+        }
+        Ok(())
+    }
+
+    /// A stopped sandbox's record, by id or name.
+    pub(crate) fn stopped_record(&self, id_or_name: &str) -> Result<Option<Sandbox>, EngineError> {
+        Ok(self.store.stopped()?.into_iter().find(|s| s.id == id_or_name || s.name == id_or_name))
+    }
+
+    fn spec_of(&self, id: &str) -> Result<CreateSandbox, EngineError> {
+        self.store
+            .spec(id)?
+            .and_then(|v| serde_json::from_value(v).ok())
+            .ok_or_else(|| EngineError::Storage(format!("the database has no spec for sandbox {id}")))
+    }
+
+    /// Remove a sandbox's files (its runtime is gone), and its fork-instant parent if nothing else uses it.
+    pub(crate) async fn discard_files(&self, id: &str, teardown: &mut Teardown) {
+        let dir = self.state_dir(id);
+        match self.pool_op(move |pool| pool.remove(&dir)).await {
+            Ok(()) => teardown.steps.push("removed the sandbox's files".into()),
+            Err(e) => teardown.leftovers.push(format!("the sandbox's files: {e}")),
+        }
+    }
+
+    fn journal_note(&self, id: &str, action: &str, args: serde_json::Value, result: serde_json::Value) {
+        if let Ok(mut j) = Journal::open(&journal_path(&self.root, id)) {
+            let _ = j.append(&actor(), action, args, result);
+        }
+    }
+
+    /// Stop a sandbox's processes and keep its files.
+    pub async fn stop(&self, id: &str) -> Result<Sandbox, EngineError> {
+        let live = self.running(id, "stop").await?;
+        let sid = live.record.lock().await.id.clone();
+        let _busy = self.busy(&sid, "stopping")?;
+        let record = self.stop_live(&live, &sid).await?;
+        self.journal_note(&sid, "stop", serde_json::json!({}), serde_json::json!({}));
+        Ok(record)
+    }
+
+    async fn stop_live(&self, live: &Arc<Live>, sid: &str) -> Result<Sandbox, EngineError> {
+        if let Ok(mut r) = self.removing.lock() {
+            r.insert(sid.to_string());
+        }
+        let halted = self.halt(live, sid).await;
+        if let Ok(mut r) = self.removing.lock() {
+            r.remove(sid);
+        }
+        halted?;
+        let mut record = live.record.lock().await.clone();
+        record.state = SandboxState::Stopped;
+        record.pid = None;
+        self.store.sandbox_live(&record)?;
+        self.events.emit(sid, EventKind::Stopped, None, None);
+        Ok(record)
+    }
+
+    /// The live sandbox `id`, or why `op` cannot be done to it.
+    async fn running(&self, id: &str, op: &str) -> Result<Arc<Live>, EngineError> {
+        match self.live(id).await {
+            Ok(l) => Ok(l),
+            Err(e) => match self.stopped_record(id)? {
+                Some(s) => Err(EngineError::WrongState {
+                    id: s.id,
+                    state: "stopped".into(),
+                    hint: format!("start it before you {op} it"),
+                }),
+                None => Err(e),
+            },
+        }
+    }
+
+    /// Start a stopped sandbox again on its kept files.
+    pub async fn start(&self, id: &str) -> Result<Sandbox, EngineError> {
+        if let Ok(l) = self.live(id).await {
+            let sid = l.record.lock().await.id.clone();
+            return Err(EngineError::WrongState {
+                id: sid,
+                state: "running".into(),
+                hint: "it is already started".into(),
+            });
+        }
+        let stopped = self.stopped_record(id)?.ok_or_else(|| EngineError::NoSandbox(id.to_string()))?;
+        let _busy = self.busy(&stopped.id, "starting")?;
+        let record = self.start_stopped(&stopped).await?;
+        self.journal_note(&record.id, "start", serde_json::json!({}), serde_json::json!({"pid": record.pid}));
+        self.events.emit(&record.id, EventKind::Started, None, None);
+        Ok(record)
+    }
+
+    async fn start_stopped(&self, stopped: &Sandbox) -> Result<Sandbox, EngineError> {
+        let spec = self.spec_of(&stopped.id)?;
+        self.boot(&stopped.id, &spec, stopped.created_at_ms, stopped.parent.clone()).await
+    }
+
+    /// A fresh runtime from the image, on the sandbox's kept files (the project survives, the runtime is
+    /// disposable): stop if running, then start.
+    pub async fn rebuild(&self, id: &str) -> Result<Sandbox, EngineError> {
+        let record = self.get(id).await?;
+        let _busy = self.busy(&record.id, "rebuilding")?;
+        let stopped = match self.live(&record.id).await {
+            Ok(live) => self.stop_live(&live, &record.id).await?,
+            Err(_) => record,
+        };
+        let started = self.start_stopped(&stopped).await?;
+        self.journal_note(&started.id, "rebuild", serde_json::json!({}), serde_json::json!({"pid": started.pid}));
+        self.events.emit(&started.id, EventKind::Started, None, None);
+        Ok(started)
+    }
+
+    /// Freeze a running sandbox for the instant of `op` (a consistent copy of its files), then thaw it.
+    async fn frozen<T>(&self, id: &str, op: impl Future<Output = T>) -> T {
+        let cg = self.live(id).await.ok().and_then(|_| self.cgroups.as_ref().map(|h| h.open(id)));
+        let frozen = cg.as_ref().is_some_and(|c| c.freeze().is_ok());
+        let out = op.await;
+        if let (true, Some(c)) = (frozen, cg) {
+            let _ = c.thaw();
+        }
+        out
+    }
+
+    /// Capture a sandbox's files (root changes and workspace) as a read-only snapshot.
+    pub async fn snapshot(&self, id: &str, name: Option<String>) -> Result<Snapshot, EngineError> {
+        let record = self.get(id).await?;
+        if let Some(n) = &name {
+            berth_runtime::spec::check_name(n).map_err(|e| EngineError::invalid(e.to_string()))?;
+            if self.store.snapshot(n)?.is_some() {
+                return Err(EngineError::Conflict(format!("a snapshot named {n:?} already exists")));
+            }
+        }
+        let _busy = self.busy(&record.id, "taking a snapshot")?;
+        let snap = self.take_snapshot(&record, name, "snapshot").await?;
+        self.journal_note(
+            &record.id,
+            "snapshot",
+            serde_json::json!({"name": snap.name}),
+            serde_json::json!({"snapshot": snap.id}),
+        );
+        self.events.emit(&record.id, EventKind::Snapshotted, None, None);
+        Ok(snap)
+    }
+
+    async fn take_snapshot(
+        &self,
+        record: &Sandbox,
+        name: Option<String>,
+        origin: &str,
+    ) -> Result<Snapshot, EngineError> {
+        let sid = berth_runtime::new_id().map_err(|e| EngineError::Storage(berth_runtime::error_chain(&e)))?;
+        let (src, dst) = (self.state_dir(&record.id), self.snapshot_dir(&sid));
+        self.frozen(&record.id, self.pool_clone(src, dst, true)).await?;
+        let snap = Snapshot {
+            id: sid,
+            name,
+            sandbox_id: record.id.clone(),
+            image: record.image.clone(),
+            created_at_ms: now_ms(),
+            origin: origin.into(),
+        };
+        if let Err(e) = self.store.add_snapshot(&snap) {
+            let dir = self.snapshot_dir(&snap.id);
+            let _ = self.pool_op(move |pool| pool.remove(&dir)).await;
+            return Err(e.into());
+        }
+        Ok(snap)
+    }
+
+    pub fn snapshots(&self) -> Result<Vec<Snapshot>, EngineError> {
+        Ok(self.store.snapshots()?)
+    }
+
+    pub fn get_snapshot(&self, id_or_name: &str) -> Result<Snapshot, EngineError> {
+        self.store.snapshot(id_or_name)?.ok_or_else(|| EngineError::NoSnapshot(id_or_name.to_string()))
+    }
+
+    pub async fn remove_snapshot(&self, id_or_name: &str) -> Result<Snapshot, EngineError> {
+        let snap = self.get_snapshot(id_or_name)?;
+        let dir = self.snapshot_dir(&snap.id);
+        self.pool_op(move |pool| pool.remove(&dir)).await?;
+        self.store.remove_snapshot(&snap.id)?;
+        Ok(snap)
+    }
+
+    /// Replace a sandbox's files with a snapshot's (stopping and starting it around the swap if it runs).
+    pub async fn restore(&self, id: &str, snapshot: &str) -> Result<Sandbox, EngineError> {
+        let record = self.get(id).await?;
+        let snap = self.get_snapshot(snapshot)?;
+        let _busy = self.busy(&record.id, "restoring a snapshot")?;
+        let src = self.snapshot_dir(&snap.id);
+        let out = self.replace_files(&record, move |pool, fresh| pool.clone_volume(&src, fresh, false)).await?;
+        self.journal_note(&record.id, "restore", serde_json::json!({"snapshot": snap.id}), serde_json::json!({}));
+        self.events.emit(&record.id, EventKind::Restored, None, None);
+        Ok(out)
+    }
+
+    /// Return a sandbox to its image's clean state, keeping /workspace if asked.
+    pub async fn reset(&self, id: &str, keep_workspace: bool) -> Result<Sandbox, EngineError> {
+        let record = self.get(id).await?;
+        let _busy = self.busy(&record.id, "resetting")?;
+        let current = self.state_dir(&record.id);
+        let out = self
+            .replace_files(&record, move |pool, fresh| {
+                if !keep_workspace {
+                    return pool.create(fresh);
+                }
+                pool.clone_volume(&current, fresh, false)?;
+                for layer in ["upper", "overlay-work"] {
+                    let dir = fresh.join(layer);
+                    if dir.exists() {
+                        std::fs::remove_dir_all(&dir).map_err(|source| berth_storage::StorageError::Io {
+                            action: "clear the root file system changes in",
+                            path: dir.clone(),
+                            source,
+                        })?;
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+        self.journal_note(
+            &record.id,
+            "reset",
+            serde_json::json!({"keep_workspace": keep_workspace}),
+            serde_json::json!({}),
+        );
+        self.events.emit(&record.id, EventKind::Restored, None, None);
+        Ok(out)
+    }
+
+    /// Build new files with `make` beside the sandbox's, then swap them in while it is stopped. A failure
+    /// before the swap leaves the sandbox as it was.
+    async fn replace_files(
+        &self,
+        record: &Sandbox,
+        make: impl FnOnce(&Pool, &std::path::Path) -> Result<(), berth_storage::StorageError> + Send + 'static,
+    ) -> Result<Sandbox, EngineError> {
+        let current = self.state_dir(&record.id);
+        let fresh = current.with_extension("new");
+        let old = current.with_extension("old");
+        {
+            let (fresh, old) = (fresh.clone(), old.clone());
+            self.pool_op(move |pool| {
+                pool.remove(&fresh)?;
+                pool.remove(&old)?;
+                make(pool, &fresh)
+            })
+            .await?;
+        }
+        let live = self.live(&record.id).await.ok();
+        if let Some(l) = &live
+            && let Err(e) = self.stop_live(l, &record.id).await
+        {
+            let _ = self.pool_op(move |pool| pool.remove(&fresh)).await;
+            return Err(e);
+        }
+        let swapped = {
+            let (current, fresh, old) = (current.clone(), fresh.clone(), old.clone());
+            self.pool_op(move |pool| {
+                let io = |path: &std::path::Path| {
+                    let path = path.to_path_buf();
+                    move |source| berth_storage::StorageError::Io { action: "swap in the new files at", path, source }
+                };
+                std::fs::rename(&current, &old).map_err(io(&current))?;
+                if let Err(e) = std::fs::rename(&fresh, &current) {
+                    let _ = std::fs::rename(&old, &current);
+                    return Err(io(&fresh)(e));
+                }
+                pool.remove(&old)
+            })
+            .await
+        };
+        let quota = match swapped {
+            Ok(()) => self.apply_quota(&record.id, record.disk_bytes).await,
+            Err(e) => Err(e),
+        };
+        let stopped = self.stopped_record(&record.id)?.unwrap_or_else(|| record.clone());
+        let result = if live.is_some() { self.start_stopped(&stopped).await } else { Ok(stopped) };
+        quota?;
+        result
+    }
+
+    /// `count` new sandboxes whose files are copy-on-write copies of `id`'s at this instant, each with its own
+    /// limits and lifecycle. The instant is kept as a snapshot: every child's parent.
+    pub async fn fork(&self, id: &str, count: u32) -> Result<Forked, EngineError> {
+        if !(1..=MAX_FORKS).contains(&count) {
+            return Err(EngineError::invalid(format!("count must be between 1 and {MAX_FORKS}")));
+        }
+        let parent = self.get(id).await?;
+        let spec = self.spec_of(&parent.id)?;
+        let _busy = self.busy(&parent.id, "forking")?;
+        let mut ids = Vec::new();
+        for _ in 0..count {
+            ids.push(berth_runtime::new_id().map_err(|e| EngineError::Storage(berth_runtime::error_chain(&e)))?);
+        }
+        let base = berth_runtime::new_id().map_err(|e| EngineError::Storage(berth_runtime::error_chain(&e)))?;
+        let src = self.state_dir(&parent.id);
+        let mut dsts: Vec<PathBuf> = ids.iter().map(|i| self.state_dir(i)).collect();
+        dsts.push(self.snapshot_dir(&base));
+        let all = dsts.clone();
+        let cloned = self.frozen(&parent.id, self.pool_op(move |pool| pool.clone_many(&src, &dsts))).await;
+        if let Err(e) = cloned {
+            let _ = self.pool_op(move |pool| all.iter().try_for_each(|d| pool.remove(d))).await;
+            return Err(e);
+        }
+        let snap = Snapshot {
+            id: base.clone(),
+            name: None,
+            sandbox_id: parent.id.clone(),
+            image: parent.image.clone(),
+            created_at_ms: now_ms(),
+            origin: "fork".into(),
+        };
+        self.store.add_snapshot(&snap)?;
+        let now = now_ms();
+        let boots = ids.iter().map(|child| {
+            let mut req = spec.clone();
+            req.name = Some(format!("{}-{}", parent.name.chars().take(50).collect::<String>(), &child[..6]));
+            let base = base.clone();
+            async move {
+                self.apply_quota(child, req.disk_bytes).await?;
+                let booted = self.boot(child, &req, now, Some(base)).await;
+                if booted.is_err() {
+                    let dir = self.state_dir(child);
+                    let _ = self.pool_op(move |pool| pool.remove(&dir)).await;
+                }
+                booted
+            }
+        });
+        let results = futures_join_all(boots).await;
+        let mut sandboxes = Vec::new();
+        let mut failed = None;
+        for r in results {
+            match r {
+                Ok(s) => sandboxes.push(s),
+                Err(e) => failed = Some(e),
+            }
+        }
+        for s in &sandboxes {
+            self.journal_note(
+                &s.id,
+                "create",
+                serde_json::json!({"fork_of": parent.id, "parent": base}),
+                serde_json::json!({"id": s.id, "pid": s.pid}),
+            );
+            self.events.emit(&s.id, EventKind::Created, None, None);
+        }
+        let ids: Vec<&String> = sandboxes.iter().map(|s| &s.id).collect();
+        self.journal_note(
+            &parent.id,
+            "fork",
+            serde_json::json!({"count": count}),
+            serde_json::json!({"ids": ids, "parent": base}),
+        );
+        self.events.emit(&parent.id, EventKind::Forked, None, None);
+        match failed {
+            Some(e) if sandboxes.is_empty() => Err(e),
+            _ => Ok(Forked { parent: base, sandboxes }),
+        }
+    }
+
+    pub async fn create_volume(&self, name: &str) -> Result<Volume, EngineError> {
+        berth_runtime::spec::check_name(name).map_err(|e| EngineError::invalid(e.to_string()))?;
+        let now = now_ms();
+        if !self.store.add_volume(name, now)? {
+            return Err(EngineError::Conflict(format!("a volume named {name:?} already exists")));
+        }
+        let dir = self.volume_dir(name);
+        if let Err(e) = self.pool_op(move |pool| pool.create(&dir)).await {
+            let _ = self.store.remove_volume(name);
+            return Err(e);
+        }
+        Ok(Volume { name: name.to_string(), created_at_ms: now, used_by: vec![] })
+    }
+
+    pub fn volumes(&self) -> Result<Vec<Volume>, EngineError> {
+        let specs = self.store.specs()?;
+        Ok(self
+            .store
+            .volumes()?
+            .into_iter()
+            .map(|(name, created_at_ms)| {
+                let used_by = specs
+                    .iter()
+                    .filter(|(_, s)| {
+                        s["volumes"].as_array().is_some_and(|vs| vs.iter().any(|v| v["name"].as_str() == Some(&name)))
+                    })
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                Volume { name, created_at_ms, used_by }
+            })
+            .collect())
+    }
+
+    pub async fn remove_volume(&self, name: &str) -> Result<Volume, EngineError> {
+        let vol =
+            self.volumes()?.into_iter().find(|v| v.name == name).ok_or_else(|| EngineError::NoVolume(name.into()))?;
+        if !vol.used_by.is_empty() {
+            return Err(EngineError::Conflict(format!(
+                "volume {name:?} is used by {}: remove those sandboxes first",
+                vol.used_by.join(", ")
+            )));
+        }
+        let dir = self.volume_dir(name);
+        self.pool_op(move |pool| pool.remove(&dir)).await?;
+        self.store.remove_volume(name)?;
+        Ok(vol)
+    }
+}
+
+/// Await every future, concurrently, in order.
+async fn futures_join_all<F: Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let futs: Vec<_> = futs.into_iter().map(Box::pin).collect();
+    let mut out = Vec::with_capacity(futs.len());
+    // Polled together by tokio's join on a set of pinned futures.
+    let mut pending: Vec<_> = futs.into_iter().map(Some).collect();
+    let mut results: Vec<Option<F::Output>> = (0..pending.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all_done = true;
+        for (i, slot) in pending.iter_mut().enumerate() {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        results[i] = Some(v);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => all_done = false,
+                }
+            }
+        }
+        if all_done { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
+    })
+    .await;
+    out.extend(results.into_iter().flatten());
+    out
+}

@@ -1,0 +1,206 @@
+//! The HTTP routes of durable projects: stop, start, rebuild; snapshots, restore, reset, fork; volumes; the
+//! storage pool.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::Path as UrlPath;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{delete, get, post};
+use berth_api::{CreateSnapshot, CreateVolume, ForkRequest, ResetRequest, RestoreRequest, StorageInfo};
+
+use crate::Engine;
+use crate::http::{Api, ApiJson, Failure, idempotency_key, once};
+
+pub fn routes() -> Router<Arc<Engine>> {
+    Router::new()
+        .route("/v1/sandboxes/{id}/stop", post(stop))
+        .route("/v1/sandboxes/{id}/start", post(start))
+        .route("/v1/sandboxes/{id}/rebuild", post(rebuild))
+        .route("/v1/sandboxes/{id}/snapshots", post(snapshot))
+        .route("/v1/sandboxes/{id}/restore", post(restore))
+        .route("/v1/sandboxes/{id}/reset", post(reset))
+        .route("/v1/sandboxes/{id}/fork", post(fork))
+        .route("/v1/snapshots", get(snapshots))
+        .route("/v1/snapshots/{snapshot}", get(get_snapshot).delete(remove_snapshot))
+        .route("/v1/volumes", get(volumes).post(create_volume))
+        .route("/v1/volumes/{name}", delete(remove_volume))
+        .route("/v1/storage", get(storage))
+        .route("/v1/sandboxes/{id}/diff", get(diff))
+        .route("/v1/sandboxes/{id}/export", post(export))
+        .route("/v1/images", get(images).post(import_image))
+        .route("/v1/images/{name}", delete(remove_image))
+}
+
+/// Calls that read or write host paths the caller names are for the unix socket's users (host root's
+/// peers) only: a token on the TCP listener cannot make the daemon read or write the host's files.
+fn local_only(what: &str) -> Result<(), Failure> {
+    if crate::engine::actor() == "local" {
+        return Ok(());
+    }
+    Err(Failure(
+        berth_api::ErrorCode::Unauthorized,
+        format!("{what} reads and writes paths on the daemon's host, so it is served on the unix socket only"),
+    ))
+}
+
+async fn images(axum::extract::State(e): Api) -> Result<Response, Failure> {
+    Ok(Json(e.images()?).into_response())
+}
+
+async fn remove_image(axum::extract::State(e): Api, UrlPath(name): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(e.remove_image(&name).await?).into_response())
+}
+
+/// The import's progress and its result, one JSON object per line.
+async fn import_image(
+    axum::extract::State(e): Api,
+    ApiJson(req): ApiJson<berth_api::ImportImage>,
+) -> Result<Response, Failure> {
+    use tokio_stream::StreamExt;
+    local_only("importing an image")?;
+    let frames = e.import_image(req).await?;
+    let lines = tokio_stream::wrappers::ReceiverStream::new(frames).map(|frame| {
+        let mut line = serde_json::to_vec(&frame).unwrap_or_default();
+        line.push(b'\n');
+        Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(line))
+    });
+    Ok(([(axum::http::header::CONTENT_TYPE, "application/x-ndjson")], axum::body::Body::from_stream(lines))
+        .into_response())
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiffQuery {
+    against: Option<String>,
+    /// `json` (default) or `patch`.
+    format: Option<String>,
+}
+
+async fn diff(
+    axum::extract::State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    q: Result<axum::extract::Query<DiffQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, Failure> {
+    let q = q.map_err(|err| Failure(berth_api::ErrorCode::InvalidRequest, err.body_text()))?.0;
+    let patch = match q.format.as_deref() {
+        None | Some("json") => false,
+        Some("patch") => true,
+        Some(other) => {
+            return Err(Failure(
+                berth_api::ErrorCode::InvalidRequest,
+                format!("format must be json or patch, not {other:?}"),
+            ));
+        }
+    };
+    let (d, text) = e.diff(&id, q.against, patch).await?;
+    match text {
+        Some(t) => Ok(([(axum::http::header::CONTENT_TYPE, "text/x-diff; charset=utf-8")], t).into_response()),
+        None => Ok(Json(d).into_response()),
+    }
+}
+
+async fn export(
+    axum::extract::State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    ApiJson(req): ApiJson<berth_api::ExportRequest>,
+) -> Result<Response, Failure> {
+    local_only("export")?;
+    Ok((StatusCode::CREATED, Json(e.export(&id, req).await?)).into_response())
+}
+
+async fn stop(axum::extract::State(e): Api, h: HeaderMap, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    let key = idempotency_key(&h, &format!("stop {id}"))?;
+    once(&e, key, StatusCode::OK, e.stop(&id)).await
+}
+
+async fn start(axum::extract::State(e): Api, h: HeaderMap, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    let key = idempotency_key(&h, &format!("start {id}"))?;
+    once(&e, key, StatusCode::OK, e.start(&id)).await
+}
+
+async fn rebuild(
+    axum::extract::State(e): Api,
+    h: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+) -> Result<Response, Failure> {
+    let key = idempotency_key(&h, &format!("rebuild {id}"))?;
+    once(&e, key, StatusCode::OK, e.rebuild(&id)).await
+}
+
+async fn snapshot(
+    axum::extract::State(e): Api,
+    h: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+    ApiJson(req): ApiJson<CreateSnapshot>,
+) -> Result<Response, Failure> {
+    let key = idempotency_key(&h, &format!("snapshot {id}"))?;
+    once(&e, key, StatusCode::CREATED, e.snapshot(&id, req.name)).await
+}
+
+async fn restore(
+    axum::extract::State(e): Api,
+    h: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+    ApiJson(req): ApiJson<RestoreRequest>,
+) -> Result<Response, Failure> {
+    let key = idempotency_key(&h, &format!("restore {id}"))?;
+    once(&e, key, StatusCode::OK, e.restore(&id, &req.snapshot)).await
+}
+
+async fn reset(
+    axum::extract::State(e): Api,
+    h: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+    ApiJson(req): ApiJson<ResetRequest>,
+) -> Result<Response, Failure> {
+    let key = idempotency_key(&h, &format!("reset {id}"))?;
+    once(&e, key, StatusCode::OK, e.reset(&id, req.keep_workspace)).await
+}
+
+async fn fork(
+    axum::extract::State(e): Api,
+    h: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+    ApiJson(req): ApiJson<ForkRequest>,
+) -> Result<Response, Failure> {
+    let key = idempotency_key(&h, &format!("fork {id}"))?;
+    once(&e, key, StatusCode::CREATED, e.fork(&id, req.count.unwrap_or(1))).await
+}
+
+async fn snapshots(axum::extract::State(e): Api) -> Result<Response, Failure> {
+    Ok(Json(e.snapshots()?).into_response())
+}
+
+async fn get_snapshot(axum::extract::State(e): Api, UrlPath(s): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(e.get_snapshot(&s)?).into_response())
+}
+
+async fn remove_snapshot(axum::extract::State(e): Api, UrlPath(s): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(e.remove_snapshot(&s).await?).into_response())
+}
+
+async fn volumes(axum::extract::State(e): Api) -> Result<Response, Failure> {
+    Ok(Json(e.volumes()?).into_response())
+}
+
+async fn create_volume(axum::extract::State(e): Api, ApiJson(req): ApiJson<CreateVolume>) -> Result<Response, Failure> {
+    Ok((StatusCode::CREATED, Json(e.create_volume(&req.name).await?)).into_response())
+}
+
+async fn remove_volume(axum::extract::State(e): Api, UrlPath(name): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(e.remove_volume(&name).await?).into_response())
+}
+
+async fn storage(axum::extract::State(e): Api) -> Result<Response, Failure> {
+    let pool = e.pool();
+    let info = pool.info().map_err(|err| Failure::from(crate::EngineError::Storage(err.to_string())))?;
+    Ok(Json(StorageInfo {
+        mode: info.mode.to_string(),
+        size_bytes: info.size_bytes,
+        free_bytes: info.free_bytes,
+        quotas: info.quotas,
+    })
+    .into_response())
+}

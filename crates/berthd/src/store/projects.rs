@@ -1,0 +1,108 @@
+//! What the database keeps of durable projects: the spec a sandbox is started again from, its snapshots,
+//! and the named volumes.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{Store, StoreError};
+
+impl Store {
+    /// Keep what a sandbox is built from, so it can be started again after a stop or a lost supervisor.
+    pub fn put_spec(&self, id: &str, spec: &serde_json::Value) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute("UPDATE sandboxes SET spec = ?2 WHERE id = ?1", params![id, spec.to_string()]).map(|_| ())
+        })
+    }
+
+    /// A sandbox's last record, removed or not.
+    pub fn record(&self, id: &str) -> Result<Option<berth_api::Sandbox>, StoreError> {
+        let text: Option<String> =
+            self.with(|c| c.query_row("SELECT record FROM sandboxes WHERE id = ?1", [id], |r| r.get(0)).optional())?;
+        Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+    }
+
+    pub fn spec(&self, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        let text: Option<Option<String>> =
+            self.with(|c| c.query_row("SELECT spec FROM sandboxes WHERE id = ?1", [id], |r| r.get(0)).optional())?;
+        Ok(text.flatten().and_then(|t| serde_json::from_str(&t).ok()))
+    }
+
+    /// Sandboxes not removed whose record says they are stopped.
+    pub fn stopped(&self) -> Result<Vec<berth_api::Sandbox>, StoreError> {
+        let records: Vec<String> = self.with(|c| {
+            let mut stmt = c.prepare("SELECT record FROM sandboxes WHERE gone_at_ms IS NULL")?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            rows.collect()
+        })?;
+        Ok(records
+            .iter()
+            .filter_map(|r| serde_json::from_str::<berth_api::Sandbox>(r).ok())
+            .filter(|r| r.state == berth_api::SandboxState::Stopped)
+            .collect())
+    }
+
+    pub fn add_snapshot(&self, snap: &berth_api::Snapshot) -> Result<(), StoreError> {
+        let json = serde_json::to_string(snap).unwrap_or_default();
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO snapshots (id, name, record, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
+                params![snap.id, snap.name, json, snap.created_at_ms as i64],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// A snapshot by id or name.
+    pub fn snapshot(&self, id_or_name: &str) -> Result<Option<berth_api::Snapshot>, StoreError> {
+        let text: Option<String> = self.with(|c| {
+            c.query_row("SELECT record FROM snapshots WHERE id = ?1 OR name = ?1", [id_or_name], |r| r.get(0))
+                .optional()
+        })?;
+        Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+    }
+
+    pub fn snapshots(&self) -> Result<Vec<berth_api::Snapshot>, StoreError> {
+        let records: Vec<String> = self.with(|c| {
+            let mut stmt = c.prepare("SELECT record FROM snapshots ORDER BY created_at_ms, id")?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            rows.collect()
+        })?;
+        Ok(records.iter().filter_map(|r| serde_json::from_str(r).ok()).collect())
+    }
+
+    pub fn remove_snapshot(&self, id: &str) -> Result<bool, StoreError> {
+        self.with(|c| c.execute("DELETE FROM snapshots WHERE id = ?1", [id]).map(|n| n > 0))
+    }
+
+    /// Add a volume; false if the name is taken.
+    pub fn add_volume(&self, name: &str, now_ms: u64) -> Result<bool, StoreError> {
+        self.with(|c| {
+            c.execute(
+                "INSERT OR IGNORE INTO volumes (name, created_at_ms) VALUES (?1, ?2)",
+                params![name, now_ms as i64],
+            )
+            .map(|n| n > 0)
+        })
+    }
+
+    pub fn volumes(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.with(|c| {
+            let mut stmt = c.prepare("SELECT name, created_at_ms FROM volumes ORDER BY name")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))?;
+            rows.collect()
+        })
+    }
+
+    pub fn remove_volume(&self, name: &str) -> Result<bool, StoreError> {
+        self.with(|c| c.execute("DELETE FROM volumes WHERE name = ?1", [name]).map(|n| n > 0))
+    }
+
+    /// The specs of every sandbox not removed (running or stopped), by id.
+    pub fn specs(&self) -> Result<Vec<(String, serde_json::Value)>, StoreError> {
+        let rows: Vec<(String, Option<String>)> = self.with(|c| {
+            let mut stmt = c.prepare("SELECT id, spec FROM sandboxes WHERE gone_at_ms IS NULL")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect()
+        })?;
+        Ok(rows.into_iter().filter_map(|(id, s)| Some((id, serde_json::from_str(&s?).ok()?))).collect())
+    }
+}
