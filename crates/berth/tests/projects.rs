@@ -94,6 +94,20 @@ fn persistent_sandbox_keeps_its_files_through_stop_start_rebuild_and_lost_superv
 }
 
 #[test]
+fn an_idle_persistent_sandbox_is_stopped_not_removed() {
+    let d = Daemon::start();
+    let id = d.create(&["--persistent", "--idle-timeout", "1s"]);
+    d.sh(&id, "echo still-here > /workspace/f");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while state_of(&d, &id) != "stopped" {
+        assert!(Instant::now() < deadline, "an idle persistent sandbox was not stopped");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(d.berth(&["start", &id]).status.success());
+    assert_eq!(d.sh(&id, "cat /workspace/f"), "still-here\n");
+}
+
+#[test]
 fn ephemeral_sandboxes_leave_nothing() {
     let mut d = Daemon::start();
     let id = d.create(&[]);
@@ -122,6 +136,10 @@ fn restore_brings_back_deleted_and_overwritten_files_and_reset_returns_to_the_im
     assert_eq!(snap.len(), 12, "{snap:?}");
     d.sh(&id, "echo changed > /workspace/a && rm /workspace/b /etc/app.conf && echo new > /workspace/c");
 
+    let journal = json(&d.berth(&["journal", &id, "--json"]));
+    let entry = journal.as_array().unwrap().iter().find(|e| e["action"] == "snapshot").unwrap().clone();
+    assert_eq!(entry["result"]["frozen"], true, "a running sandbox is frozen for the copy: {entry}");
+    assert_eq!(d.sh(&id, "echo thawed"), "thawed\n", "and thawed after it");
     let listed = json(&d.berth(&["snapshot", "ls", "--json"]));
     assert_eq!(listed[0]["name"], "good");
     assert_eq!(listed[0]["sandbox_id"], id.as_str());
@@ -199,6 +217,11 @@ fn fork_children_are_independent_of_each_other_and_of_the_parent() {
         .map(|c| (c["path"].as_str().unwrap(), c["kind"].as_str().unwrap()))
         .collect();
     assert_eq!(paths, [("/workspace/src/main.txt", "modified")], "a fork is compared with the instant it was made");
+
+    // The snapshot of the fork's instant goes with the last child that has it as its parent.
+    assert_eq!(json(&d.berth(&["snapshot", "ls", "--json"])).as_array().unwrap().len(), 1);
+    assert!(d.berth(&["rm", &kids[1], &kids[2]]).status.success());
+    assert_eq!(json(&d.berth(&["snapshot", "ls", "--json"])).as_array().unwrap().len(), 0);
 
     assert_eq!(d.http("POST", &format!("/v1/sandboxes/{parent}/fork"), r#"{"count":0}"#).0, 400);
     assert_eq!(d.http("POST", &format!("/v1/sandboxes/{parent}/fork"), r#"{"count":65}"#).0, 400);

@@ -373,8 +373,8 @@ impl Engine {
     /// Destroy a live sandbox's runtime through its shim (its files stay) and forget it as live.
     async fn halt(&self, live: &Arc<Live>, sid: &str) -> Result<Teardown, EngineError> {
         let sid = sid.to_string();
-        // Forgotten as live first: the reaper must not take its init's exit for a sandbox that ended on its own.
-        self.sandboxes.lock().await.remove(&sid);
+        // Still listed (as stopping) until it is gone; the reaper leaves alone what is being removed or stopped.
+        live.record.lock().await.state = SandboxState::Stopping;
         let path = shim::socket_path(&self.root, &sid);
         let teardown = tokio::task::spawn_blocking(move || -> Result<Teardown, EngineError> {
             let conn = berth_sys::fd::seqpacket_connect(&path).map_err(|_| EngineError::ShimGone)?;
@@ -385,8 +385,10 @@ impl Engine {
             }
         })
         .await
-        .map_err(|_| EngineError::ShimGone)?;
-        let _ = live;
+        .map_err(|_| EngineError::ShimGone)
+        .and_then(|t| t);
+        // Gone either way: a shim that does not answer has no sandbox left to tear down.
+        self.sandboxes.lock().await.remove(&sid);
         teardown
     }
 
@@ -587,9 +589,14 @@ impl Engine {
         let now = now_ms();
         let all: Vec<Arc<Live>> = self.sandboxes.lock().await.values().cloned().collect();
         let mut due = Vec::new();
+        let mut idle_persistent = Vec::new();
         let mut ended = Vec::new();
+        let removing: std::collections::HashSet<String> = self.removing.lock().map(|r| r.clone()).unwrap_or_default();
         for l in all {
             let r = l.record.lock().await;
+            if removing.contains(&r.id) || r.state == SandboxState::Stopping {
+                continue;
+            }
             if l.session.is_closed() {
                 ended.push((r.id.clone(), Arc::clone(&l)));
                 continue;
@@ -598,12 +605,26 @@ impl Engine {
             let expired = r.expires_at_ms.is_some_and(|t| now >= t);
             let idle =
                 !running && r.idle_timeout_seconds.is_some_and(|s| now >= r.last_activity_ms + (s * 1000.0) as u64);
-            if expired || idle {
+            if expired {
                 due.push(r.id.clone());
+            } else if idle && r.persistent {
+                // Idle costs nothing: a persistent sandbox is stopped, its files kept, not removed.
+                idle_persistent.push(r.id.clone());
+            } else if idle {
+                due.push(r.id.clone());
+            }
+        }
+        // A stopped sandbox's lifetime runs out too.
+        for s in self.store.stopped().unwrap_or_default() {
+            if s.expires_at_ms.is_some_and(|t| now >= t) {
+                due.push(s.id);
             }
         }
         for id in &due {
             let _ = self.remove_because(id, "reaped").await;
+        }
+        for id in &idle_persistent {
+            let _ = self.stop_because(id, "idle").await;
         }
         // A shim whose daemon died while creating it was never adopted; it is now.
         self.adopt(Some(Duration::from_secs(5))).await;

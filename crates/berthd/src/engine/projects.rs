@@ -130,12 +130,23 @@ impl Engine {
             .ok_or_else(|| EngineError::Storage(format!("the database has no spec for sandbox {id}")))
     }
 
-    /// Remove a sandbox's files (its runtime is gone), and its fork-instant parent if nothing else uses it.
+    /// Remove a sandbox's files (its runtime is gone), and the snapshot of the instant it was forked if no
+    /// other sandbox has it as its parent (a snapshot someone asked for stays until removed).
     pub(crate) async fn discard_files(&self, id: &str, teardown: &mut Teardown) {
         let dir = self.state_dir(id);
         match self.pool_op(move |pool| pool.remove(&dir)).await {
             Ok(()) => teardown.steps.push("removed the sandbox's files".into()),
             Err(e) => teardown.leftovers.push(format!("the sandbox's files: {e}")),
+        }
+        let Ok(Some(record)) = self.store.record(id) else { return };
+        let Some(parent) = record.parent else { return };
+        let Ok(Some(snap)) = self.store.snapshot(&parent) else { return };
+        if snap.origin != "fork" {
+            return;
+        }
+        let others = self.list().await.into_iter().any(|s| s.id != id && s.parent.as_deref() == Some(&parent));
+        if !others && self.remove_snapshot(&parent).await.is_ok() {
+            teardown.steps.push(format!("removed the fork snapshot {parent}, which no sandbox uses any more"));
         }
     }
 
@@ -147,11 +158,15 @@ impl Engine {
 
     /// Stop a sandbox's processes and keep its files.
     pub async fn stop(&self, id: &str) -> Result<Sandbox, EngineError> {
+        self.stop_because(id, "asked").await
+    }
+
+    pub(crate) async fn stop_because(&self, id: &str, why: &str) -> Result<Sandbox, EngineError> {
         let live = self.running(id, "stop").await?;
         let sid = live.record.lock().await.id.clone();
         let _busy = self.busy(&sid, "stopping")?;
         let record = self.stop_live(&live, &sid).await?;
-        self.journal_note(&sid, "stop", serde_json::json!({}), serde_json::json!({}));
+        self.journal_note(&sid, "stop", serde_json::json!({}), serde_json::json!({"reason": why}));
         Ok(record)
     }
 
@@ -226,14 +241,15 @@ impl Engine {
     }
 
     /// Freeze a running sandbox for the instant of `op` (a consistent copy of its files), then thaw it.
-    async fn frozen<T>(&self, id: &str, op: impl Future<Output = T>) -> T {
+    /// Returns `op`'s result and whether the sandbox was frozen for it (a stopped one has nothing to freeze).
+    async fn frozen<T>(&self, id: &str, op: impl Future<Output = T>) -> (T, bool) {
         let cg = self.live(id).await.ok().and_then(|_| self.cgroups.as_ref().map(|h| h.open(id)));
         let frozen = cg.as_ref().is_some_and(|c| c.freeze().is_ok());
         let out = op.await;
         if let (true, Some(c)) = (frozen, cg) {
             let _ = c.thaw();
         }
-        out
+        (out, frozen)
     }
 
     /// Capture a sandbox's files (root changes and workspace) as a read-only snapshot.
@@ -246,12 +262,12 @@ impl Engine {
             }
         }
         let _busy = self.busy(&record.id, "taking a snapshot")?;
-        let snap = self.take_snapshot(&record, name, "snapshot").await?;
+        let (snap, frozen) = self.take_snapshot(&record, name, "snapshot").await?;
         self.journal_note(
             &record.id,
             "snapshot",
             serde_json::json!({"name": snap.name}),
-            serde_json::json!({"snapshot": snap.id}),
+            serde_json::json!({"snapshot": snap.id, "frozen": frozen}),
         );
         self.events.emit(&record.id, EventKind::Snapshotted, None, None);
         Ok(snap)
@@ -262,10 +278,11 @@ impl Engine {
         record: &Sandbox,
         name: Option<String>,
         origin: &str,
-    ) -> Result<Snapshot, EngineError> {
+    ) -> Result<(Snapshot, bool), EngineError> {
         let sid = berth_runtime::new_id().map_err(|e| EngineError::Storage(berth_runtime::error_chain(&e)))?;
         let (src, dst) = (self.state_dir(&record.id), self.snapshot_dir(&sid));
-        self.frozen(&record.id, self.pool_clone(src, dst, true)).await?;
+        let (cloned, frozen) = self.frozen(&record.id, self.pool_clone(src, dst, true)).await;
+        cloned?;
         let snap = Snapshot {
             id: sid,
             name,
@@ -279,7 +296,7 @@ impl Engine {
             let _ = self.pool_op(move |pool| pool.remove(&dir)).await;
             return Err(e.into());
         }
-        Ok(snap)
+        Ok((snap, frozen))
     }
 
     pub fn snapshots(&self) -> Result<Vec<Snapshot>, EngineError> {
@@ -414,7 +431,7 @@ impl Engine {
         let mut dsts: Vec<PathBuf> = ids.iter().map(|i| self.state_dir(i)).collect();
         dsts.push(self.snapshot_dir(&base));
         let all = dsts.clone();
-        let cloned = self.frozen(&parent.id, self.pool_op(move |pool| pool.clone_many(&src, &dsts))).await;
+        let (cloned, frozen) = self.frozen(&parent.id, self.pool_op(move |pool| pool.clone_many(&src, &dsts))).await;
         if let Err(e) = cloned {
             let _ = self.pool_op(move |pool| all.iter().try_for_each(|d| pool.remove(d))).await;
             return Err(e);
@@ -466,7 +483,7 @@ impl Engine {
             &parent.id,
             "fork",
             serde_json::json!({"count": count}),
-            serde_json::json!({"ids": ids, "parent": base}),
+            serde_json::json!({"ids": ids, "parent": base, "frozen": frozen}),
         );
         self.events.emit(&parent.id, EventKind::Forked, None, None);
         match failed {
@@ -549,4 +566,24 @@ async fn futures_join_all<F: Future>(futs: impl IntoIterator<Item = F>) -> Vec<F
     .await;
     out.extend(results.into_iter().flatten());
     out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_second_operation_on_a_busy_sandbox_is_refused_until_the_first_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(dir.path()).await.unwrap();
+        let first = e.busy("0123456789ab", "taking a snapshot").unwrap();
+        let err = e.busy("0123456789ab", "restoring a snapshot").err().unwrap();
+        assert_eq!(err.code(), berth_api::ErrorCode::Conflict);
+        assert!(err.to_string().contains("busy (taking a snapshot)"), "{err}");
+        let other = e.busy("ba9876543210", "stopping").unwrap();
+        drop(first);
+        assert!(e.busy("0123456789ab", "restoring a snapshot").is_ok());
+        drop(other);
+    }
 }
