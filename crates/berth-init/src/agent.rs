@@ -28,6 +28,8 @@ mod libc_sig {
 
 struct Init {
     control: OwnedFd,
+    /// The proxy port's listener (bound before anything untrusted runs, so nothing inside can take the port).
+    proxy: Option<std::net::TcpListener>,
     /// Running commands: pid inside the sandbox → request id.
     running: HashMap<i32, u64>,
 }
@@ -67,19 +69,29 @@ pub fn run() -> i32 {
             return 125;
         }
     };
-    let mut init = Init { control, running: HashMap::new() };
+    let proxy = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, protocol::PROXY_PORT))
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .ok();
+    let mut init = Init { control, proxy, running: HashMap::new() };
     if init.report(&Event::Ready { version: env!("CARGO_PKG_VERSION").into(), landlock }).is_err() {
         return 125;
     }
     loop {
-        let (control_ready, signal_ready) = {
-            let mut fds = [PollFd::new(&init.control, PollFlags::IN), PollFd::new(&sigfd, PollFlags::IN)];
+        let (control_ready, signal_ready, proxy_ready) = {
+            let mut fds = vec![PollFd::new(&init.control, PollFlags::IN), PollFd::new(&sigfd, PollFlags::IN)];
+            if let Some(l) = &init.proxy {
+                fds.push(PollFd::new(l, PollFlags::IN));
+            }
             match rustix::event::poll(&mut fds, None) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(_) => return 125,
             }
-            (!fds[0].revents().is_empty(), !fds[1].revents().is_empty())
+            let ready = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
+            (ready(0), ready(1), ready(2))
         };
+        if proxy_ready {
+            init.hand_over_connections();
+        }
         if signal_ready {
             for sig in proc::read_signals(&sigfd) {
                 if sig != libc_sig::CHLD {
@@ -109,6 +121,15 @@ pub fn run() -> i32 {
 impl Init {
     fn report(&self, ev: &Event) -> Result<(), ProtocolError> {
         protocol::send(self.control.as_fd(), ev, &[])
+    }
+
+    /// Pass every waiting proxy connection to the supervisor; init never reads or writes them itself.
+    fn hand_over_connections(&self) {
+        let Some(listener) = &self.proxy else { return };
+        while let Ok((conn, _)) = listener.accept() {
+            let fd = OwnedFd::from(conn);
+            let _ = protocol::send(self.control.as_fd(), &Event::Connection {}, &[fd.as_fd()]);
+        }
     }
 
     fn handle(&mut self, req: Request, fds: Vec<OwnedFd>) {

@@ -15,6 +15,11 @@ pub const CONTROL_FD: i32 = 3;
 /// The largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 64 * 1024;
 
+/// Where init accepts the sandbox's proxy connections, on its loopback. Each accepted connection is handed to
+/// the supervisor (an [`Event::Connection`] carrying the socket), which decides where, if anywhere, it goes:
+/// the sandbox itself has no network interface but `lo`.
+pub const PROXY_PORT: u16 = 3128;
+
 /// Which of a command's standard streams arrive as descriptors with an [`Request::Exec`], in order.
 /// A stream that is not attached reads from or writes to `/dev/null`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +73,8 @@ pub enum Event {
     Rejected { message: String },
     /// Sent by berth instead of `Ready` when building the sandbox failed before init could start.
     SetupFailed { message: String },
+    /// A connection to the proxy port, accepted by init; the socket travels with the message.
+    Connection {},
 }
 
 /// Errors of the control channel.

@@ -21,8 +21,9 @@ pub const HOST_ID_BASE: u32 = 0x7000_0000;
 /// The host ids berth's storage keeps sandbox files under: inside id N is stored as `STORAGE_BASE + N`
 /// whatever block the sandbox runs under, so a persistent sandbox, a fork or a restored snapshot finds its
 /// files its own on every run, and no file on the host disk belongs to a host user (a setuid file a sandbox
-/// leaves behind is setuid to an id nobody has).
-pub const STORAGE_BASE: u32 = 0x6f00_0000;
+/// leaves behind is setuid to an id nobody has). The block lies just above the last sandbox block and above
+/// the range systemd hands to containers (up to 0x6fffffff), so no container manager gives it out.
+pub const STORAGE_BASE: u32 = 0xb000_0000;
 /// Ids per sandbox: inside ids 0..65536 (root, `user` = 1000, nobody = 65534).
 pub const IDS_PER_SANDBOX: u32 = 65536;
 /// How many sandboxes may be alive at once on one host.

@@ -25,6 +25,11 @@ pub enum RuntimeError {
     NotRoot,
     #[error("sandbox {id} is already running")]
     Running { id: String },
+    #[error(
+        "{path} holds files that are not a sandbox's state: give a new or empty directory (berth takes over its \
+         ownership)"
+    )]
+    ForeignState { path: PathBuf },
     #[error("cannot use the storage directory {path}")]
     Storage {
         path: PathBuf,

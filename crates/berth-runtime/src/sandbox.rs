@@ -2,7 +2,7 @@
 
 use std::fs::{self, File};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -88,6 +88,9 @@ impl Runtime {
             fs::create_dir_all(root.join(sub))
                 .map_err(|source| RuntimeError::PrepareRoot { path: root.join(sub), source })?;
         }
+        // Imported images are stored under berth's storage ids: host users have no business in them.
+        fs::set_permissions(root.join("images"), fs::Permissions::from_mode(0o700))
+            .map_err(|source| RuntimeError::PrepareRoot { path: root.join("images"), source })?;
         fs::create_dir_all(SCRATCH_MOUNT_POINT)
             .map_err(|source| RuntimeError::PrepareRoot { path: SCRATCH_MOUNT_POINT.into(), source })?;
         let exe = rustix::fs::open(
@@ -175,8 +178,11 @@ impl Runtime {
         }
         crate::trace::mark("start");
         let layers = self.images.layers(&spec.image)?;
-        for dir in spec.state.iter().chain(spec.volumes.iter().map(|v| &v.source)) {
-            prepare_storage(dir)?;
+        if let Some(state) = &spec.state {
+            prepare_storage(state, 0o700)?;
+        }
+        for v in &spec.volumes {
+            prepare_storage(&v.source, 0o755)?;
         }
         let id = match &spec.id {
             Some(id) => {
@@ -321,17 +327,25 @@ fn claim_held(path: &Path) -> bool {
 }
 
 /// Make a storage directory the sandbox's: its top is owned by root inside (stored as `STORAGE_BASE`), so
-/// root inside can write there through the id-mapped mount. A top owned by anyone else (host root, when the
-/// pool just made it) is handed over; its contents are the sandbox's already.
-fn prepare_storage(dir: &Path) -> Result<(), RuntimeError> {
+/// root inside can write there through the id-mapped mount. A fresh top (empty, or made by the pool) is handed
+/// over; a directory that holds someone else's files is refused rather than taken over. A state directory's top
+/// is 0700: what a sandbox leaves there (setuid files included) is out of reach of host users; a volume's is
+/// 0755, for the sandbox's other users (the pool's own directories keep host users out).
+fn prepare_storage(dir: &Path, mode: u32) -> Result<(), RuntimeError> {
     let err = |source| RuntimeError::Storage { path: dir.to_path_buf(), source };
     let meta = fs::symlink_metadata(dir).map_err(err)?;
     if !meta.is_dir() {
         return Err(err(std::io::Error::from(std::io::ErrorKind::NotADirectory)));
     }
     if meta.uid() != STORAGE_BASE || meta.gid() != STORAGE_BASE {
+        let empty = fs::read_dir(dir).map_err(err)?.next().is_none();
+        if !empty {
+            return Err(RuntimeError::ForeignState { path: dir.to_path_buf() });
+        }
         std::os::unix::fs::lchown(dir, Some(STORAGE_BASE), Some(STORAGE_BASE)).map_err(err)?;
-        fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).map_err(err)?;
+    }
+    if meta.permissions().mode() & 0o7777 != mode {
+        fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(mode)).map_err(err)?;
     }
     Ok(())
 }

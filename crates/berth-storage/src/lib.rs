@@ -12,6 +12,7 @@
 //! Layout of a data root: `pool/` (the pool, with `sandboxes/`, `snapshots/`, `volumes/` and `images/`), and
 //! `pool.img` when the pool is an image. Every volume path handed to a [`Pool`] must lie one level or more
 //! inside one of the four directories; names starting with `.` are the pool's own (copies in progress).
+#![forbid(unsafe_code)]
 
 mod copy;
 mod error;

@@ -89,6 +89,12 @@ fn persistent_sandbox_keeps_its_files_through_stop_start_rebuild_and_lost_superv
     assert_eq!(state_of(&d, &id), "stopped");
     assert!(d.berth(&["start", &id]).status.success());
     assert_eq!(d.sh(&id, check), expected);
+    // Every one of those steps is in the journal, and its hash chain holds (by name, running or stopped).
+    assert!(d.berth(&["snapshot", &id]).status.success());
+    d.sh(&id, "true");
+    assert!(d.berth(&["stop", &id]).status.success());
+    let verify = d.berth(&["journal", "keeper", "--verify"]);
+    assert!(verify.status.success(), "{} {}", text(&verify.stdout), text(&verify.stderr));
     assert!(d.berth(&["rm", &id]).status.success());
     assert!(pool_sandboxes(&d).is_empty(), "rm removes a persistent sandbox's files: {:?}", pool_sandboxes(&d));
 }
@@ -172,6 +178,8 @@ fn restore_brings_back_deleted_and_overwritten_files_and_reset_returns_to_the_im
     assert_eq!(state_of(&d, &id), "running");
 
     // One prepared state, many sandboxes.
+    let other_image = d.http("POST", &format!("/v1/sandboxes/{id}/restore"), &format!(r#"{{"snapshot":"{snap}"}}"#));
+    assert_eq!(other_image.0, 200, "same image: {}", other_image.1);
     let from = d.create(&["--from", "good"]);
     assert_eq!(d.sh(&from, "cat /workspace/a /etc/app.conf"), "one\ncfg\n");
     assert_eq!(json(&d.berth(&["inspect", &from, "--json"]))["parent"], snap.as_str());

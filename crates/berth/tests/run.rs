@@ -479,6 +479,15 @@ fn state_directory_keeps_root_changes_and_workspace_across_runs_under_storage_id
     let setuid = std::fs::metadata(state.join("workspace/s")).unwrap();
     assert_eq!(setuid.uid(), berth_runtime::ids::STORAGE_BASE);
     assert_eq!(std::fs::metadata(state.join("upper/root/etc/added")).unwrap().uid(), berth_runtime::ids::STORAGE_BASE);
+    assert_eq!(std::fs::metadata(&state).unwrap().mode() & 0o777, 0o700, "host users cannot reach what it keeps");
+    // A directory holding someone else's files is not taken over.
+    let foreign = b.root.path().join("foreign");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("mine"), "x").unwrap();
+    let refused = b.run(&["--state", foreign.to_str().unwrap()], &["true"]);
+    assert_eq!(refused.status.code(), Some(125));
+    assert!(text(&refused.stderr).contains("not a sandbox's state"), "{}", text(&refused.stderr));
+    assert_eq!(std::fs::metadata(foreign.join("mine")).unwrap().uid(), 0);
     // Without --state nothing is kept.
     let third = b.run(&[], &["sh", "-c", "test -e /workspace/a || echo fresh"]);
     assert_eq!(text(&third.stdout), "fresh\n");

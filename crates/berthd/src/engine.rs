@@ -494,8 +494,8 @@ impl Engine {
 
     /// A sandbox's journal (also after the sandbox is gone): its records, or the verdict of checking them.
     pub async fn journal(&self, id: &str, verify: bool) -> Result<serde_json::Value, EngineError> {
-        let sid = match self.live(id).await {
-            Ok(live) => live.record.lock().await.id.clone(),
+        let sid = match self.get(id).await {
+            Ok(record) => record.id,
             Err(_) if id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit()) => id.to_string(),
             Err(e) => return Err(e),
         };

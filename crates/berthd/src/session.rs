@@ -21,6 +21,8 @@ pub struct Session {
     next: AtomicU64,
     /// Set when init hung up: the sandbox has ended (its shim tears it down).
     closed: std::sync::atomic::AtomicBool,
+    /// Where proxy connections init accepted go (dropped, and so closed, when nobody takes them).
+    connections: Mutex<Option<mpsc::UnboundedSender<OwnedFd>>>,
 }
 
 impl Session {
@@ -34,6 +36,7 @@ impl Session {
             waiters: Mutex::new(HashMap::new()),
             next: AtomicU64::new(first_request_id()),
             closed: std::sync::atomic::AtomicBool::new(false),
+            connections: Mutex::new(None),
         });
         tokio::spawn(Arc::clone(&session).route());
         Ok(session)
@@ -75,12 +78,20 @@ impl Session {
                     }
                 })
             });
-            let (n, _fds) = match got {
+            let (n, mut fds) = match got {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 Err(_) | Ok((0, _)) => break,
                 Ok(r) => r,
             };
             let Ok(event) = serde_json::from_slice::<Event>(&buf[..n]) else { continue };
+            if let Event::Connection {} = event {
+                if let (Some(fd), Ok(c)) = (fds.pop(), self.connections.lock())
+                    && let Some(tx) = c.as_ref()
+                {
+                    let _ = tx.send(fd);
+                }
+                continue;
+            }
             let target = match &event {
                 Event::Started { id, .. } | Event::Failed { id, .. } | Event::Exited { id, .. } => Some(*id),
                 _ => None,
@@ -95,6 +106,16 @@ impl Session {
             w.clear();
         }
         self.closed.store(true, Ordering::Relaxed);
+    }
+
+    /// Receive the proxy connections init accepts from now on.
+    #[allow(dead_code)]
+    pub fn take_connections(&self) -> mpsc::UnboundedReceiver<OwnedFd> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Ok(mut c) = self.connections.lock() {
+            *c = Some(tx);
+        }
+        rx
     }
 
     /// Whether init has hung up (the sandbox ended on its own).

@@ -170,6 +170,7 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
                 | E::UnknownImage { .. }
                 | E::TooManyMounts { .. }
                 | E::Running { .. }
+                | E::ForeignState { .. }
         );
         (berth_runtime::error_chain(&e), invalid)
     })?;

@@ -90,10 +90,15 @@ impl Engine {
         }
     }
 
+    /// Set a sandbox's quota; without one, lift any its files inherited (a clone keeps its source's limit).
     pub(crate) async fn apply_quota(&self, id: &str, disk: Option<u64>) -> Result<(), EngineError> {
-        let Some(bytes) = disk else { return Ok(()) };
+        if disk.is_none()
+            && (self.pool.mode() != berth_storage::Mode::Btrfs || !self.pool.info().is_ok_and(|i| i.quotas))
+        {
+            return Ok(());
+        }
         let dir = self.state_dir(id);
-        self.pool_op(move |pool| pool.set_quota(&dir, Some(bytes))).await
+        self.pool_op(move |pool| pool.set_quota(&dir, disk)).await
     }
 
     pub(crate) fn check_volumes(&self, volumes: &[VolumeMount]) -> Result<(), EngineError> {
@@ -150,8 +155,12 @@ impl Engine {
         }
     }
 
-    fn journal_note(&self, id: &str, action: &str, args: serde_json::Value, result: serde_json::Value) {
-        if let Ok(mut j) = Journal::open(&journal_path(&self.root, id)) {
+    /// Journal an action: through the live sandbox's own journal handle when it has one (two handles on one
+    /// journal would hand out the same sequence number twice), else through a fresh one.
+    async fn journal_note(&self, id: &str, action: &str, args: serde_json::Value, result: serde_json::Value) {
+        if let Some(live) = self.sandboxes.lock().await.get(id).cloned() {
+            live.note(action, args, result);
+        } else if let Ok(mut j) = Journal::open(&journal_path(&self.root, id)) {
             let _ = j.append(&actor(), action, args, result);
         }
     }
@@ -166,7 +175,7 @@ impl Engine {
         let sid = live.record.lock().await.id.clone();
         let _busy = self.busy(&sid, "stopping")?;
         let record = self.stop_live(&live, &sid).await?;
-        self.journal_note(&sid, "stop", serde_json::json!({}), serde_json::json!({"reason": why}));
+        self.journal_note(&sid, "stop", serde_json::json!({}), serde_json::json!({"reason": why})).await;
         Ok(record)
     }
 
@@ -215,7 +224,7 @@ impl Engine {
         let stopped = self.stopped_record(id)?.ok_or_else(|| EngineError::NoSandbox(id.to_string()))?;
         let _busy = self.busy(&stopped.id, "starting")?;
         let record = self.start_stopped(&stopped).await?;
-        self.journal_note(&record.id, "start", serde_json::json!({}), serde_json::json!({"pid": record.pid}));
+        self.journal_note(&record.id, "start", serde_json::json!({}), serde_json::json!({"pid": record.pid})).await;
         self.events.emit(&record.id, EventKind::Started, None, None);
         Ok(record)
     }
@@ -235,7 +244,7 @@ impl Engine {
             Err(_) => record,
         };
         let started = self.start_stopped(&stopped).await?;
-        self.journal_note(&started.id, "rebuild", serde_json::json!({}), serde_json::json!({"pid": started.pid}));
+        self.journal_note(&started.id, "rebuild", serde_json::json!({}), serde_json::json!({"pid": started.pid})).await;
         self.events.emit(&started.id, EventKind::Started, None, None);
         Ok(started)
     }
@@ -268,7 +277,8 @@ impl Engine {
             "snapshot",
             serde_json::json!({"name": snap.name}),
             serde_json::json!({"snapshot": snap.id, "frozen": frozen}),
-        );
+        )
+        .await;
         self.events.emit(&record.id, EventKind::Snapshotted, None, None);
         Ok(snap)
     }
@@ -319,10 +329,17 @@ impl Engine {
     pub async fn restore(&self, id: &str, snapshot: &str) -> Result<Sandbox, EngineError> {
         let record = self.get(id).await?;
         let snap = self.get_snapshot(snapshot)?;
+        if snap.image != record.image {
+            return Err(EngineError::Conflict(format!(
+                "snapshot {} was taken on the image {:?} and sandbox {} runs {:?}: restore it into a sandbox made \
+                 with berth create --from {} instead",
+                snap.id, snap.image, record.id, record.image, snap.id
+            )));
+        }
         let _busy = self.busy(&record.id, "restoring a snapshot")?;
         let src = self.snapshot_dir(&snap.id);
         let out = self.replace_files(&record, move |pool, fresh| pool.clone_volume(&src, fresh, false)).await?;
-        self.journal_note(&record.id, "restore", serde_json::json!({"snapshot": snap.id}), serde_json::json!({}));
+        self.journal_note(&record.id, "restore", serde_json::json!({"snapshot": snap.id}), serde_json::json!({})).await;
         self.events.emit(&record.id, EventKind::Restored, None, None);
         Ok(out)
     }
@@ -356,7 +373,8 @@ impl Engine {
             "reset",
             serde_json::json!({"keep_workspace": keep_workspace}),
             serde_json::json!({}),
-        );
+        )
+        .await;
         self.events.emit(&record.id, EventKind::Restored, None, None);
         Ok(out)
     }
@@ -372,13 +390,15 @@ impl Engine {
         let fresh = current.with_extension("new");
         let old = current.with_extension("old");
         {
+            // Frozen while the new files are made: they may be copied from the current ones (a reset that
+            // keeps the workspace), which must not change half-way through.
             let (fresh, old) = (fresh.clone(), old.clone());
-            self.pool_op(move |pool| {
+            let made = self.pool_op(move |pool| {
                 pool.remove(&fresh)?;
                 pool.remove(&old)?;
                 make(pool, &fresh)
-            })
-            .await?;
+            });
+            self.frozen(&record.id, made).await.0?;
         }
         let live = self.live(&record.id).await.ok();
         if let Some(l) = &live
@@ -475,7 +495,8 @@ impl Engine {
                 "create",
                 serde_json::json!({"fork_of": parent.id, "parent": base}),
                 serde_json::json!({"id": s.id, "pid": s.pid}),
-            );
+            )
+            .await;
             self.events.emit(&s.id, EventKind::Created, None, None);
         }
         let ids: Vec<&String> = sandboxes.iter().map(|s| &s.id).collect();
@@ -484,7 +505,8 @@ impl Engine {
             "fork",
             serde_json::json!({"count": count}),
             serde_json::json!({"ids": ids, "parent": base, "frozen": frozen}),
-        );
+        )
+        .await;
         self.events.emit(&parent.id, EventKind::Forked, None, None);
         match failed {
             Some(e) if sandboxes.is_empty() => Err(e),

@@ -56,23 +56,39 @@ impl Engine {
     /// Files in the pool of sandboxes the database does not know (a daemon that died mid-create), unless a
     /// shim still runs them.
     async fn sweep_orphan_files(&self) {
+        // Snapshots the database does not know: a daemon that died while taking one.
+        let snaps: Vec<String> = self.store.snapshots().unwrap_or_default().into_iter().map(|s| s.id).collect();
+        if let Ok(entries) = std::fs::read_dir(self.pool.path().join("snapshots")) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if snaps.contains(&name) || young(&entry) {
+                    continue;
+                }
+                let path = entry.path();
+                let _ = self.pool_op(move |pool| pool.remove(&path)).await;
+            }
+        }
         let known: Vec<String> = self.store.specs().unwrap_or_default().into_iter().map(|(id, _)| id).collect();
         let Ok(entries) = std::fs::read_dir(self.pool.path().join("sandboxes")) else { return };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let id = name.split('.').next().unwrap_or_default().to_string();
-            let young = entry
-                .metadata()
-                .ok()
-                .and_then(|m| m.modified().ok())
-                .and_then(|t| t.elapsed().ok())
-                .is_none_or(|e| e < Duration::from_secs(60));
             let transient = name.contains('.');
-            if (!transient && known.contains(&id)) || young || shim::socket_path(&self.root, &id).exists() {
+            if (!transient && known.contains(&id)) || young(&entry) || shim::socket_path(&self.root, &id).exists() {
                 continue;
             }
             let path = entry.path();
             let _ = self.pool_op(move |pool| pool.remove(&path)).await;
         }
     }
+}
+
+/// Made in the last minute: possibly still being made by someone (a clone in progress).
+fn young(entry: &std::fs::DirEntry) -> bool {
+    entry
+        .metadata()
+        .ok()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.elapsed().ok())
+        .is_none_or(|e| e < Duration::from_secs(60))
 }

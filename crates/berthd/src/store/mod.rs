@@ -171,7 +171,7 @@ impl Store {
     pub fn sandbox_gone(&self, id: &str, reason: &str, now_ms: u64) -> Result<(), StoreError> {
         self.with(|c| {
             c.execute(
-                "UPDATE sandboxes SET gone_at_ms = ?2, gone_reason = ?3 WHERE id = ?1 AND gone_at_ms IS NULL",
+                "UPDATE sandboxes SET gone_at_ms = ?2, gone_reason = ?3, spec = NULL WHERE id = ?1 AND gone_at_ms IS NULL",
                 params![id, now_ms as i64, reason],
             )
             .map(|_| ())
