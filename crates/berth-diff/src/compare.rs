@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::content::{self, CHUNK, Pool, Task, same_streams};
+use crate::content::{self, CHUNK, Pool, Task};
 use crate::layers::{Entry, Info, Side, Src, View};
 use crate::{Change, DiffError, FileType, Kind, Meta, Options, Tree, check_sandbox_path, is_within, join};
 
@@ -205,7 +205,7 @@ impl Walk<'_, '_> {
         })
     }
 
-    /// Compares two regular files' contents, here or on a worker. A file that vanished or was swapped since
+    /// Compares two regular files' contents, on a worker or here. A file that vanished or was swapped since
     /// it was listed counts as changed.
     fn contents(
         &mut self,
@@ -214,33 +214,16 @@ impl Walk<'_, '_> {
         b: (&View<'_>, &str, &Entry),
     ) -> Result<(), DiffError> {
         let (old, new) = (a.0.meta(a.1, a.2)?, b.0.meta(b.1, b.2)?);
+        let task = Task { path, old, new, a: a.0.file_ref(a.1, a.2)?, b: b.0.file_ref(b.1, b.2)? };
         if let Some(pool) = self.pool {
-            match (a.0.pin_file(a.1, a.2)?, b.0.pin_file(b.1, b.2)?) {
-                (Some(fa), Some(fb)) => pool.send(Task { path, old, new, a: fa, b: fb }),
-                _ => self.out.push(Change { path, kind: Kind::Modified, old: Some(old), new: Some(new) }),
-            }
+            pool.send(task);
             return Ok(());
         }
-        let open = |(v, name, e): (&View<'_>, &str, &Entry)| match v.open_file(name, e) {
-            Ok(f) => Ok(Some(f)),
-            Err(DiffError::Changed { .. }) => Ok(None),
-            Err(e) => Err(e),
-        };
-        let same = match (open(a)?, open(b)?) {
-            (Some(mut fa), Some(mut fb)) => {
-                if self.bufs.0.is_empty() {
-                    self.bufs = (vec![0; CHUNK], vec![0; CHUNK]);
-                }
-                let (ba, bb) = (&mut self.bufs.0, &mut self.bufs.1);
-                same_streams(&mut fa, &mut fb, a.2.info.size, ba, bb).map_err(|(which, source)| {
-                    let (v, name) = if which == 0 { (a.0, a.1) } else { (b.0, b.1) };
-                    DiffError::Read { side: v.side_name(), path: join(v.path(), name), source }
-                })?
-            }
-            _ => false,
-        };
-        if !same {
-            self.out.push(Change { path, kind: Kind::Modified, old: Some(old), new: Some(new) });
+        if self.bufs.0.is_empty() {
+            self.bufs = (vec![0; CHUNK], vec![0; CHUNK]);
+        }
+        if !content::compare(&task, &mut self.bufs.0, &mut self.bufs.1)? {
+            self.out.push(Change { path: task.path, kind: Kind::Modified, old: Some(task.old), new: Some(task.new) });
         }
         Ok(())
     }

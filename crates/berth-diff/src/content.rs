@@ -1,18 +1,17 @@
 //! Comparing the contents of files that may differ.
 //!
 //! Most of a diff's time goes to files whose metadata cannot tell (a copied tree has new inodes): each must
-//! be opened and read on both sides. On a machine with more than one CPU the walk hands those pairs,
-//! pinned by `O_PATH` descriptors, to worker threads and carries on; the workers open and compare them. A
-//! bounded queue keeps the number of open descriptors small.
+//! be opened and read on both sides. On a machine with more than one CPU the walk hands those pairs to
+//! worker threads and carries on listing directories; the workers open and compare them. A bounded queue
+//! keeps the number of directories held open small.
 
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::OwnedFd;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::{Scope, ScopedJoinHandle};
 
-use crate::nofollow::reopen;
+use crate::layers::FileRef;
 use crate::{Change, DiffError, Kind, Meta};
 
 /// Contents are compared in chunks of this size.
@@ -26,15 +25,14 @@ pub(crate) struct Task {
     pub(crate) path: String,
     pub(crate) old: Meta,
     pub(crate) new: Meta,
-    pub(crate) a: OwnedFd,
-    pub(crate) b: OwnedFd,
+    pub(crate) a: FileRef,
+    pub(crate) b: FileRef,
 }
 
-/// How many workers to start: none on a single CPU, or when `/proc` is missing (a pinned file is reopened
-/// through it).
+/// How many workers to start: none on a single CPU.
 pub(crate) fn workers() -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
-    if cpus < 2 || !std::path::Path::new("/proc/self/fd").is_dir() { 0 } else { cpus }
+    if cpus < 2 { 0 } else { cpus }
 }
 
 /// Worker threads comparing [`Task`]s; their changes are collected by [`Pool::finish`].
@@ -103,18 +101,19 @@ fn work(rx: &Mutex<Receiver<Task>>) -> Outcome {
     (changes, error)
 }
 
-fn compare(task: &Task, ba: &mut [u8], bb: &mut [u8]) -> Result<bool, DiffError> {
-    let read_err = |side, source: std::io::Error| DiffError::Read { side, path: task.path.clone(), source };
-    let mut fa = reopen(&task.a).map_err(|e| read_err("old", e.into()))?;
-    let mut fb = reopen(&task.b).map_err(|e| read_err("new", e.into()))?;
-    same_streams(&mut fa, &mut fb, task.old.size, ba, bb)
-        .map_err(|(which, e)| read_err(if which == 0 { "old" } else { "new" }, e))
+/// Whether the pair holds the same bytes; a file that is gone or no longer the one listed counts as changed.
+pub(crate) fn compare(task: &Task, ba: &mut [u8], bb: &mut [u8]) -> Result<bool, DiffError> {
+    let (Some(mut fa), Some(mut fb)) = (task.a.open()?, task.b.open()?) else { return Ok(false) };
+    same_streams(&mut fa, &mut fb, task.old.size, ba, bb).map_err(|(which, source)| {
+        let file = if which == 0 { &task.a } else { &task.b };
+        DiffError::Read { side: file.side, path: file.path.clone(), source }
+    })
 }
 
 /// Whether two files of `size` bytes (as listed) hold the same bytes, read in chunks the size of the
 /// buffers (which must be equal). Reading stops at `size`, sparing a read that would only find the end.
 /// An error says which file failed: 0 for `fa`, 1 for `fb`.
-pub(crate) fn same_streams(
+fn same_streams(
     fa: &mut File,
     fb: &mut File,
     size: u64,

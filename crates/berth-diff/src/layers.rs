@@ -8,13 +8,12 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::fs::{AtFlags, CWD, Dir, FileType as RawType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
-use crate::nofollow::{
-    has_xattr, inode, is_whiteout, opaque_names, open_beneath, open_regular, pin_regular, utf8, vanished,
-};
+use crate::nofollow::{has_xattr, inode, is_whiteout, opaque_names, open_beneath, open_regular, utf8, vanished};
 use crate::{DiffError, FileType, Meta, Tree, check_sandbox_path, is_within, join};
 
 /// One side of a comparison with its layer roots open.
@@ -128,7 +127,7 @@ pub(crate) struct View<'s> {
     mount: Option<usize>,
     rel: String,
     /// (layer index, open directory), top first, already cut below an opaque directory.
-    dirs: Vec<(usize, OwnedFd)>,
+    dirs: Vec<(usize, Arc<OwnedFd>)>,
 }
 
 /// What [`Side::locate`] found.
@@ -206,7 +205,7 @@ impl Side {
             match open_beneath(&m.layers[l].fd, rel) {
                 Ok(fd) => {
                     let opaque = m.markers && l == 0 && has_xattr(&fd, opaque_names(), Some(b"y"));
-                    dirs.push((l, fd));
+                    dirs.push((l, Arc::new(fd)));
                     if opaque {
                         break;
                     }
@@ -375,7 +374,7 @@ impl View<'_> {
         Ok(Meta { file_type: entry.info.file_type, mode: entry.info.mode, size: entry.info.size, symlink_target })
     }
 
-    fn entry_dir(&self, name: &str, entry: &Entry) -> Result<&OwnedFd, DiffError> {
+    fn entry_dir(&self, name: &str, entry: &Entry) -> Result<&Arc<OwnedFd>, DiffError> {
         let path = join(&self.path, name);
         let slot = entry.slot.ok_or_else(|| DiffError::Changed { side: self.side.name, path: path.clone() })?;
         self.dirs.get(slot).map(|(_, fd)| fd).ok_or(DiffError::Changed { side: self.side.name, path })
@@ -395,43 +394,40 @@ impl View<'_> {
 
     /// Opens a regular file for reading, refusing anything that is not the file the entry describes.
     pub(crate) fn open_file(&self, name: &str, entry: &Entry) -> Result<File, DiffError> {
-        let path = join(&self.path, name);
-        let changed = || DiffError::Changed { side: self.side.name, path: path.clone() };
-        let dir = self.entry_dir(name, entry)?;
-        let (file, st) = match open_regular(dir.as_fd(), name) {
-            Ok(Some(opened)) => opened,
-            Ok(None) => return Err(changed()),
-            Err(e) if vanished(e) => return Err(changed()),
-            Err(e) => return Err(self.side.read_err(&path, e)),
-        };
-        if inode(&st) != (entry.info.key.0, entry.info.key.1) {
-            return Err(changed());
-        }
-        Ok(file)
+        let file = self.file_ref(name, entry)?;
+        file.open()?.ok_or(DiffError::Changed { side: file.side, path: file.path })
     }
 
-    /// Pins a regular file for [`reopen`] elsewhere; `None` when it is no longer the file the entry describes.
-    pub(crate) fn pin_file(&self, name: &str, entry: &Entry) -> Result<Option<OwnedFd>, DiffError> {
-        let dir = self.entry_dir(name, entry)?;
-        match pin_regular(dir.as_fd(), name) {
-            Ok(Some((fd, st))) => {
-                let same = inode(&st) == (entry.info.key.0, entry.info.key.1);
-                Ok(same.then_some(fd))
-            }
+    /// What it takes to open a regular file later, possibly on another thread.
+    pub(crate) fn file_ref(&self, name: &str, entry: &Entry) -> Result<FileRef, DiffError> {
+        Ok(FileRef {
+            dir: Arc::clone(self.entry_dir(name, entry)?),
+            name: name.to_owned(),
+            inode: (entry.info.key.0, entry.info.key.1),
+            side: self.side.name,
+            path: join(&self.path, name),
+        })
+    }
+}
+
+/// A regular file to open: its directory (kept open), its name, and the inode it must still be.
+pub(crate) struct FileRef {
+    dir: Arc<OwnedFd>,
+    name: String,
+    inode: (u64, u64),
+    pub(crate) side: &'static str,
+    pub(crate) path: String,
+}
+
+impl FileRef {
+    /// Opens the file for reading; `None` when it is no longer the regular file that was listed.
+    pub(crate) fn open(&self) -> Result<Option<File>, DiffError> {
+        match open_regular(self.dir.as_fd(), &self.name) {
+            Ok(Some((file, st))) => Ok((inode(&st) == self.inode).then_some(file)),
             Ok(None) => Ok(None),
             Err(e) if vanished(e) => Ok(None),
-            Err(e) => Err(self.side.read_err(&join(&self.path, name), e)),
+            Err(e) => Err(DiffError::Read { side: self.side, path: self.path.clone(), source: e.into() }),
         }
-    }
-
-    /// Which tree this directory belongs to: "old" or "new".
-    pub(crate) fn side_name(&self) -> &'static str {
-        self.side.name
-    }
-
-    /// Sandbox path of this directory.
-    pub(crate) fn path(&self) -> &str {
-        &self.path
     }
 }
 

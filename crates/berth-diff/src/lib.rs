@@ -49,6 +49,7 @@
 //! owner's execute bit, and any path with a `.git` component. A binary file is named in a patch
 //! (`Binary files a/x and b/x differ`) but only carried by an export. GNU patch cannot replace a directory
 //! with a file or the reverse; `git apply` can.
+#![forbid(unsafe_code)]
 
 mod compare;
 mod content;

@@ -71,7 +71,7 @@ pub(crate) fn inode(st: &Stat) -> (u64, u64) {
 
 /// Pins a regular file of a directory with an `O_PATH` descriptor, without following a link. `Ok(None)`: it
 /// is not a regular file (any more). Nothing is opened for reading yet: see [`reopen`].
-pub(crate) fn pin_regular(dir: BorrowedFd<'_>, name: &str) -> rustix::io::Result<Option<(OwnedFd, Stat)>> {
+fn pin_regular(dir: BorrowedFd<'_>, name: &str) -> rustix::io::Result<Option<(OwnedFd, Stat)>> {
     let pinned = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
     let st = rustix::fs::fstat(&pinned)?;
     Ok((RawType::from_raw_mode(st.st_mode) == RawType::RegularFile).then_some((pinned, st)))
@@ -80,7 +80,7 @@ pub(crate) fn pin_regular(dir: BorrowedFd<'_>, name: &str) -> rustix::io::Result
 /// Opens a pinned regular file for reading through `/proc/self/fd`. The inode is the one that was checked,
 /// so a device or FIFO swapped in under the same name is never opened (opening a device can have effects
 /// of its own). Fails with `ENOENT` when `/proc` is not mounted.
-pub(crate) fn reopen(pinned: &OwnedFd) -> rustix::io::Result<File> {
+fn reopen(pinned: &OwnedFd) -> rustix::io::Result<File> {
     let flags = OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let path = format!("/proc/self/fd/{}", pinned.as_raw_fd());
     rustix::fs::openat(CWD, &path, flags, Mode::empty()).map(File::from)

@@ -61,8 +61,7 @@ fn twenty_thousand_files_with_few_changes() {
     // In memory when the system offers it: creating and removing 60,000 files on a slow disk would take far
     // longer than the diffs being measured.
     let shm = std::path::Path::new("/dev/shm");
-    let tmp = tempfile::tempdir().unwrap();
-    let _ = shm;
+    let tmp = if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() }.unwrap();
     let base = Layer::new(tmp.path(), "base");
     populate(&base);
 
