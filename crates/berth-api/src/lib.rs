@@ -40,6 +40,8 @@ pub struct CreateSandbox {
     pub volumes: Vec<VolumeMount>,
     /// Start from this snapshot's files (id or name) instead of the image's clean state.
     pub from_snapshot: Option<String>,
+    /// Files to copy out at teardown: globs under /workspace (`*` within a name, `**` across directories).
+    pub outputs: Vec<String>,
 }
 
 /// A named volume brought into a sandbox.
@@ -230,12 +232,48 @@ pub struct TokenInfo {
     pub created_at_ms: u64,
 }
 
-/// What removing a sandbox did.
+/// What removing a sandbox did: its receipt. Teardown runs in order — declared outputs and the workspace's
+/// patch copied out, the session's credentials revoked, its records flushed, its runtime and files destroyed —
+/// and then checks that nothing is left (`leftovers`, empty when `clean`). Kept after the sandbox is gone.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Teardown {
     pub id: String,
     pub steps: Vec<String>,
     pub leftovers: Vec<String>,
+    #[serde(default)]
+    pub name: String,
+    /// Why it was removed: `remove`, `reaped` (TTL or idle timeout), `budget`.
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub outputs: Vec<OutputFile>,
+    /// The workspace's changes as a patch (against the sandbox's parent, else its image).
+    #[serde(default)]
+    pub patch: Option<OutputFile>,
+    /// Credentials that stopped working: the session token, secrets.
+    #[serde(default)]
+    pub revoked: Vec<String>,
+    /// Records flushed to disk before the runtime was destroyed, by kind (`journal`, `egress`).
+    #[serde(default)]
+    pub flushed: BTreeMap<String, u64>,
+    /// Nothing was left behind.
+    #[serde(default)]
+    pub clean: bool,
+    #[serde(default)]
+    pub started_at_ms: u64,
+    #[serde(default)]
+    pub finished_at_ms: u64,
+}
+
+/// A file copied out of a sandbox at teardown.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputFile {
+    /// Where it was inside the sandbox.
+    pub path: String,
+    /// Where it is now, on the daemon's host.
+    pub saved_as: String,
+    pub bytes: u64,
+    pub sha256: String,
 }
 
 // ---- Files: /v1/sandboxes/{id}/files, /stat, /mkdir, /archive ----

@@ -90,6 +90,8 @@ pub enum Command {
     /// Named volumes that sandboxes mount.
     #[command(subcommand)]
     Volume(VolumeCommand),
+    /// Show a removed sandbox's receipt: outputs with digests, what was revoked and flushed, the leak check.
+    Receipt(IdArgs),
     /// Images: import, list, remove.
     #[command(subcommand)]
     Image(ImageCommand),

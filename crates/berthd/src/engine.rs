@@ -25,6 +25,7 @@ mod events;
 mod images;
 mod live;
 mod projects;
+mod receipt;
 mod recovery;
 
 pub(crate) use attach::AttachedExec;
@@ -148,6 +149,7 @@ impl Engine {
             berth_runtime::spec::parse_env(&format!("{k}=")).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
         self.check_volumes(&req.volumes)?;
+        receipt::check_outputs(&req.outputs)?;
         self.check_quota(req.disk_bytes)?;
         let parent = match &req.from_snapshot {
             Some(s) => Some(self.store.snapshot(s)?.ok_or_else(|| EngineError::NoSnapshot(s.clone()))?),
@@ -346,28 +348,51 @@ impl Engine {
         result
     }
 
+    /// Tear down in order — outputs out, credentials revoked, records flushed, runtime and files destroyed —
+    /// then check for leftovers and keep the receipt.
     async fn tear_down(&self, sid: &str, why: &str) -> Result<Teardown, EngineError> {
-        let mut teardown = match self.live(sid).await {
-            Ok(live) => {
-                let t = self.halt(&live, sid).await?;
-                live.note(why, serde_json::json!({}), serde_json::json!({"steps": t.steps, "leftovers": t.leftovers}));
-                t
-            }
-            // Stopped: nothing runs, only its files are left.
-            Err(_) => {
-                let t = Teardown { id: sid.to_string(), steps: vec![], leftovers: vec![] };
+        let spec: Option<CreateSandbox> =
+            self.store.spec(sid).ok().flatten().and_then(|v| serde_json::from_value(v).ok());
+        let name = self.get(sid).await.map(|r| r.name).unwrap_or_default();
+        let mut receipt = Teardown {
+            id: sid.to_string(),
+            name,
+            reason: why.to_string(),
+            started_at_ms: now_ms(),
+            ..Teardown::default()
+        };
+        // 1: what it leaves behind.
+        let globs = spec.as_ref().map(|s| s.outputs.clone()).unwrap_or_default();
+        self.collect_outputs(sid, &globs, &mut receipt).await;
+        // 2: its credentials.
+        self.revoke_credentials(sid, &mut receipt).await;
+        // 3: its records.
+        let live = self.live(sid).await.ok();
+        match &live {
+            Some(l) => l.note(why, serde_json::json!({}), serde_json::json!({"outputs": receipt.outputs.len()})),
+            None => {
                 if let Ok(mut j) = Journal::open(&journal_path(&self.root, sid)) {
                     let _ = j.append(&actor(), why, serde_json::json!({}), serde_json::json!({"stopped": true}));
                 }
-                t
             }
-        };
-        self.discard_files(sid, &mut teardown).await;
+        }
+        self.count_flushed(sid, &mut receipt);
+        // 4: the sandbox itself.
+        if let Some(live) = &live {
+            let t = self.halt(live, sid).await?;
+            receipt.steps.extend(t.steps);
+            receipt.leftovers.extend(t.leftovers);
+        }
+        self.discard_files(sid, &mut receipt).await;
         let _ = self.store.sandbox_gone(sid, why, now_ms());
         let kind = if why == "reaped" { EventKind::Reaped } else { EventKind::Removed };
         self.events.emit(sid, kind, None, None);
         let _ = tokio::fs::remove_dir_all(self.root.join("logs").join(sid)).await;
-        Ok(teardown)
+        // 5: nothing left.
+        self.check_leaks(sid, &mut receipt);
+        receipt.finished_at_ms = now_ms();
+        self.keep_receipt(&receipt);
+        Ok(receipt)
     }
 
     /// Destroy a live sandbox's runtime through its shim (its files stay) and forget it as live.

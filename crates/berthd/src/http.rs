@@ -108,6 +108,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/images"),
     ("POST", "/v1/images"),
     ("DELETE", "/v1/images/{name}"),
+    ("GET", "/v1/sandboxes/{id}/receipt"),
 ];
 
 /// The API as the unix socket serves it (file-system permissions guard the socket; tokens are minted here).

@@ -31,6 +31,11 @@ pub fn routes() -> Router<Arc<Engine>> {
         .route("/v1/sandboxes/{id}/export", post(export))
         .route("/v1/images", get(images).post(import_image))
         .route("/v1/images/{name}", delete(remove_image))
+        .route("/v1/sandboxes/{id}/receipt", get(receipt))
+}
+
+async fn receipt(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(e.receipt(&id)?).into_response())
 }
 
 /// Calls that read or write host paths the caller names are for the unix socket's users (host root's

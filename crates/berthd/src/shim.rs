@@ -215,8 +215,12 @@ fn serve(
                 ShimRequest::Control => send(&ShimReply::Control, &[sandbox.control()]),
                 ShimRequest::Destroy => {
                     let t = sandbox.teardown();
-                    let teardown =
-                        berth_api::Teardown { id: record.id.clone(), steps: t.steps, leftovers: t.leftovers };
+                    let teardown = berth_api::Teardown {
+                        id: record.id.clone(),
+                        steps: t.steps,
+                        leftovers: t.leftovers,
+                        ..Default::default()
+                    };
                     let _ = send(&ShimReply::Destroyed { teardown }, &[]);
                     return 0;
                 }

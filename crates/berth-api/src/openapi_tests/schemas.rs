@@ -159,6 +159,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         disk_bytes: Some(1 << 30),
         volumes: vec![volume.clone()],
         from_snapshot: Some("base".into()),
+        outputs: vec!["/workspace/dist/*.whl".into()],
     };
     let request = ExecRequest {
         argv: vec!["sh".into(), "-c".into(), "make test".into()],
@@ -176,10 +177,25 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         running: false,
         result: Some(result_sample()),
     };
+    let output = OutputFile {
+        path: "/workspace/dist/app.whl".into(),
+        saved_as: "/var/lib/berth/outputs/0123456789ab/files/dist/app.whl".into(),
+        bytes: 1234,
+        sha256: "ab".repeat(32),
+    };
     let teardown = Teardown {
         id: "0123456789ab".into(),
         steps: vec!["killed 3 processes".into()],
         leftovers: vec!["cgroup /sys/fs/cgroup/berth/0123456789ab".into()],
+        name: "agent-1".into(),
+        reason: "remove".into(),
+        outputs: vec![output.clone()],
+        patch: Some(output.clone()),
+        revoked: vec!["session token tok1".into()],
+        flushed: [("journal".to_string(), 12u64)].into_iter().collect(),
+        clean: false,
+        started_at_ms: 1_700_000_000_000,
+        finished_at_ms: 1_700_000_000_050,
     };
     let error =
         ErrorBody { error: ApiError { code: ErrorCode::NotFound, message: "there is no sandbox \"x\"".into() } };
@@ -192,6 +208,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         ("ExecResult", to_value(&result_sample())),
         ("ExecInfo", to_value(&info)),
         ("Teardown", to_value(&teardown)),
+        ("OutputFile", to_value(&output)),
         ("ErrorBody", to_value(&error)),
         ("ApiError", to_value(&error.error)),
         ("LifecycleEvent", to_value(&event_sample())),

@@ -52,6 +52,10 @@ pub struct CreateArgs {
     /// Start from a snapshot's files (its id or name) instead of the image's clean state.
     #[arg(long, value_name = "SNAPSHOT")]
     pub from: Option<String>,
+    /// Copy files matching this glob under /workspace out at teardown, into the receipt (repeatable), such as
+    /// '/workspace/dist/*.whl' or '/workspace/**/report.json'.
+    #[arg(long = "output", value_name = "GLOB")]
+    pub outputs: Vec<String>,
     /// Print the new sandbox as JSON instead of only its id.
     #[arg(long)]
     pub json: bool,

@@ -28,6 +28,7 @@ pub fn create(socket: &Path, args: CreateArgs) -> anyhow::Result<i32> {
         disk_bytes: args.disk,
         volumes: args.volumes,
         from_snapshot: args.from,
+        outputs: args.outputs,
     };
     let client = Client::connect(socket)?;
     let (_, body) = client.post_json("/v1/sandboxes", &request)?;

@@ -65,6 +65,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Diff(args) => projects::diff(&cli.socket, args),
         Command::Export(args) => projects::export(&cli.socket, args),
         Command::Volume(cmd) => projects::volume(&cli.socket, cmd),
+        Command::Receipt(args) => rm::receipt(&cli.socket, args),
         Command::Image(cmd) => image::image(&cli.socket, cmd),
         Command::Storage(cmd) => storage::storage(&cli.root, &cli.socket, cmd),
         Command::Init => anyhow::bail!("init runs only as PID 1 of a sandbox that berth created"),

@@ -39,10 +39,7 @@ pub fn rm(socket: &Path, args: RmArgs) -> anyhow::Result<i32> {
         if args.json {
             done.push(serde_json::to_value(&teardown)?);
         } else {
-            println!("removed {}", teardown.id);
-            for step in &teardown.steps {
-                println!("  {step}");
-            }
+            print_receipt(&teardown);
         }
         if !teardown.leftovers.is_empty() {
             eprintln!("berth: {}: not everything was cleaned up: {}", teardown.id, teardown.leftovers.join("; "));
@@ -53,4 +50,34 @@ pub fn rm(socket: &Path, args: RmArgs) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string(&done)?);
     }
     Ok(if failed { exit::BERTH_FAILED } else { 0 })
+}
+
+/// A receipt, for people: what each step did, the outputs with their digests, the leak check.
+fn print_receipt(r: &Teardown) {
+    println!("removed {}{}", r.id, if r.name.is_empty() { String::new() } else { format!(" ({})", r.name) });
+    for step in &r.steps {
+        println!("  {step}");
+    }
+    for o in &r.outputs {
+        println!("  output {} sha256:{} {} bytes -> {}", o.path, o.sha256, o.bytes, o.saved_as);
+    }
+    if let Some(p) = &r.patch {
+        println!("  patch sha256:{} {} bytes -> {}", p.sha256, p.bytes, p.saved_as);
+    }
+    for what in &r.revoked {
+        println!("  revoked {what}");
+    }
+    println!("  leak check: {}", if r.clean { "clean".to_string() } else { r.leftovers.join("; ") });
+}
+
+/// `berth receipt ID`: a removed sandbox's receipt.
+pub fn receipt(socket: &Path, args: crate::cli::IdArgs) -> anyhow::Result<i32> {
+    let client = Client::connect(socket)?;
+    let (_, body) = client.get(&format!("/v1/sandboxes/{}/receipt", client::segment(&args.id)))?;
+    if args.json {
+        output::print_raw(&body)?;
+    } else {
+        print_receipt(&client::decode::<Teardown>(&body)?);
+    }
+    Ok(0)
 }

@@ -85,13 +85,29 @@ impl Engine {
         against: Option<String>,
         patch: bool,
     ) -> Result<(Diff, Option<Vec<u8>>), EngineError> {
+        self.diff_under(id, against, patch, None).await
+    }
+
+    /// A diff of what is under `include` only (a patch then has paths relative to it).
+    pub(crate) async fn diff_under(
+        &self,
+        id: &str,
+        against: Option<String>,
+        patch: bool,
+        include: Option<String>,
+    ) -> Result<(Diff, Option<Vec<u8>>), EngineError> {
         let record = self.get(id).await?;
         let (old, new, label) = self.sides(&record, against.as_deref())?;
         tokio::task::spawn_blocking(move || {
-            let changes = berth_diff::diff(&old, &new, &berth_diff::Options::default()).map_err(diff_err)?;
+            let opts = berth_diff::Options { include: include.clone() };
+            let changes = berth_diff::diff(&old, &new, &opts).map_err(diff_err)?;
             let text = if patch {
                 let mut out = Vec::new();
-                berth_diff::write_patch(&old, &new, &changes, &mut out).map_err(diff_err)?;
+                match &include {
+                    Some(root) => berth_diff::write_patch_under(&old, &new, &changes, root, &mut out),
+                    None => berth_diff::write_patch(&old, &new, &changes, &mut out),
+                }
+                .map_err(diff_err)?;
                 Some(out)
             } else {
                 None

@@ -165,6 +165,11 @@ impl Engine {
         }
     }
 
+    /// Step 2 of teardown: the sandbox's credentials stop working.
+    pub(crate) async fn revoke_credentials(&self, id: &str, receipt: &mut Teardown) {
+        let _ = (id, receipt);
+    }
+
     /// Stop a sandbox's processes and keep its files.
     pub async fn stop(&self, id: &str) -> Result<Sandbox, EngineError> {
         self.stop_because(id, "asked").await

@@ -46,7 +46,7 @@ impl Engine {
                 if let Ok(mut j) = Journal::open(&journal_path(&self.root, id)) {
                     let _ = j.append("local", action, serde_json::json!({}), serde_json::json!({"reason": reason}));
                 }
-                let mut t = Teardown { id: id.to_string(), steps: vec![], leftovers: vec![] };
+                let mut t = Teardown { id: id.to_string(), ..Teardown::default() };
                 self.discard_files(id, &mut t).await;
                 self.events.emit(id, EventKind::Removed, None, None);
             }

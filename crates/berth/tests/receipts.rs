@@ -1,0 +1,80 @@
+//! Teardown with a receipt: outputs out (with digests), the workspace's patch, records flushed, destroy, and a
+//! leak check; kept after the sandbox is gone, and the same sequence for a TTL that runs out.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::daemon::Daemon;
+use common::text;
+use serde_json::Value;
+
+fn sha256_hex(data: &[u8]) -> String {
+    let out = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(data)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    text(&out.stdout).split_whitespace().next().unwrap().to_string()
+}
+
+#[test]
+fn rm_prints_a_receipt_with_outputs_their_digests_and_a_clean_leak_check() {
+    let d = Daemon::start();
+    let id = d.create(&["--output", "/workspace/dist/*.txt", "--output", "/workspace/**/report.json"]);
+    d.sh(&id, "mkdir -p /workspace/dist /workspace/a/b && echo artefact > /workspace/dist/one.txt && echo no > /workspace/dist/skip.bin && echo '{}' > /workspace/a/b/report.json && ln -s /etc/passwd /workspace/dist/link.txt");
+    let rm = d.berth(&["rm", &id]);
+    assert!(rm.status.success(), "{}", text(&rm.stderr));
+    let out = text(&rm.stdout);
+    assert!(out.contains("leak check: clean"), "{out}");
+    assert!(out.contains(&format!("output /workspace/dist/one.txt sha256:{}", sha256_hex(b"artefact\n"))), "{out}");
+
+    let receipt: Value = serde_json::from_slice(&d.berth(&["receipt", &id, "--json"]).stdout).unwrap();
+    assert_eq!(receipt["clean"], true, "{receipt}");
+    assert_eq!(receipt["reason"], "remove");
+    let outputs: Vec<&str> =
+        receipt["outputs"].as_array().unwrap().iter().map(|o| o["path"].as_str().unwrap()).collect();
+    assert_eq!(outputs, ["/workspace/a/b/report.json", "/workspace/dist/one.txt"], "a symlink is never followed out");
+    for o in receipt["outputs"].as_array().unwrap() {
+        let saved = std::fs::read(o["saved_as"].as_str().unwrap()).unwrap();
+        assert_eq!(o["sha256"].as_str().unwrap(), sha256_hex(&saved));
+    }
+    let patch = std::fs::read_to_string(receipt["patch"]["saved_as"].as_str().unwrap()).unwrap();
+    assert!(patch.contains("+artefact"), "{patch}");
+    assert!(receipt["flushed"]["journal"].as_u64().unwrap() >= 2);
+    // The order of the steps is the contract: outputs, records, destroy.
+    let steps: Vec<&str> = receipt["steps"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let at =
+        |needle: &str| steps.iter().position(|s| s.contains(needle)).unwrap_or_else(|| panic!("{needle}: {steps:?}"));
+    assert!(
+        at("output files") < at("flushed")
+            && at("flushed") < at("killed")
+            && at("killed") < at("removed the sandbox's files")
+    );
+
+    assert_eq!(d.http("GET", "/v1/sandboxes/0123456789ab/receipt", "").0, 404);
+    let bad = d.berth(&["create", "--output", "/etc/shadow"]);
+    assert!(text(&bad.stderr).contains("under /workspace"), "{}", text(&bad.stderr));
+}
+
+#[test]
+fn a_ttl_that_runs_out_goes_through_the_same_teardown() {
+    let d = Daemon::start();
+    let id = d.create(&["--ttl", "1s", "--output", "/workspace/*.log"]);
+    d.sh(&id, "echo done > /workspace/run.log");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !d.ids().is_empty() {
+        assert!(Instant::now() < deadline, "the TTL did not end the sandbox");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let receipt: Value = serde_json::from_slice(&d.berth(&["receipt", &id, "--json"]).stdout).unwrap();
+    assert_eq!(receipt["reason"], "reaped");
+    assert_eq!(receipt["clean"], true, "{receipt}");
+    assert_eq!(receipt["outputs"][0]["path"], "/workspace/run.log");
+}
