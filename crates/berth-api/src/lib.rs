@@ -42,6 +42,13 @@ pub struct CreateSandbox {
     pub from_snapshot: Option<String>,
     /// Files to copy out at teardown: globs under /workspace (`*` within a name, `**` across directories).
     pub outputs: Vec<String>,
+    /// Egress policy (default: no network).
+    pub network: Network,
+    /// Secrets (`berth secret set NAME`) this sandbox gets: `NAME` is an environment variable with the value in
+    /// every exec; `NAME@HOST` keeps the value out of the sandbox — the variable holds a placeholder, and the
+    /// proxy puts the value in its place in requests to HOST only (HOST as an egress rule: a name, a glob or
+    /// an address, with an optional port).
+    pub secrets: Vec<String>,
 }
 
 /// A named volume brought into a sandbox.
@@ -101,6 +108,12 @@ pub struct Sandbox {
     /// The snapshot its files started from (a `create --from`, or the instant of a fork).
     #[serde(default)]
     pub parent: Option<String>,
+    /// Its egress policy as it is now.
+    #[serde(default)]
+    pub network: Network,
+    /// The sandbox that created it with its session token: it is removed with that one.
+    #[serde(default)]
+    pub owner: Option<String>,
 }
 
 /// `POST /v1/sandboxes/{id}/execs`
@@ -242,7 +255,8 @@ pub struct Teardown {
     pub leftovers: Vec<String>,
     #[serde(default)]
     pub name: String,
-    /// Why it was removed: `remove`, `reaped` (TTL or idle timeout), `budget`.
+    /// Why it was removed: `remove`, `reaped` (TTL or idle timeout), `owner removed` (it was made with a
+    /// session token, and that sandbox was removed).
     #[serde(default)]
     pub reason: String,
     #[serde(default)]
@@ -365,7 +379,9 @@ impl ErrorCode {
     }
 }
 
+mod network;
 mod storage;
+pub use network::*;
 pub use storage::*;
 
 #[cfg(test)]

@@ -28,8 +28,9 @@ mod libc_sig {
 
 struct Init {
     control: OwnedFd,
-    /// The proxy port's listener (bound before anything untrusted runs, so nothing inside can take the port).
-    proxy: Option<std::net::TcpListener>,
+    /// The proxy and API ports' listeners (bound before anything untrusted runs, so nothing inside can take
+    /// the ports).
+    listeners: Vec<(u16, std::net::TcpListener)>,
     /// Running commands: pid inside the sandbox → request id.
     running: HashMap<i32, u64>,
 }
@@ -69,17 +70,22 @@ pub fn run() -> i32 {
             return 125;
         }
     };
-    let proxy = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, protocol::PROXY_PORT))
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .ok();
-    let mut init = Init { control, proxy, running: HashMap::new() };
+    let listeners = [protocol::PROXY_PORT, protocol::API_PORT]
+        .into_iter()
+        .filter_map(|port| {
+            std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))
+                .and_then(|l| l.set_nonblocking(true).map(|()| (port, l)))
+                .ok()
+        })
+        .collect();
+    let mut init = Init { control, listeners, running: HashMap::new() };
     if init.report(&Event::Ready { version: env!("CARGO_PKG_VERSION").into(), landlock }).is_err() {
         return 125;
     }
     loop {
-        let (control_ready, signal_ready, proxy_ready) = {
+        let (control_ready, signal_ready, listeners_ready) = {
             let mut fds = vec![PollFd::new(&init.control, PollFlags::IN), PollFd::new(&sigfd, PollFlags::IN)];
-            if let Some(l) = &init.proxy {
+            for (_, l) in &init.listeners {
                 fds.push(PollFd::new(l, PollFlags::IN));
             }
             match rustix::event::poll(&mut fds, None) {
@@ -87,9 +93,9 @@ pub fn run() -> i32 {
                 Err(_) => return 125,
             }
             let ready = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
-            (ready(0), ready(1), ready(2))
+            (ready(0), ready(1), (2..fds.len()).any(ready))
         };
-        if proxy_ready {
+        if listeners_ready {
             init.hand_over_connections();
         }
         if signal_ready {
@@ -123,12 +129,13 @@ impl Init {
         protocol::send(self.control.as_fd(), ev, &[])
     }
 
-    /// Pass every waiting proxy connection to the supervisor; init never reads or writes them itself.
+    /// Pass every waiting connection to the supervisor; init never reads or writes them itself.
     fn hand_over_connections(&self) {
-        let Some(listener) = &self.proxy else { return };
-        while let Ok((conn, _)) = listener.accept() {
-            let fd = OwnedFd::from(conn);
-            let _ = protocol::send(self.control.as_fd(), &Event::Connection {}, &[fd.as_fd()]);
+        for (port, listener) in &self.listeners {
+            while let Ok((conn, _)) = listener.accept() {
+                let fd = OwnedFd::from(conn);
+                let _ = protocol::send(self.control.as_fd(), &Event::Connection { port: *port }, &[fd.as_fd()]);
+            }
         }
     }
 

@@ -20,6 +20,9 @@ pub const MAX_MESSAGE: usize = 64 * 1024;
 /// the sandbox itself has no network interface but `lo`.
 pub const PROXY_PORT: u16 = 3128;
 
+/// Where init accepts connections to berth's API, for the sandbox's session token: handed over the same way.
+pub const API_PORT: u16 = 3129;
+
 /// Which of a command's standard streams arrive as descriptors with an [`Request::Exec`], in order.
 /// A stream that is not attached reads from or writes to `/dev/null`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,8 +76,8 @@ pub enum Event {
     Rejected { message: String },
     /// Sent by berth instead of `Ready` when building the sandbox failed before init could start.
     SetupFailed { message: String },
-    /// A connection to the proxy port, accepted by init; the socket travels with the message.
-    Connection {},
+    /// A connection to the proxy or API port (`port`), accepted by init; the socket travels with the message.
+    Connection { port: u16 },
 }
 
 /// Errors of the control channel.

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::RuntimeError;
 
 /// Bumped whenever the skeleton's contents change, so old skeletons are rebuilt.
-const SKELETON_VERSION: &str = "3";
+const SKELETON_VERSION: &str = "4";
 
 /// Host `/etc` entries copied into the skeleton: what programs from the host's `/usr` expect to find.
 const HOST_ETC: &[&str] = &[
@@ -155,6 +155,7 @@ fn write_skeleton(root: &Path) -> std::io::Result<()> {
         ("var/spool", 0o755),
         ("run", 0o755),
         ("run/lock", 0o1777),
+        ("run/egress", 0o755),
         ("opt", 0o755),
         ("srv", 0o755),
         ("mnt", 0o755),

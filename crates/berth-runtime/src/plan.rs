@@ -63,6 +63,9 @@ impl Layout {
     }
 }
 
+/// Where the files berth hands a sandbox appear inside it (a small read-only tmpfs of its own).
+pub const BERTH_FILES: &str = "/run/egress";
+
 /// The overlay layers of a sandbox root: the skeleton at `/` and the image's `/usr`.
 pub const LAYERS: [&str; 2] = ["root", "usr"];
 
@@ -297,6 +300,19 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
         data: "mode=1777".into(),
     });
     steps.push(Step::BindFile { source: layout.workspace(), target: at("/workspace"), optional: false });
+    if !spec.files.is_empty() {
+        steps.push(Step::EnsureDir { path: at(BERTH_FILES) });
+        steps.push(Step::Mount {
+            fstype: "tmpfs",
+            target: at(BERTH_FILES),
+            flags: Flags::NOSUID | Flags::NODEV | Flags::NOEXEC,
+            data: "mode=755,size=4m".into(),
+        });
+        for (name, contents) in &spec.files {
+            steps.push(Step::WriteFile { path: at(&format!("{BERTH_FILES}/{name}")), contents: contents.clone() });
+        }
+        steps.push(Step::Seal { target: at(BERTH_FILES) });
+    }
 
     // Shallower targets first, so that a mount inside another mounted directory lands on top of it.
     let mut mounts: Vec<(usize, &crate::spec::BindMount)> = spec.mounts.iter().enumerate().collect();

@@ -39,6 +39,9 @@ pub struct Spec {
     /// vanishes with the sandbox.
     pub state: Option<PathBuf>,
     pub volumes: Vec<VolumeMount>,
+    /// Small files berth hands the sandbox (name, contents), such as the certificate of the authority its
+    /// proxy signs with: written to a private tmpfs at [`crate::plan::BERTH_FILES`], never into its files.
+    pub files: Vec<(String, String)>,
 }
 
 /// A value given on the command line or in a request that berth cannot use.

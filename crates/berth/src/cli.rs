@@ -92,6 +92,12 @@ pub enum Command {
     Volume(VolumeCommand),
     /// Show a removed sandbox's receipt: outputs with digests, what was revoked and flushed, the leak check.
     Receipt(IdArgs),
+    /// A sandbox's egress: allow or deny rules live, its egress log, a suggested allowlist.
+    #[command(subcommand)]
+    Net(NetCommand),
+    /// Secrets: set (value on stdin), list, remove. Sandboxes get them with create --secret.
+    #[command(subcommand)]
+    Secret(SecretCommand),
     /// Images: import, list, remove.
     #[command(subcommand)]
     Image(ImageCommand),

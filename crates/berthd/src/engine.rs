@@ -24,9 +24,12 @@ mod changes;
 mod events;
 mod images;
 mod live;
+mod network;
 mod projects;
 mod receipt;
 mod recovery;
+mod secrets;
+mod sessions;
 
 pub(crate) use attach::AttachedExec;
 use events::Events;
@@ -50,6 +53,8 @@ pub struct Engine {
     pool: Arc<berth_storage::Pool>,
     /// Sandboxes in the middle of an operation that must not overlap another (stop, snapshot, restore, …).
     busy: std::sync::Mutex<HashMap<String, &'static str>>,
+    /// The engine itself, for the tasks that serve a sandbox's API connections.
+    this: std::sync::OnceLock<std::sync::Weak<Engine>>,
 }
 
 pub fn now_ms() -> u64 {
@@ -80,12 +85,14 @@ impl Engine {
             cgroups: berth_runtime::cgroup::Hierarchy::detect().ok(),
             pool: Arc::new(pool),
             busy: std::sync::Mutex::new(HashMap::new()),
+            this: std::sync::OnceLock::new(),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
                 seq: std::sync::atomic::AtomicU64::new(0),
             }),
         });
+        let _ = engine.this.set(Arc::downgrade(&engine));
         engine.adopt_all().await;
         engine.account_for_lost().await;
         Ok(engine)
@@ -119,12 +126,18 @@ impl Engine {
                 }
             }
             match adopt(&path).await {
-                Ok((record, env, session)) => {
-                    let Ok(live) = Live::new(&self.root, record.clone(), env, session) else { continue };
+                Ok(mut a) => {
+                    // The policy as last changed (the shim knows it as it was at start).
+                    if let Some(net) = self.store.record(&a.record.id).ok().flatten().map(|r| r.network) {
+                        a.record.network = net;
+                    }
+                    let decls = self.spec_secrets(&a.record.id);
+                    let record = a.record.clone();
+                    let Ok(live) = self.make_live(a, &decls) else { continue };
                     live.note("adopt", serde_json::json!({}), serde_json::json!({"pid": record.pid}));
                     let _ = self.store.sandbox_live(&record);
                     self.events.emit(&record.id, EventKind::Adopted, None, None);
-                    self.sandboxes.lock().await.insert(record.id.clone(), Arc::new(live));
+                    self.sandboxes.lock().await.insert(record.id.clone(), live);
                 }
                 // Its shim is gone, and its sandbox with it: the socket file is all that is left.
                 Err(_) => {
@@ -148,8 +161,14 @@ impl Engine {
         for k in req.env.keys() {
             berth_runtime::spec::parse_env(&format!("{k}=")).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
+        let owner = actor().strip_prefix("session:").map(str::to_string);
+        if let Some(o) = &owner {
+            self.as_child(o, &mut req).await?;
+        }
         self.check_volumes(&req.volumes)?;
         receipt::check_outputs(&req.outputs)?;
+        network::policy_of(&req.network)?;
+        self.check_secrets(&req.secrets)?;
         self.check_quota(req.disk_bytes)?;
         let parent = match &req.from_snapshot {
             Some(s) => Some(self.store.snapshot(s)?.ok_or_else(|| EngineError::NoSnapshot(s.clone()))?),
@@ -178,7 +197,7 @@ impl Engine {
         let made = self.apply_quota(&id, req.disk_bytes).await;
         let parent_id = parent.map(|p| p.id);
         let booted = match made {
-            Ok(()) => self.boot(&id, &req, now_ms(), parent_id.clone()).await,
+            Ok(()) => self.boot(&id, &req, now_ms(), parent_id.clone(), owner.clone()).await,
             Err(e) => Err(e),
         };
         let record = match booted {
@@ -210,6 +229,7 @@ impl Engine {
         req: &CreateSandbox,
         created_at_ms: u64,
         parent: Option<String>,
+        owner: Option<String>,
     ) -> Result<Sandbox, EngineError> {
         let now = now_ms();
         let record = Sandbox {
@@ -229,7 +249,21 @@ impl Engine {
             persistent: req.persistent,
             disk_bytes: req.disk_bytes,
             parent,
+            network: network::network_of(&network::policy_of(&req.network)?),
+            owner,
         };
+        // A session token for this run of the sandbox (its API at BERTH_API, as BERTH_TOKEN); revoked when it
+        // stops or is removed. Neither it nor the proxy settings are part of the kept spec.
+        let resolved = self.resolve_secrets(&req.secrets, None)?;
+        let token = self.tokens.mint_session(id).map_err(EngineError::Log)?;
+        let mut env = req.env.clone();
+        env.extend(network::session_env(id, &token.token));
+        env.extend(resolved.env);
+        // Secrets injected into HTTPS need the sandbox to trust its proxy's own authority.
+        let (authority, files) = network::authority_for(&resolved.injections)?;
+        if !files.is_empty() {
+            env.extend(network::trust_env());
+        }
         let volumes = req.volumes.iter().map(|v| (self.volume_dir(&v.name), v.target.clone(), v.readonly)).collect();
         let start = ShimStart {
             name: record.name.clone(),
@@ -239,14 +273,26 @@ impl Engine {
             cpu_millis: req.cpus.map(|c| (c * 1000.0).round() as u64),
             mounts: req.mounts.clone(),
             record,
-            env: req.env.clone(),
+            env: env.clone(),
             id: Some(id.to_string()),
             state: Some(self.state_dir(id)),
             volumes,
+            files,
+            authority: authority.clone(),
         };
-        let record = self.spawn_shim(&start).await?;
-        let (_, _, session) = adopt(&shim::socket_path(&self.root, &record.id)).await?;
-        let live = Arc::new(Live::new(&self.root, record.clone(), req.env.clone(), session).map_err(EngineError::Log)?);
+        let started = match self.spawn_shim(&start).await {
+            Ok(record) => adopt(&shim::socket_path(&self.root, &record.id)).await.map(|a| (record, a)),
+            Err(e) => Err(e),
+        };
+        let (record, adopted) = match started {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = self.tokens.revoke_session(id);
+                return Err(e);
+            }
+        };
+        let live =
+            self.make_live(Adopted { record: record.clone(), env, authority, session: adopted.session }, &req.secrets)?;
         self.store.sandbox_live(&record)?;
         self.store.put_spec(&record.id, &serde_json::to_value(req).unwrap_or_default())?;
         self.sandboxes.lock().await.insert(record.id.clone(), live);
@@ -361,6 +407,12 @@ impl Engine {
             started_at_ms: now_ms(),
             ..Teardown::default()
         };
+        // Its own sandboxes die with it, first.
+        for child in self.children_of(sid).await {
+            if let Ok(t) = Box::pin(self.remove_because(&child, "owner removed")).await {
+                receipt.steps.push(format!("removed its sandbox {} (clean: {})", t.id, t.clean));
+            }
+        }
         // 1: what it leaves behind.
         let globs = spec.as_ref().map(|s| s.outputs.clone()).unwrap_or_default();
         self.collect_outputs(sid, &globs, &mut receipt).await;
@@ -463,6 +515,7 @@ impl Engine {
             max_output,
             log: logs.join(format!("{exec_id}.log")),
             stdin: req.stdin.clone(),
+            redactor: live.redactor.clone().filter(|r| !r.is_empty()),
             cgroup: match &self.cgroups {
                 Some(h) => Some(
                     h.open(&sid).child(&exec_id).map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?,
@@ -666,20 +719,30 @@ impl Engine {
 }
 
 /// Connect to a shim, fetch its sandbox's record and take over its init's control socket.
-async fn adopt(path: &Path) -> Result<(Sandbox, BTreeMap<String, String>, Arc<Session>), EngineError> {
+/// What a shim hands over: the sandbox's record, its exec environment, its proxy's authority, a session.
+struct Adopted {
+    record: Sandbox,
+    env: BTreeMap<String, String>,
+    authority: Option<(String, String)>,
+    session: Arc<Session>,
+}
+
+async fn adopt(path: &Path) -> Result<Adopted, EngineError> {
     let path = path.to_path_buf();
-    let (record, env, control) = tokio::task::spawn_blocking(move || -> Result<_, EngineError> {
+    let (record, env, authority, control) = tokio::task::spawn_blocking(move || -> Result<_, EngineError> {
         let conn = berth_sys::fd::seqpacket_connect(&path).map_err(|_| EngineError::ShimGone)?;
         let ask = |req: &ShimRequest| -> Result<(ShimReply, Vec<std::os::fd::OwnedFd>), EngineError> {
             berth_init::protocol::send(conn.as_fd(), req, &[]).map_err(|_| EngineError::ShimGone)?;
             berth_init::protocol::recv(conn.as_fd()).map_err(|_| EngineError::ShimGone)
         };
-        let ShimReply::Info { record, env } = ask(&ShimRequest::Info)?.0 else { return Err(EngineError::ShimGone) };
+        let ShimReply::Info { record, env, authority } = ask(&ShimRequest::Info)?.0 else {
+            return Err(EngineError::ShimGone);
+        };
         let (ShimReply::Control, mut fds) = ask(&ShimRequest::Control)? else { return Err(EngineError::ShimGone) };
         let control = fds.pop().ok_or(EngineError::ShimGone)?;
-        Ok((record, env, control))
+        Ok((record, env, authority, control))
     })
     .await
     .map_err(|_| EngineError::ShimGone)??;
-    Ok((record, env, Session::start(control)?))
+    Ok(Adopted { record, env, authority, session: Session::start(control)? })
 }

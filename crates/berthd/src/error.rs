@@ -22,6 +22,8 @@ pub enum EngineError {
     NoVolume(String),
     #[error("there is no image {0:?}")]
     NoImage(String),
+    #[error("there is no secret {0:?}: set it with berth secret set {0}")]
+    NoSecret(String),
     #[error("{0}")]
     Conflict(String),
     #[error("storage: {0}")]
@@ -53,7 +55,10 @@ impl EngineError {
             | EngineError::Busy { .. }
             | EngineError::WrongState { .. }
             | EngineError::Conflict(_) => ErrorCode::Conflict,
-            EngineError::NoSnapshot(_) | EngineError::NoVolume(_) | EngineError::NoImage(_) => ErrorCode::NotFound,
+            EngineError::NoSnapshot(_)
+            | EngineError::NoVolume(_)
+            | EngineError::NoImage(_)
+            | EngineError::NoSecret(_) => ErrorCode::NotFound,
             EngineError::Create(m) if m.contains("too many sandboxes") => ErrorCode::Unavailable,
             EngineError::Create(_)
             | EngineError::SpawnShim(_)

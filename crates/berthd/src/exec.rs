@@ -39,6 +39,8 @@ pub struct ExecPlan {
     pub cgroup: Option<Cgroup>,
     /// Data for the command's stdin (closed after it); `None`: stdin is /dev/null.
     pub stdin: Option<String>,
+    /// The sandbox's secrets, replaced in the output before it goes anywhere (client and log alike).
+    pub redactor: Option<berth_secrets::Redactor>,
 }
 
 /// A started exec: its frames, and a switch that kills it.
@@ -148,6 +150,8 @@ async fn supervise(
     started_at: Instant,
 ) {
     let mut budget = Budget::new(plan.max_output);
+    // One redactor per stream: a secret split across two reads of one stream is still caught.
+    let mut redact = plan.redactor.clone().map(|r| [r.clone(), r]);
     let mut utf8 = Utf8Carry::default();
     let mut seq = 0u64;
     let mut total = 0u64;
@@ -190,8 +194,16 @@ async fn supervise(
             _ = sleep_until(drain_until), if drain_until.is_some() => break,
         };
         let Some((stream, n)) = got else { continue };
-        let data = if stream == Stream::Stdout { &buf_o[..n] } else { &buf_e[..n] };
+        let raw = if stream == Stream::Stdout { &buf_o[..n] } else { &buf_e[..n] };
         total += n as u64;
+        let redacted;
+        let data = match redact.as_mut() {
+            Some(r) => {
+                redacted = r[Utf8Carry::slot(stream)].push(raw);
+                &redacted[..]
+            }
+            None => raw,
+        };
         let _ = log.write_all(data).await;
         // A read that did not fill the buffer means the command paused: make the log current (for `logs`
         // and followers). A command writing flat out fills every read, and the log is written in big blocks.
@@ -211,6 +223,22 @@ async fn supervise(
         }
     }
     session.unregister(num);
+    // What the redactors held back (a possible start of a secret) is released, redacted, at the end.
+    if let Some(r) = redact.as_mut() {
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            let tail = r[Utf8Carry::slot(stream)].finish();
+            if !tail.is_empty() {
+                let _ = log.write_all(&tail).await;
+                if let Some(live) = budget.push(stream, &tail)
+                    && let Some(tx) = &client
+                {
+                    seq += 1;
+                    let frame = ExecFrame::Output { stream, seq, data: utf8.decode(stream, &live) };
+                    let _ = tokio::time::timeout(CLIENT_STALL, tx.send(frame)).await;
+                }
+            }
+        }
+    }
     let _ = log.flush().await;
     let dropped = budget.dropped();
     if let Some(tx) = &client {

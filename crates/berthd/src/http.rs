@@ -109,6 +109,12 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/images"),
     ("DELETE", "/v1/images/{name}"),
     ("GET", "/v1/sandboxes/{id}/receipt"),
+    ("POST", "/v1/sandboxes/{id}/net"),
+    ("GET", "/v1/sandboxes/{id}/net/log"),
+    ("GET", "/v1/sandboxes/{id}/net/suggest"),
+    ("GET", "/v1/secrets"),
+    ("PUT", "/v1/secrets/{name}"),
+    ("DELETE", "/v1/secrets/{name}"),
 ];
 
 /// The API as the unix socket serves it (file-system permissions guard the socket; tokens are minted here).
@@ -150,8 +156,14 @@ async fn require_token(State(e): Api, req: Request, next: axum::middleware::Next
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    match token.and_then(|t| e.tokens.check(t)) {
-        Some(id) => crate::engine::ACTOR.scope(format!("token:{id}"), next.run(req)).await,
+    match token.and_then(|t| e.tokens.check_scoped(t)) {
+        Some((id, None)) => crate::engine::ACTOR.scope(format!("token:{id}"), next.run(req)).await,
+        Some((_, Some(sandbox))) => {
+            if let Err(message) = e.session_allows(&sandbox, req.method().as_str(), req.uri().path()).await {
+                return Failure(ErrorCode::Unauthorized, message).into_response();
+            }
+            crate::engine::ACTOR.scope(format!("session:{sandbox}"), next.run(req)).await
+        }
         None => Failure(
             ErrorCode::Unauthorized,
             "this listener needs a bearer token: mint one with berth token create and send it as Authorization: Bearer"
@@ -204,7 +216,8 @@ async fn openapi() -> Response {
 pub(crate) fn idempotency_key(headers: &HeaderMap, route: &str) -> Result<Option<String>, Failure> {
     let Some(v) = headers.get("idempotency-key") else { return Ok(None) };
     match v.to_str() {
-        Ok(k) if !k.is_empty() && k.len() <= 200 => Ok(Some(format!("{route} {k}"))),
+        // Scoped by caller too: one client's key never answers another's request.
+        Ok(k) if !k.is_empty() && k.len() <= 200 => Ok(Some(format!("{} {route} {k}", crate::engine::actor()))),
         _ => Err(Failure(
             ErrorCode::InvalidRequest,
             "the Idempotency-Key header must be 1-200 visible characters".into(),

@@ -32,6 +32,27 @@ pub fn routes() -> Router<Arc<Engine>> {
         .route("/v1/images", get(images).post(import_image))
         .route("/v1/images/{name}", delete(remove_image))
         .route("/v1/sandboxes/{id}/receipt", get(receipt))
+        .route("/v1/secrets", get(secrets))
+        .route("/v1/secrets/{name}", axum::routing::put(set_secret).delete(remove_secret))
+        .route("/v1/sandboxes/{id}/net", post(net_change))
+        .route("/v1/sandboxes/{id}/net/log", get(net_log))
+        .route("/v1/sandboxes/{id}/net/suggest", get(net_suggest))
+}
+
+async fn net_change(
+    axum::extract::State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    ApiJson(req): ApiJson<berth_api::NetChange>,
+) -> Result<Response, Failure> {
+    Ok(Json(e.net_change(&id, req).await?).into_response())
+}
+
+async fn net_log(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(e.net_log(&id).await?).into_response())
+}
+
+async fn net_suggest(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(e.net_suggest(&id).await?).into_response())
 }
 
 async fn receipt(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
@@ -208,4 +229,24 @@ async fn storage(axum::extract::State(e): Api) -> Result<Response, Failure> {
         quotas: info.quotas,
     })
     .into_response())
+}
+
+async fn secrets(axum::extract::State(e): Api) -> Result<Response, Failure> {
+    Ok(Json(e.secrets()?).into_response())
+}
+
+/// The value is the raw body; it is sealed at once and never returned.
+async fn set_secret(
+    axum::extract::State(e): Api,
+    UrlPath(name): UrlPath<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, Failure> {
+    local_only("setting a secret")?;
+    Ok(Json(e.set_secret(&name, &body)?).into_response())
+}
+
+async fn remove_secret(axum::extract::State(e): Api, UrlPath(name): UrlPath<String>) -> Result<Response, Failure> {
+    local_only("removing a secret")?;
+    e.remove_secret(&name)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }

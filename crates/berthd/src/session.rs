@@ -22,7 +22,7 @@ pub struct Session {
     /// Set when init hung up: the sandbox has ended (its shim tears it down).
     closed: std::sync::atomic::AtomicBool,
     /// Where proxy connections init accepted go (dropped, and so closed, when nobody takes them).
-    connections: Mutex<Option<mpsc::UnboundedSender<OwnedFd>>>,
+    connections: Mutex<Option<mpsc::UnboundedSender<(u16, OwnedFd)>>>,
 }
 
 impl Session {
@@ -84,11 +84,11 @@ impl Session {
                 Ok(r) => r,
             };
             let Ok(event) = serde_json::from_slice::<Event>(&buf[..n]) else { continue };
-            if let Event::Connection {} = event {
+            if let Event::Connection { port } = event {
                 if let (Some(fd), Ok(c)) = (fds.pop(), self.connections.lock())
                     && let Some(tx) = c.as_ref()
                 {
-                    let _ = tx.send(fd);
+                    let _ = tx.send((port, fd));
                 }
                 continue;
             }
@@ -109,8 +109,7 @@ impl Session {
     }
 
     /// Receive the proxy connections init accepts from now on.
-    #[allow(dead_code)]
-    pub fn take_connections(&self) -> mpsc::UnboundedReceiver<OwnedFd> {
+    pub fn take_connections(&self) -> mpsc::UnboundedReceiver<(u16, OwnedFd)> {
         let (tx, rx) = mpsc::unbounded_channel();
         if let Ok(mut c) = self.connections.lock() {
             *c = Some(tx);

@@ -35,6 +35,13 @@ pub struct ShimStart {
     /// Named volumes: host directory, sandbox path, read-only.
     #[serde(default)]
     pub volumes: Vec<(PathBuf, String, bool)>,
+    /// Files handed to the sandbox at /run/egress (name, contents).
+    #[serde(default)]
+    pub files: Vec<(String, String)>,
+    /// The authority the sandbox's proxy signs intercepted connections with (certificate, key; PEM), kept in
+    /// memory only, for the next daemon.
+    #[serde(default)]
+    pub authority: Option<(String, String)>,
 }
 
 /// The first line a shim prints: the sandbox, or why it could not be built.
@@ -70,6 +77,8 @@ pub enum ShimReply {
         record: berth_api::Sandbox,
         #[serde(default)]
         env: std::collections::BTreeMap<String, String>,
+        #[serde(default)]
+        authority: Option<(String, String)>,
     },
     Control,
     Destroyed {
@@ -118,7 +127,7 @@ pub fn main(root: &Path) -> i32 {
         }
     };
     report(&mut out, ShimReady::Ready { record: Box::new(record.clone()) });
-    let code = serve(&mut sandbox, &listener, &record, &start.env);
+    let code = serve(&mut sandbox, &listener, &record, &start.env, &start.authority);
     let _ = std::fs::remove_file(&path);
     // Dropping the sandbox tears it down if `serve` did not.
     drop(sandbox);
@@ -149,6 +158,7 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
         mounts,
         id: start.id.clone(),
         state: start.state.clone(),
+        files: start.files.clone(),
         volumes: start
             .volumes
             .iter()
@@ -187,6 +197,7 @@ fn serve(
     listener: &OwnedFd,
     record: &berth_api::Sandbox,
     env: &std::collections::BTreeMap<String, String>,
+    authority: &Option<(String, String)>,
 ) -> i32 {
     loop {
         let (conn_ready, init_gone) = {
@@ -211,7 +222,10 @@ fn serve(
                 berth_init::protocol::send(conn.as_fd(), reply, fds)
             };
             let sent = match req {
-                ShimRequest::Info => send(&ShimReply::Info { record: record.clone(), env: env.clone() }, &[]),
+                ShimRequest::Info => send(
+                    &ShimReply::Info { record: record.clone(), env: env.clone(), authority: authority.clone() },
+                    &[],
+                ),
                 ShimRequest::Control => send(&ShimReply::Control, &[sandbox.control()]),
                 ShimRequest::Destroy => {
                     let t = sandbox.teardown();

@@ -39,6 +39,27 @@ impl Tokens {
         Ok(minted)
     }
 
+    /// Mint a session token: it works for sandbox `sandbox` only (itself and the sandboxes it creates), and
+    /// is revoked when the sandbox stops or is removed.
+    pub fn mint_session(&self, sandbox: &str) -> std::io::Result<MintedToken> {
+        let token = format!("berth_s_{}", random_hex(32)?);
+        let minted = MintedToken { id: random_hex(6)?, name: format!("session {sandbox}"), token };
+        self.store
+            .add_scoped_token(&minted.id, &minted.name, &digest(&minted.token), crate::engine::now_ms(), sandbox)
+            .map_err(std::io::Error::other)?;
+        Ok(minted)
+    }
+
+    /// Revoke every session token of a sandbox; their ids.
+    pub fn revoke_session(&self, sandbox: &str) -> std::io::Result<Vec<String>> {
+        self.store.revoke_scope(sandbox).map_err(std::io::Error::other)
+    }
+
+    /// The token's id and, for a session token, its sandbox.
+    pub fn check_scoped(&self, token: &str) -> Option<(String, Option<String>)> {
+        self.store.token_and_scope(&digest(token)).ok().flatten()
+    }
+
     /// Every token (ids, names, creation times; no secrets).
     pub fn list(&self) -> std::io::Result<Vec<berth_api::TokenInfo>> {
         let rows = self.store.tokens().map_err(std::io::Error::other)?;

@@ -7,10 +7,12 @@
 //!
 //! This module holds the shared helpers (the parsed description, schema lookup and `$ref`s) and the checks of
 //! the description as a document (its version, its references, its operations); `validator` is the small
-//! schema validator and field comparison, `schemas` holds the samples and checks each schema against them, and
-//! `storage_samples` holds the samples of the durable-project and image types.
+//! schema validator and field comparison, `schemas` holds the samples and checks each schema against them,
+//! `storage_samples` holds the samples of the durable-project and image types, and `network_samples` those of
+//! the egress types.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod network_samples;
 mod schemas;
 mod storage_samples;
 mod validator;

@@ -1,7 +1,7 @@
 //! Each wire type against its schema: fully populated and sparse samples of every type, validated and
 //! compared field by field; string enums, the discriminators of the NDJSON frames (`ExecFrame`,
 //! `ImportFrame`), and which fields requests and responses require. The samples of durable projects and
-//! images (`storage.rs`) are in `storage_samples`.
+//! images (`storage.rs`) are in `storage_samples`, those of egress (`network.rs`) in `network_samples`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::network_samples::{network_full_samples, network_sample, network_sparse_samples};
 use super::storage_samples::{all_change_kinds, import_frame_samples, storage_full_samples, storage_sparse_samples};
 use super::validator::{assert_full, compare_fields, properties, validate};
 use super::*;
@@ -124,6 +125,8 @@ pub(super) fn sandbox_sample() -> Sandbox {
         persistent: true,
         disk_bytes: Some(1 << 30),
         parent: Some("fedcba987654".into()),
+        network: network_sample(),
+        owner: Some("abcdefabcdef".into()),
     }
 }
 
@@ -160,6 +163,8 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         volumes: vec![volume.clone()],
         from_snapshot: Some("base".into()),
         outputs: vec!["/workspace/dist/*.whl".into()],
+        network: network_sample(),
+        secrets: vec!["GITHUB_TOKEN@api.github.com".into()],
     };
     let request = ExecRequest {
         argv: vec!["sh".into(), "-c".into(), "make test".into()],
@@ -223,6 +228,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
     ];
     samples.extend(frame_samples().iter().map(|f| ("ExecFrame", to_value(f))));
     samples.extend(storage_full_samples());
+    samples.extend(network_full_samples());
     samples
 }
 
@@ -245,6 +251,8 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
         persistent: false,
         disk_bytes: None,
         parent: None,
+        network: Network::default(),
+        owner: None,
     };
     let result = ExecResult {
         exec_id: "x0".into(),
@@ -275,6 +283,7 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
         ("MintToken", to_value(&MintToken::default())),
     ];
     samples.extend(storage_sparse_samples());
+    samples.extend(network_sparse_samples());
     samples
 }
 
@@ -406,7 +415,7 @@ fn check_request<T: Serialize + DeserializeOwned>(spec: &Value, name: &str, full
 }
 
 /// The request schemas: exactly those that refuse unknown fields.
-const REQUESTS: [&str; 12] = [
+const REQUESTS: [&str; 14] = [
     "CreateSandbox",
     "Mount",
     "VolumeMount",
@@ -419,6 +428,8 @@ const REQUESTS: [&str; 12] = [
     "ExportRequest",
     "CreateVolume",
     "ImportImage",
+    "Network",
+    "NetChange",
 ];
 
 #[test]
@@ -441,6 +452,8 @@ fn request_schemas_match_deserialization() {
     check::<ExportRequest>(&spec, &samples, "ExportRequest");
     check::<CreateVolume>(&spec, &samples, "CreateVolume");
     check::<ImportImage>(&spec, &samples, "ImportImage");
+    check::<Network>(&spec, &samples, "Network");
+    check::<NetChange>(&spec, &samples, "NetChange");
     let closed: BTreeSet<&str> = spec["components"]["schemas"]
         .as_object()
         .unwrap()

@@ -56,6 +56,28 @@ pub struct CreateArgs {
     /// '/workspace/dist/*.whl' or '/workspace/**/report.json'.
     #[arg(long = "output", value_name = "GLOB")]
     pub outputs: Vec<String>,
+    /// Network: none (the default: only loopback), or learn (everything allowed and recorded; berth net
+    /// suggest then prints the allowlist the run needed).
+    #[arg(long, value_name = "none|learn")]
+    pub net: Option<String>,
+    /// Allow egress to these (comma-separated, repeatable): host names, *.example.com globs, IP literals,
+    /// each with an optional :port.
+    #[arg(long = "allow-net", value_name = "RULE[,RULE...]", value_delimiter = ',')]
+    pub allow_net: Vec<String>,
+    /// Deny egress to these (same forms); a deny rule wins over any allow rule.
+    #[arg(long = "deny-net", value_name = "RULE[,RULE...]", value_delimiter = ',')]
+    pub deny_net: Vec<String>,
+    /// Allow all egress (still never to the host's loopback or private addresses unless a rule names them).
+    #[arg(long)]
+    pub dangerously_allow_all_net: bool,
+    /// Give the sandbox a secret (repeatable): NAME is an environment variable with its value in every exec;
+    /// NAME@HOST keeps the value out of the sandbox (the variable holds a placeholder that the proxy replaces
+    /// in requests to HOST only).
+    #[arg(long = "secret", value_name = "NAME[@HOST]")]
+    pub secrets: Vec<String>,
+    /// How the proxy resolves NAME (repeatable); naming an address this way counts as a rule naming it.
+    #[arg(long = "add-host", value_name = "NAME:IP")]
+    pub add_hosts: Vec<String>,
     /// Print the new sandbox as JSON instead of only its id.
     #[arg(long)]
     pub json: bool,

@@ -191,3 +191,63 @@ pub enum ImageCommand {
         names: Vec<String>,
     },
 }
+
+#[derive(Debug, Subcommand)]
+pub enum NetCommand {
+    /// Allow egress to RULEs on a running sandbox, at once.
+    Allow {
+        #[arg(value_parser = parse_id, value_name = "ID")]
+        id: String,
+        #[arg(required = true, value_name = "RULE")]
+        rules: Vec<String>,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deny egress to RULEs on a running sandbox, at once; open connections they forbid are closed.
+    Deny {
+        #[arg(value_parser = parse_id, value_name = "ID")]
+        id: String,
+        #[arg(required = true, value_name = "RULE")]
+        rules: Vec<String>,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every egress attempt: time, host, port, verdict, the rule that decided, bytes each way.
+    Log {
+        #[arg(value_parser = parse_id, value_name = "ID")]
+        id: String,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The smallest allowlist that would have let through what the sandbox reached (after --net learn).
+    Suggest {
+        #[arg(value_parser = parse_id, value_name = "ID")]
+        id: String,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretCommand {
+    /// Set a secret; its value is read from stdin (one trailing newline is dropped) and sealed at once.
+    Set {
+        /// Letters A-Z, digits and _, not starting with a digit: it becomes an environment variable.
+        name: String,
+    },
+    /// List secrets (names, sizes, times; never values).
+    Ls {
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove secrets.
+    Rm {
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+}

@@ -9,6 +9,22 @@ use crate::cli::CreateArgs;
 use crate::client::{self, Client};
 
 pub fn create(socket: &Path, args: CreateArgs) -> anyhow::Result<i32> {
+    let mode = match (args.dangerously_allow_all_net, args.net.as_deref()) {
+        (true, Some(_)) => anyhow::bail!("--net and --dangerously-allow-all-net cannot be given together"),
+        (true, None) => Some("allow_all".to_string()),
+        (false, Some(m @ ("none" | "learn"))) => Some(m.to_string()),
+        (false, Some(m)) => anyhow::bail!("--net must be none or learn, not {m:?} (use --allow-net to name hosts)"),
+        (false, None) => None,
+    };
+    let mut add_hosts = std::collections::BTreeMap::new();
+    for h in &args.add_hosts {
+        let (name, ip) = h
+            .rsplit_once(':')
+            .filter(|(n, _)| !n.is_empty())
+            .ok_or_else(|| anyhow::anyhow!("--add-host {h:?} is not NAME:IP"))?;
+        add_hosts.insert(name.to_string(), ip.trim_matches(|c| c == '[' || c == ']').to_string());
+    }
+    let network = berth_api::Network { mode, allow: args.allow_net, deny: args.deny_net, add_hosts };
     let request = CreateSandbox {
         name: args.name,
         image: args.image,
@@ -29,6 +45,8 @@ pub fn create(socket: &Path, args: CreateArgs) -> anyhow::Result<i32> {
         volumes: args.volumes,
         from_snapshot: args.from,
         outputs: args.outputs,
+        network,
+        secrets: args.secrets,
     };
     let client = Client::connect(socket)?;
     let (_, body) = client.post_json("/v1/sandboxes", &request)?;

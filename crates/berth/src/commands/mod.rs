@@ -16,6 +16,7 @@ mod journal;
 mod kill;
 mod logs;
 mod ls;
+mod net;
 mod output;
 mod probe;
 mod projects;
@@ -66,6 +67,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Export(args) => projects::export(&cli.socket, args),
         Command::Volume(cmd) => projects::volume(&cli.socket, cmd),
         Command::Receipt(args) => rm::receipt(&cli.socket, args),
+        Command::Secret(cmd) => net::secret(&cli.socket, cmd),
+        Command::Net(cmd) => net::net(&cli.socket, cmd),
         Command::Image(cmd) => image::image(&cli.socket, cmd),
         Command::Storage(cmd) => storage::storage(&cli.root, &cli.socket, cmd),
         Command::Init => anyhow::bail!("init runs only as PID 1 of a sandbox that berth created"),

@@ -17,6 +17,22 @@ pub(super) struct Live {
     pub(super) session: Arc<Session>,
     pub(super) execs: Mutex<BTreeMap<String, ExecEntry>>,
     pub(super) next_exec: std::sync::atomic::AtomicU64,
+    /// The sandbox's egress proxy, with its policy.
+    pub(super) egress: Arc<berth_egress::Proxy>,
+    /// Its secrets' values, kept out of what berth shows of it.
+    pub(super) redactor: Option<berth_secrets::Redactor>,
+    /// Tasks that serve the sandbox (its connections, its egress log); ended with it.
+    tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Ok(tasks) = self.tasks.lock() {
+            for t in tasks.iter() {
+                t.abort();
+            }
+        }
+    }
 }
 
 pub(super) struct ExecEntry {
@@ -32,6 +48,8 @@ impl Live {
         record: Sandbox,
         env: BTreeMap<String, String>,
         session: Arc<Session>,
+        egress: Arc<berth_egress::Proxy>,
+        redactor: Option<berth_secrets::Redactor>,
     ) -> std::io::Result<Live> {
         let journal = Journal::open(&journal_path(root, &record.id))?;
         let sid = record.id.clone();
@@ -42,7 +60,17 @@ impl Live {
             session,
             execs: Mutex::new(BTreeMap::new()),
             next_exec: std::sync::atomic::AtomicU64::new(next_exec_number(root, &sid)),
+            egress,
+            redactor,
+            tasks: std::sync::Mutex::new(Vec::new()),
         })
+    }
+
+    /// Keep a task that serves this sandbox; it is aborted when the sandbox is dropped.
+    pub(super) fn keep_task(&self, task: tokio::task::JoinHandle<()>) {
+        if let Ok(mut t) = self.tasks.lock() {
+            t.push(task);
+        }
     }
 
     /// Record an action in the sandbox's journal. A journal that cannot be written is reported on stderr:
@@ -53,6 +81,14 @@ impl Live {
 
     pub(super) fn note_as(&self, actor: &str, action: &str, args: serde_json::Value, result: serde_json::Value) {
         let actor = actor.to_string();
+        // A secret's value never reaches the journal (an argv that spells one out, an error that quotes one).
+        let (args, result) = match &self.redactor {
+            Some(r) if !r.is_empty() => {
+                let clean = |v: serde_json::Value| serde_json::from_str(&r.redact_str(&v.to_string())).unwrap_or(v);
+                (clean(args), clean(result))
+            }
+            _ => (args, result),
+        };
         let written = self
             .journal
             .lock()

@@ -167,7 +167,19 @@ impl Engine {
 
     /// Step 2 of teardown: the sandbox's credentials stop working.
     pub(crate) async fn revoke_credentials(&self, id: &str, receipt: &mut Teardown) {
-        let _ = (id, receipt);
+        match self.tokens.revoke_session(id) {
+            Ok(ids) => {
+                for t in &ids {
+                    receipt.revoked.push(format!("session token {t}"));
+                }
+                receipt.steps.push(format!("revoked {} session token(s)", ids.len()));
+            }
+            Err(e) => receipt.leftovers.push(format!("the session token could not be revoked: {e}")),
+        }
+        // Its secrets: the proxy that injects them and the environment that holds them go with its runtime.
+        for decl in self.spec_secrets(id) {
+            receipt.revoked.push(format!("secret {decl}"));
+        }
     }
 
     /// Stop a sandbox's processes and keep its files.
@@ -193,6 +205,8 @@ impl Engine {
             r.remove(sid);
         }
         halted?;
+        // A stopped sandbox has no session: its token stops working (a new one comes with the next start).
+        let _ = self.tokens.revoke_session(sid);
         let mut record = live.record.lock().await.clone();
         record.state = SandboxState::Stopped;
         record.pid = None;
@@ -236,7 +250,7 @@ impl Engine {
 
     async fn start_stopped(&self, stopped: &Sandbox) -> Result<Sandbox, EngineError> {
         let spec = self.spec_of(&stopped.id)?;
-        self.boot(&stopped.id, &spec, stopped.created_at_ms, stopped.parent.clone()).await
+        self.boot(&stopped.id, &spec, stopped.created_at_ms, stopped.parent.clone(), stopped.owner.clone()).await
     }
 
     /// A fresh runtime from the image, on the sandbox's kept files (the project survives, the runtime is
@@ -475,9 +489,10 @@ impl Engine {
             let mut req = spec.clone();
             req.name = Some(format!("{}-{}", parent.name.chars().take(50).collect::<String>(), &child[..6]));
             let base = base.clone();
+            let owner = parent.owner.clone();
             async move {
                 self.apply_quota(child, req.disk_bytes).await?;
-                let booted = self.boot(child, &req, now, Some(base)).await;
+                let booted = self.boot(child, &req, now, Some(base), owner).await;
                 if booted.is_err() {
                     let dir = self.state_dir(child);
                     let _ = self.pool_op(move |pool| pool.remove(&dir)).await;

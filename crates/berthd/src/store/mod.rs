@@ -43,6 +43,7 @@ const MIGRATIONS: &[&str] = &[
         name TEXT PRIMARY KEY,
         created_at_ms INTEGER NOT NULL
     );",
+    "ALTER TABLE tokens ADD COLUMN scope TEXT;",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -125,7 +126,43 @@ impl Store {
 
     /// The id of the token with this digest.
     pub fn token_by_digest(&self, sha256: &str) -> Result<Option<String>, StoreError> {
-        self.with(|c| c.query_row("SELECT id FROM tokens WHERE sha256 = ?1", [sha256], |r| r.get(0)).optional())
+        Ok(self.token_and_scope(sha256)?.map(|(id, _)| id))
+    }
+
+    /// The id of the token with this digest, and the sandbox it is scoped to (a session token).
+    pub fn token_and_scope(&self, sha256: &str) -> Result<Option<(String, Option<String>)>, StoreError> {
+        self.with(|c| {
+            c.query_row("SELECT id, scope FROM tokens WHERE sha256 = ?1", [sha256], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+    }
+
+    /// Add a token scoped to one sandbox.
+    pub fn add_scoped_token(
+        &self,
+        id: &str,
+        name: &str,
+        sha256: &str,
+        now_ms: u64,
+        scope: &str,
+    ) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO tokens (id, name, sha256, created_at_ms, scope) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![id, name, sha256, now_ms as i64, scope],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Delete every token scoped to a sandbox; their ids.
+    pub fn revoke_scope(&self, scope: &str) -> Result<Vec<String>, StoreError> {
+        self.with(|c| {
+            let mut stmt = c.prepare("SELECT id FROM tokens WHERE scope = ?1")?;
+            let ids: Vec<String> = stmt.query_map([scope], |r| r.get(0))?.collect::<Result<_, _>>()?;
+            c.execute("DELETE FROM tokens WHERE scope = ?1", [scope])?;
+            Ok(ids)
+        })
     }
 
     pub fn idempotent_get(&self, key: &str) -> Result<Option<(u16, serde_json::Value)>, StoreError> {

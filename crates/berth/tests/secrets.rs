@@ -1,0 +1,128 @@
+//! Secrets: sealed at rest, given to the sandboxes that declare them, redacted from output, logs and the
+//! journal; and secrets that never enter the sandbox, put into requests to one host by the proxy.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use common::daemon::Daemon;
+use common::text;
+
+const VALUE: &str = "s3cr3t-value-9f8e7d6c";
+
+fn set(d: &Daemon, name: &str, value: &str) {
+    let mut child = d.cmd(&["secret", "set", name]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(format!("{value}\n").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// Every file under `dir`, searched for `needle`.
+fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
+    let mut hits = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
+            if meta.is_dir() {
+                // The sandboxes' own files are the sandboxes' business.
+                if !p.ends_with("pool") {
+                    stack.push(p);
+                }
+            } else if meta.is_file() && std::fs::read(&p).is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle)) {
+                hits.push(p.display().to_string());
+            }
+        }
+    }
+    hits
+}
+
+#[test]
+fn a_secret_reaches_its_sandbox_and_nothing_berth_shows_or_keeps() {
+    let d = Daemon::start();
+    set(&d, "API_TOKEN", VALUE);
+    let ls = text(&d.berth(&["secret", "ls"]).stdout);
+    assert!(ls.contains("API_TOKEN") && !ls.contains(VALUE), "{ls}");
+    let id = d.create(&["--secret", "API_TOKEN"]);
+    // The command gets the value...
+    let check = d.berth(&["exec", &id, "--", "sh", "-c", &format!("test \"$API_TOKEN\" = '{VALUE}' && echo match")]);
+    assert_eq!(text(&check.stdout), "match\n");
+    // ...but what berth shows of its output has it redacted, split across writes or not.
+    let out = d.berth(&["exec", &id, "--", "sh", "-c", "echo \"token=$API_TOKEN\"; printf %s \"$API_TOKEN\" | cut -c1-5; printf '%s' \"$API_TOKEN\" | dd bs=3 2>/dev/null; echo"]);
+    let shown = text(&out.stdout);
+    assert!(!shown.contains(VALUE), "{shown}");
+    assert!(shown.starts_with("token=[redacted:API_TOKEN]\n"), "{shown}");
+    // An argv that spells the value out is redacted in the journal.
+    let _ = d.berth(&["exec", &id, "--", "echo", VALUE]);
+    let journal = text(&d.berth(&["journal", &id, "--json"]).stdout);
+    assert!(!journal.contains(VALUE), "{journal}");
+    // Nowhere in the daemon's files: database, logs, journal, sealed secrets.
+    let hits = files_containing(&d.root(), VALUE.as_bytes());
+    assert!(hits.is_empty(), "the value is on disk in the clear: {hits:?}");
+    let unknown = d.berth(&["create", "--secret", "NOPE"]);
+    assert!(text(&unknown.stderr).contains("no secret \"NOPE\""), "{}", text(&unknown.stderr));
+    let bad = d.berth(&["create", "--secret", "lower"]);
+    assert_ne!(bad.status.code(), Some(0));
+}
+
+#[test]
+fn an_injected_secret_reaches_its_host_only_and_never_enters_the_sandbox() {
+    let d = Daemon::start();
+    set(&d, "GH_TOKEN", VALUE);
+    // An upstream that records the Authorization header it receives and answers with a fixed body.
+    let seen: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let record = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let mut buf = [0u8; 8192];
+            let n = c.read(&mut buf).unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).to_string();
+            let host = head.lines().find(|l| l.to_ascii_lowercase().starts_with("host:")).unwrap_or("").to_string();
+            let auth =
+                head.lines().find(|l| l.to_ascii_lowercase().starts_with("authorization:")).unwrap_or("").to_string();
+            record.lock().unwrap().push(format!("{host} | {auth}"));
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        }
+    });
+    let id = d.create(&[
+        "--secret",
+        &format!("GH_TOKEN@api.test:{port}"),
+        "--allow-net",
+        &format!("api.test:{port},other.test:{port}"),
+        "--add-host",
+        "api.test:127.0.0.1",
+        "--add-host",
+        "other.test:127.0.0.1",
+    ]);
+    let inside = text(&d.berth(&["exec", &id, "--", "printenv", "GH_TOKEN"]).stdout);
+    assert!(inside.starts_with("berth-secret-GH_TOKEN-"), "the sandbox sees a placeholder: {inside}");
+    let fetch = "import os,sys,urllib.request; r=urllib.request.Request(sys.argv[1], headers={'Authorization':'Bearer '+os.environ['GH_TOKEN']}); print(urllib.request.urlopen(r,timeout=10).read().decode())";
+    for host in ["api.test", "other.test"] {
+        let out = d.berth(&["exec", &id, "--", "python3", "-c", fetch, &format!("http://{host}:{port}/")]);
+        assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    let to_api = seen.iter().find(|s| s.contains("api.test")).unwrap();
+    let to_other = seen.iter().find(|s| s.contains("other.test")).unwrap();
+    assert!(to_api.ends_with(&format!("Bearer {VALUE}")), "the named host gets the value: {to_api}");
+    assert!(!to_other.contains(VALUE) && to_other.contains("berth-secret-GH_TOKEN-"), "no other host does: {to_other}");
+    // Not in the sandbox's files or environment anywhere.
+    let grep = d.berth(&[
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        &format!("grep -rs '{VALUE}' /proc/self/environ /etc /workspace /tmp; echo done"),
+    ]);
+    assert_eq!(text(&grep.stdout), "done\n");
+}

@@ -1,0 +1,346 @@
+//! A sandbox's way out: the connections its init accepts on the proxy port (egress, decided by the sandbox's
+//! policy) and on the API port (berth's own API, for the sandbox's session token). Neither needs a network
+//! interface in the sandbox: init hands each accepted socket to the daemon over its control socket.
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+use berth_init::protocol::{API_PORT, PROXY_PORT};
+use tokio::sync::mpsc;
+
+use super::{Engine, Live};
+use crate::EngineError;
+
+/// The API's connections from one sandbox, as a listener axum can serve.
+struct Connections(mpsc::UnboundedReceiver<tokio::net::TcpStream>);
+
+impl axum::serve::Listener for Connections {
+    type Io = tokio::net::TcpStream;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.0.recv().await {
+            Some(stream) => {
+                let addr = stream.peer_addr().unwrap_or_else(|_| ([127, 0, 0, 1], 0).into());
+                (stream, addr)
+            }
+            // The sandbox is gone: no more connections will come (its task is aborted with it).
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(([127, 0, 0, 1], API_PORT).into())
+    }
+}
+
+fn tcp_stream(fd: OwnedFd) -> Option<tokio::net::TcpStream> {
+    let std = std::net::TcpStream::from(fd);
+    std.set_nonblocking(true).ok()?;
+    tokio::net::TcpStream::from_std(std).ok()
+}
+
+impl Engine {
+    /// Route the connections `live`'s init accepts: the API port to the API (token required, as on the TCP
+    /// listener), the proxy port to the sandbox's egress proxy.
+    pub(super) fn route_connections(&self, live: &Arc<Live>) {
+        let Some(engine) = self.this.get().and_then(std::sync::Weak::upgrade) else { return };
+        let mut incoming = live.session.take_connections();
+        let (api_tx, api_rx) = mpsc::unbounded_channel();
+        let app = crate::http::tcp_app(Arc::clone(&engine));
+        let api = tokio::spawn(async move {
+            let _ = axum::serve(Connections(api_rx), app).await;
+        });
+        let egress = live.egress.clone();
+        let router = tokio::spawn(async move {
+            while let Some((port, fd)) = incoming.recv().await {
+                let Some(stream) = tcp_stream(fd) else { continue };
+                match port {
+                    API_PORT => {
+                        let _ = api_tx.send(stream);
+                    }
+                    PROXY_PORT => {
+                        let egress = Arc::clone(&egress);
+                        tokio::spawn(async move { egress.serve(stream).await });
+                    }
+                    _ => {}
+                }
+            }
+        });
+        live.keep_task(api);
+        live.keep_task(router);
+    }
+}
+
+/// The environment every exec of a daemon sandbox gets: the proxy, and berth's API with the session token.
+pub(super) fn session_env(id: &str, token: &str) -> Vec<(String, String)> {
+    let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
+    let mut env = Vec::new();
+    for k in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
+        env.push((k.to_string(), proxy.clone()));
+    }
+    for k in ["NO_PROXY", "no_proxy"] {
+        env.push((k.to_string(), "localhost,127.0.0.1,::1".to_string()));
+    }
+    env.push(("BERTH_API".into(), format!("http://127.0.0.1:{API_PORT}")));
+    env.push(("BERTH_TOKEN".into(), token.to_string()));
+    env.push(("BERTH_SANDBOX_ID".into(), id.to_string()));
+    env
+}
+
+/// The proxy's policy for a wire policy; a rule berth cannot use is a 400.
+pub(super) fn policy_of(net: &berth_api::Network) -> Result<berth_egress::Policy, EngineError> {
+    let rules = |list: &[String]| -> Result<Vec<berth_egress::Rule>, EngineError> {
+        list.iter().map(|r| r.parse::<berth_egress::Rule>().map_err(|e| EngineError::invalid(e.to_string()))).collect()
+    };
+    let allow = rules(&net.allow)?;
+    let deny = rules(&net.deny)?;
+    let mode = match net.mode.as_deref() {
+        None if allow.is_empty() => berth_egress::Mode::None,
+        None => berth_egress::Mode::Enforce,
+        Some(m) => m.parse().map_err(|e: berth_egress::ModeError| EngineError::invalid(e.to_string()))?,
+    };
+    let mut add_hosts = std::collections::BTreeMap::new();
+    for (name, ip) in &net.add_hosts {
+        let addr: std::net::IpAddr = ip
+            .parse()
+            .map_err(|_| EngineError::invalid(format!("add_hosts: {ip:?} (for {name}) is not an IP address")))?;
+        berth_egress::Host::parse(name).map_err(|e| EngineError::invalid(format!("add_hosts: {e}")))?;
+        add_hosts.insert(name.to_ascii_lowercase(), addr);
+    }
+    Ok(berth_egress::Policy { mode, allow, deny, add_hosts })
+}
+
+/// The wire form of a policy, as the record shows it.
+pub(super) fn network_of(p: &berth_egress::Policy) -> berth_api::Network {
+    berth_api::Network {
+        mode: Some(p.mode.to_string()),
+        allow: p.allow.iter().map(ToString::to_string).collect(),
+        deny: p.deny.iter().map(ToString::to_string).collect(),
+        add_hosts: p.add_hosts.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
+    }
+}
+
+impl Engine {
+    /// Journal every egress attempt of `live` (as the sandbox's own action).
+    pub(super) fn log_egress(live: &Arc<Live>, mut attempts: mpsc::UnboundedReceiver<berth_egress::Attempt>) {
+        let weak = Arc::downgrade(live);
+        let task = tokio::spawn(async move {
+            while let Some(a) = attempts.recv().await {
+                let Some(live) = weak.upgrade() else { return };
+                let id = live.record.lock().await.id.clone();
+                let record = berth_api::EgressRecord {
+                    time_ms: a.time_ms,
+                    sandbox: id,
+                    host: a.host.clone(),
+                    port: a.port,
+                    method: serde_json::to_value(a.method)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default(),
+                    verdict: serde_json::to_value(a.verdict)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default(),
+                    rule: a.rule.clone(),
+                    reason: a.reason.clone(),
+                    bytes_up: a.bytes_up,
+                    bytes_down: a.bytes_down,
+                    duration_ms: a.duration_ms,
+                };
+                let args = serde_json::json!({"host": record.host, "port": record.port, "method": record.method});
+                live.note_as("sandbox", "egress", args, serde_json::to_value(&record).unwrap_or_default());
+            }
+        });
+        live.keep_task(task);
+    }
+
+    /// Change a running sandbox's policy: allow and deny rules take effect at once, and open connections the
+    /// new policy forbids are closed.
+    pub async fn net_change(
+        &self,
+        id: &str,
+        change: berth_api::NetChange,
+    ) -> Result<berth_api::NetChanged, EngineError> {
+        let parse = |list: &[String]| -> Result<Vec<berth_egress::Rule>, EngineError> {
+            list.iter()
+                .map(|r| r.parse::<berth_egress::Rule>().map_err(|e| EngineError::invalid(e.to_string())))
+                .collect()
+        };
+        let (allow, deny) = (parse(&change.allow)?, parse(&change.deny)?);
+        if allow.is_empty() && deny.is_empty() {
+            return Err(EngineError::invalid("name at least one rule to allow or deny"));
+        }
+        let live = self.live(id).await?;
+        let mut policy = (*live.egress.policy()).clone();
+        for r in allow {
+            if !policy.allow.contains(&r) {
+                policy.allow.push(r);
+            }
+            policy.deny.retain(|d| !policy.allow.contains(d));
+        }
+        for r in deny {
+            policy.allow.retain(|a| *a != r);
+            if !policy.deny.contains(&r) {
+                policy.deny.push(r);
+            }
+        }
+        if policy.mode == berth_egress::Mode::None && !policy.allow.is_empty() {
+            policy.mode = berth_egress::Mode::Enforce;
+        }
+        let closed = live.egress.set_policy(policy.clone()) as u64;
+        let network = network_of(&policy);
+        let record = {
+            let mut r = live.record.lock().await;
+            r.network = network.clone();
+            r.clone()
+        };
+        let _ = self.store.sandbox_live(&record);
+        if let Ok(Some(mut spec)) = self.store.spec(&record.id) {
+            spec["network"] = serde_json::to_value(&network).unwrap_or_default();
+            let _ = self.store.put_spec(&record.id, &spec);
+        }
+        live.note("net", serde_json::to_value(&change).unwrap_or_default(), serde_json::json!({"closed": closed}));
+        Ok(berth_api::NetChanged { network, closed })
+    }
+
+    /// Every egress attempt of a sandbox, from its journal (which outlives it).
+    pub async fn net_log(&self, id: &str) -> Result<Vec<berth_api::EgressRecord>, EngineError> {
+        let sid = match self.get(id).await {
+            Ok(r) => r.id,
+            Err(_) if id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit()) => id.to_string(),
+            Err(e) => return Err(e),
+        };
+        let path = super::journal_path(&self.root, &sid);
+        if !path.exists() {
+            return Err(EngineError::NoSandbox(id.to_string()));
+        }
+        let records = crate::journal::read(&path).map_err(EngineError::Log)?;
+        Ok(records
+            .into_iter()
+            .filter(|r| r.action == "egress")
+            .filter_map(|r| serde_json::from_value(r.result).ok())
+            .collect())
+    }
+
+    /// The smallest allowlist that would have let through what the sandbox reached: record with
+    /// `--net learn`, then enforce this.
+    pub async fn net_suggest(&self, id: &str) -> Result<berth_api::NetSuggestion, EngineError> {
+        let mut allow = std::collections::BTreeSet::new();
+        for r in self.net_log(id).await?.into_iter().filter(|r| r.verdict == "allowed") {
+            if let Ok(host) = berth_egress::Host::parse(&r.host) {
+                allow.insert(host.with_port(r.port));
+            }
+        }
+        Ok(berth_api::NetSuggestion { allow: allow.into_iter().collect() })
+    }
+}
+
+/// A certificate and its key, PEM.
+type Pems = (String, String);
+
+/// For secrets injected into HTTPS: a fresh authority for the sandbox's proxy (certificate, key), and the
+/// files that make the sandbox trust it (its certificate alone, and the host's bundle with it).
+pub(super) fn authority_for(injections: &[berth_egress::Injection]) -> Result<(Option<Pems>, Vec<Pems>), EngineError> {
+    if !injections.iter().any(|i| i.intercept_tls) {
+        return Ok((None, vec![]));
+    }
+    let ca = berth_egress::CertificateAuthority::generate()
+        .map_err(|e| EngineError::Storage(format!("cannot make the sandbox's proxy authority: {e}")))?;
+    let cert = ca.certificate_pem().to_string();
+    let host_bundle = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+    let files =
+        vec![("ca.pem".to_string(), cert.clone()), ("ca-bundle.pem".to_string(), format!("{host_bundle}\n{cert}"))];
+    Ok((Some((cert, ca.key_pem())), files))
+}
+
+/// The variables common TLS clients read for their trust store, pointed at the bundle with the proxy's
+/// authority in it.
+pub(super) fn trust_env() -> Vec<(String, String)> {
+    let bundle = format!("{}/ca-bundle.pem", berth_runtime::plan::BERTH_FILES);
+    let mut env: Vec<(String, String)> = ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"]
+        .into_iter()
+        .map(|k| (k.to_string(), bundle.clone()))
+        .collect();
+    env.push(("NODE_EXTRA_CA_CERTS".into(), format!("{}/ca.pem", berth_runtime::plan::BERTH_FILES)));
+    env
+}
+
+/// Extra roots the proxy trusts for upstream servers (`BERTH_EGRESS_ROOTS`, a PEM bundle: a private CA in
+/// front of a company's services), as DER.
+fn extra_roots() -> Vec<Vec<u8>> {
+    let Some(path) = std::env::var_os("BERTH_EGRESS_ROOTS") else { return vec![] };
+    let Ok(text) = std::fs::read_to_string(path) else { return vec![] };
+    let mut out = Vec::new();
+    let mut cur: Option<String> = None;
+    for line in text.lines() {
+        match (line.trim(), cur.as_mut()) {
+            ("-----BEGIN CERTIFICATE-----", _) => cur = Some(String::new()),
+            ("-----END CERTIFICATE-----", Some(b64)) => {
+                if let Some(der) = base64_decode(b64) {
+                    out.push(der);
+                }
+                cur = None;
+            }
+            (l, Some(b64)) => b64.push_str(l),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let bytes: Vec<u8> = s.bytes().filter(|b| *b != b'=' && !b.is_ascii_whitespace()).collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let mut n = 0u32;
+        for (i, c) in chunk.iter().enumerate() {
+            n |= val(*c)? << (18 - 6 * i);
+        }
+        out.push((n >> 16) as u8);
+        if chunk.len() > 2 {
+            out.push((n >> 8) as u8);
+        }
+        if chunk.len() > 3 {
+            out.push(n as u8);
+        }
+    }
+    Some(out)
+}
+
+impl Engine {
+    /// Hold a sandbox as live: its egress proxy (policy, injected secrets, authority), its redactor, the
+    /// task that journals its egress, and the routing of its connections.
+    pub(super) fn make_live(&self, a: super::Adopted, secrets: &[String]) -> Result<Arc<Live>, EngineError> {
+        let resolved = self.resolve_secrets(secrets, Some(&a.env))?;
+        let (tx, attempts) = mpsc::unbounded_channel();
+        let mut proxy = berth_egress::Proxy::new(policy_of(&a.record.network)?)
+            .with_events(tx)
+            .with_injections(resolved.injections)
+            .map_err(|e| EngineError::invalid(e.to_string()))?;
+        if let Some((cert, key)) = &a.authority {
+            let ca = berth_egress::CertificateAuthority::from_pem(cert, key)
+                .map_err(|e| EngineError::Storage(format!("the sandbox's proxy authority: {e}")))?;
+            proxy = proxy
+                .with_tls_interception(ca, &extra_roots())
+                .map_err(|e| EngineError::Storage(format!("the sandbox's proxy authority: {e}")))?;
+        }
+        let live = Arc::new(
+            Live::new(&self.root, a.record, a.env, a.session, Arc::new(proxy), resolved.redactor)
+                .map_err(EngineError::Log)?,
+        );
+        Self::log_egress(&live, attempts);
+        self.route_connections(&live);
+        Ok(live)
+    }
+}

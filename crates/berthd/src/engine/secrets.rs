@@ -1,0 +1,170 @@
+//! Secrets: kept sealed in the vault (the key in a file of its own, apart from the database), given to the
+//! sandboxes that declare them — as an environment variable, or only as a placeholder the proxy swaps for the
+//! value on the way to one host — and redacted from what berth shows of a sandbox: exec output, exec logs,
+//! the journal.
+
+use std::path::PathBuf;
+
+use berth_api::SecretInfo;
+use berth_secrets::{Redactor, Vault};
+
+use super::Engine;
+use crate::EngineError;
+
+/// A sandbox's secrets, resolved at start.
+#[derive(Default)]
+pub(super) struct Resolved {
+    /// Environment variables (values, or placeholders for injected secrets).
+    pub env: Vec<(String, String)>,
+    /// What the proxy swaps in.
+    pub injections: Vec<berth_egress::Injection>,
+    /// Every value, for redaction.
+    pub redactor: Option<Redactor>,
+}
+
+/// Where the vault's key lives: `BERTH_SECRETS_KEY` if set (a path outside the data root, as it should be in
+/// production), else `<root>/keys/secrets.key`.
+pub(super) fn key_path(root: &std::path::Path) -> PathBuf {
+    std::env::var_os("BERTH_SECRETS_KEY").map(PathBuf::from).unwrap_or_else(|| root.join("keys").join("secrets.key"))
+}
+
+fn secret_err(e: berth_secrets::SecretError) -> EngineError {
+    use berth_secrets::SecretError as S;
+    match e {
+        e @ (S::BadName { .. } | S::TooLarge { .. } | S::NulByte { .. }) => EngineError::invalid(e.to_string()),
+        e => EngineError::Storage(berth_runtime::error_chain(&e)),
+    }
+}
+
+/// `NAME` or `NAME@HOST`.
+fn parse_decl(decl: &str) -> Result<(String, Option<berth_egress::Rule>), EngineError> {
+    let (name, host) = match decl.split_once('@') {
+        Some((n, h)) => (n, Some(h)),
+        None => (decl, None),
+    };
+    berth_secrets::check_name(name).map_err(secret_err)?;
+    let reserved = name.starts_with("BERTH_") || name.to_ascii_uppercase().ends_with("_PROXY") || name == "PATH";
+    if reserved {
+        return Err(EngineError::invalid(format!(
+            "a secret cannot be named {name}: berth sets that variable itself (BERTH_*, *_PROXY, PATH)"
+        )));
+    }
+    let rule = match host {
+        Some(h) => {
+            Some(h.parse::<berth_egress::Rule>().map_err(|e| EngineError::invalid(format!("secret {decl:?}: {e}")))?)
+        }
+        None => None,
+    };
+    Ok((name.to_string(), rule))
+}
+
+impl Engine {
+    pub(super) fn vault(&self) -> Result<Vault, EngineError> {
+        Vault::open(&self.root, &key_path(&self.root)).map_err(secret_err)
+    }
+
+    pub fn set_secret(&self, name: &str, value: &[u8]) -> Result<SecretInfo, EngineError> {
+        let vault = self.vault()?;
+        vault.set(name, value).map_err(secret_err)?;
+        self.secrets()?
+            .into_iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| EngineError::Storage("the secret vanished".into()))
+    }
+
+    pub fn secrets(&self) -> Result<Vec<SecretInfo>, EngineError> {
+        Ok(self
+            .vault()?
+            .list()
+            .map_err(secret_err)?
+            .into_iter()
+            .map(|s| SecretInfo {
+                name: s.name,
+                created_at_ms: s.created_at_ms,
+                updated_at_ms: s.updated_at_ms,
+                bytes: s.bytes,
+            })
+            .collect())
+    }
+
+    pub fn remove_secret(&self, name: &str) -> Result<(), EngineError> {
+        berth_secrets::check_name(name).map_err(secret_err)?;
+        match self.vault()?.remove(name).map_err(secret_err)? {
+            true => Ok(()),
+            false => Err(EngineError::NoSecret(name.to_string())),
+        }
+    }
+
+    /// Check a create request's secrets: well formed, and set.
+    pub(super) fn check_secrets(&self, decls: &[String]) -> Result<(), EngineError> {
+        if decls.is_empty() {
+            return Ok(());
+        }
+        let vault = self.vault()?;
+        for d in decls {
+            let (name, _) = parse_decl(d)?;
+            if vault.get(&name).map_err(secret_err)?.is_none() {
+                return Err(EngineError::NoSecret(name));
+            }
+        }
+        Ok(())
+    }
+
+    /// The secrets a sandbox declared, from its kept spec.
+    pub(super) fn spec_secrets(&self, id: &str) -> Vec<String> {
+        self.store
+            .spec(id)
+            .ok()
+            .flatten()
+            .and_then(|s| serde_json::from_value(s["secrets"].clone()).ok())
+            .unwrap_or_default()
+    }
+
+    /// A sandbox's secrets for one run: values from the vault, placeholders for injected ones (those the
+    /// running sandbox already holds in `env`, when it is adopted; fresh ones otherwise).
+    pub(super) fn resolve_secrets(
+        &self,
+        decls: &[String],
+        env: Option<&std::collections::BTreeMap<String, String>>,
+    ) -> Result<Resolved, EngineError> {
+        let mut out = Resolved::default();
+        if decls.is_empty() {
+            return Ok(out);
+        }
+        let vault = self.vault()?;
+        let mut values = Vec::new();
+        for d in decls {
+            let (name, host) = parse_decl(d)?;
+            let value = vault.get(&name).map_err(secret_err)?.ok_or_else(|| EngineError::NoSecret(name.clone()))?;
+            let text = String::from_utf8(value.to_vec()).map_err(|_| {
+                EngineError::invalid(format!(
+                    "secret {name} is not UTF-8 text, so it cannot be an environment variable"
+                ))
+            })?;
+            values.push((name.clone(), value.to_vec()));
+            match host {
+                None => out.env.push((name, text)),
+                Some(rule) => {
+                    let placeholder = match env.and_then(|e| e.get(&name)) {
+                        Some(p) => p.clone(),
+                        None => format!(
+                            "berth-secret-{name}-{}",
+                            berth_runtime::new_id()
+                                .map_err(|e| EngineError::Storage(berth_runtime::error_chain(&e)))?
+                        ),
+                    };
+                    out.env.push((name, placeholder.clone()));
+                    out.injections.push(berth_egress::Injection {
+                        host_rule: rule,
+                        placeholder,
+                        value: text,
+                        header: None,
+                        intercept_tls: true,
+                    });
+                }
+            }
+        }
+        out.redactor = Some(Redactor::new(&values));
+        Ok(out)
+    }
+}
