@@ -1,0 +1,195 @@
+//! Making a sandbox: checking the request, preparing its files, and starting its runtime through a shim.
+
+use berth_api::{CreateSandbox, EventKind, Sandbox, SandboxState};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use super::{Adopted, Engine, actor, adopt, network, now_ms, receipt};
+use crate::EngineError;
+use crate::shim::{self, ShimReady, ShimStart};
+
+impl Engine {
+    pub async fn create(&self, mut req: CreateSandbox) -> Result<Sandbox, EngineError> {
+        let name = req.name.clone().unwrap_or_else(|| format!("berth-{}", now_ms() % 1_000_000_000));
+        berth_runtime::spec::check_name(&name).map_err(|e| EngineError::invalid(e.to_string()))?;
+        if let Some(c) = req.cpus.filter(|c| !(0.01..=1024.0).contains(c)) {
+            return Err(EngineError::invalid(format!("{c} is not a CPU count: use a positive number of cores")));
+        }
+        for (what, v) in [("ttl_seconds", req.ttl_seconds), ("idle_timeout_seconds", req.idle_timeout_seconds)] {
+            if v.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
+                return Err(EngineError::invalid(format!("{what} must be a positive number of seconds")));
+            }
+        }
+        for k in req.env.keys() {
+            berth_runtime::spec::parse_env(&format!("{k}=")).map_err(|e| EngineError::invalid(e.to_string()))?;
+        }
+        let owner = actor().strip_prefix("session:").map(str::to_string);
+        if let Some(o) = &owner {
+            self.as_child(o, &mut req).await?;
+        }
+        self.check_volumes(&req.volumes)?;
+        receipt::check_outputs(&req.outputs)?;
+        network::policy_of(&req.network)?;
+        self.check_secrets(&req.secrets)?;
+        self.check_quota(req.disk_bytes)?;
+        let parent = match &req.from_snapshot {
+            Some(s) => Some(self.store.snapshot(s)?.ok_or_else(|| EngineError::NoSnapshot(s.clone()))?),
+            None => None,
+        };
+        self.check_name_free(&name).await?;
+        req.name = Some(name);
+        let image =
+            req.image.clone().or_else(|| parent.as_ref().map(|p| p.image.clone())).unwrap_or_else(|| "host".into());
+        if image != "host" {
+            self.image(&image)?;
+        }
+        for (k, v) in self.image_env(&image) {
+            req.env.entry(k).or_insert(v);
+        }
+        req.image = Some(image);
+        let id = berth_runtime::new_id().map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?;
+        let state = self.state_dir(&id);
+        match &parent {
+            Some(p) => self.pool_clone(self.snapshot_dir(&p.id), state.clone(), false).await?,
+            None => {
+                let dir = state.clone();
+                self.pool_op(move |pool| pool.create(&dir)).await?
+            }
+        }
+        let made = self.apply_quota(&id, req.disk_bytes).await;
+        let parent_id = parent.map(|p| p.id);
+        let booted = match made {
+            Ok(()) => self.boot(&id, &req, now_ms(), parent_id.clone(), owner.clone()).await,
+            Err(e) => Err(e),
+        };
+        let record = match booted {
+            Ok(r) => r,
+            Err(e) => {
+                let state = self.state_dir(&id);
+                let _ = self.pool_op(move |pool| pool.remove(&state)).await;
+                return Err(e);
+            }
+        };
+        let env_names: Vec<&String> = req.env.keys().collect();
+        let args = serde_json::json!({
+            "name": record.name, "image": record.image, "memory_bytes": req.memory_bytes, "pids": req.pids,
+            "cpus": req.cpus, "ttl_seconds": req.ttl_seconds, "idle_timeout_seconds": req.idle_timeout_seconds,
+            "labels": req.labels, "mounts": req.mounts, "env_names": env_names, "persistent": req.persistent,
+            "disk_bytes": req.disk_bytes, "volumes": req.volumes, "from_snapshot": parent_id,
+        });
+        if let Ok(live) = self.live(&record.id).await {
+            live.note("create", args, serde_json::json!({"id": record.id, "pid": record.pid}));
+        }
+        self.events.emit(&record.id, EventKind::Created, None, None);
+        Ok(record)
+    }
+
+    /// Start the runtime of sandbox `id` (its storage ready) from `req`, and hold it as live.
+    pub(crate) async fn boot(
+        &self,
+        id: &str,
+        req: &CreateSandbox,
+        created_at_ms: u64,
+        parent: Option<String>,
+        owner: Option<String>,
+    ) -> Result<Sandbox, EngineError> {
+        let now = now_ms();
+        let record = Sandbox {
+            id: id.to_string(),
+            name: req.name.clone().unwrap_or_default(),
+            image: req.image.clone().unwrap_or_else(|| "host".into()),
+            state: SandboxState::Creating,
+            created_at_ms,
+            expires_at_ms: req.ttl_seconds.map(|t| created_at_ms + (t * 1000.0) as u64),
+            idle_timeout_seconds: req.idle_timeout_seconds,
+            last_activity_ms: now,
+            memory_bytes: req.memory_bytes,
+            pids: req.pids,
+            cpus: req.cpus,
+            labels: req.labels.clone(),
+            pid: None,
+            persistent: req.persistent,
+            disk_bytes: req.disk_bytes,
+            parent,
+            network: network::network_of(&network::policy_of(&req.network)?),
+            owner,
+        };
+        // A session token for this run of the sandbox (its API at BERTH_API, as BERTH_TOKEN); revoked when it
+        // stops or is removed. Neither it nor the proxy settings are part of the kept spec.
+        let resolved = self.resolve_secrets(&req.secrets, None)?;
+        let token = self.tokens.mint_session(id).map_err(EngineError::Log)?;
+        let mut env = req.env.clone();
+        env.extend(network::session_env(id, &token.token));
+        env.extend(resolved.env);
+        // Secrets injected into HTTPS need the sandbox to trust its proxy's own authority.
+        let (authority, files) = network::authority_for(&resolved.injections)?;
+        if !files.is_empty() {
+            env.extend(network::trust_env());
+        }
+        let volumes = req.volumes.iter().map(|v| (self.volume_dir(&v.name), v.target.clone(), v.readonly)).collect();
+        let start = ShimStart {
+            name: record.name.clone(),
+            image: record.image.clone(),
+            memory_bytes: req.memory_bytes,
+            pids: req.pids.or(Some(4096)),
+            cpu_millis: req.cpus.map(|c| (c * 1000.0).round() as u64),
+            mounts: req.mounts.clone(),
+            record,
+            env: env.clone(),
+            id: Some(id.to_string()),
+            state: Some(self.state_dir(id)),
+            volumes,
+            files,
+            authority: authority.clone(),
+        };
+        let started = match self.spawn_shim(&start).await {
+            Ok(record) => adopt(&shim::socket_path(&self.root, &record.id)).await.map(|a| (record, a)),
+            Err(e) => Err(e),
+        };
+        let (record, adopted) = match started {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = self.tokens.revoke_session(id);
+                return Err(e);
+            }
+        };
+        let live =
+            self.make_live(Adopted { record: record.clone(), env, authority, session: adopted.session }, &req.secrets)?;
+        self.store.sandbox_live(&record)?;
+        self.store.put_spec(&record.id, &serde_json::to_value(req).unwrap_or_default())?;
+        self.sandboxes.lock().await.insert(record.id.clone(), live);
+        Ok(record)
+    }
+
+    async fn spawn_shim(&self, start: &ShimStart) -> Result<Sandbox, EngineError> {
+        let mut child = tokio::process::Command::new(&self.exe)
+            .arg("--root")
+            .arg(&self.root)
+            .arg("shim")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            // Its own process group: a Ctrl-C aimed at the daemon must not take the sandboxes down.
+            .process_group(0)
+            .spawn()
+            .map_err(EngineError::SpawnShim)?;
+        let mut line = serde_json::to_vec(start).map_err(|e| EngineError::Create(e.to_string()))?;
+        line.push(b'\n');
+        let mut stdin = child.stdin.take().ok_or(EngineError::ShimGone)?;
+        stdin.write_all(&line).await.map_err(EngineError::SpawnShim)?;
+        drop(stdin);
+        let stdout = child.stdout.take().ok_or(EngineError::ShimGone)?;
+        let mut first = String::new();
+        BufReader::new(stdout).read_line(&mut first).await.map_err(EngineError::SpawnShim)?;
+        match serde_json::from_str::<ShimReady>(&first) {
+            Ok(ShimReady::Ready { record }) => Ok(*record),
+            Ok(ShimReady::Failed { message, invalid }) => {
+                let _ = child.wait().await;
+                Err(if invalid { EngineError::invalid(message) } else { EngineError::Create(message) })
+            }
+            Err(_) => {
+                let _ = child.wait().await;
+                Err(EngineError::ShimGone)
+            }
+        }
+    }
+}

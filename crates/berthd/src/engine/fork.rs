@@ -1,0 +1,167 @@
+//! Forks (copy-on-write copies of a sandbox's files as new sandboxes) and named volumes.
+
+use std::path::PathBuf;
+
+use berth_api::{EventKind, Forked, Snapshot, Volume};
+
+use super::projects::MAX_FORKS;
+use super::{Engine, now_ms};
+use crate::EngineError;
+
+impl Engine {
+    /// `count` new sandboxes whose files are copy-on-write copies of `id`'s at this instant, each with its own
+    /// limits and lifecycle. The instant is kept as a snapshot: every child's parent.
+    pub async fn fork(&self, id: &str, count: u32) -> Result<Forked, EngineError> {
+        if !(1..=MAX_FORKS).contains(&count) {
+            return Err(EngineError::invalid(format!("count must be between 1 and {MAX_FORKS}")));
+        }
+        let parent = self.get(id).await?;
+        let spec = self.spec_of(&parent.id)?;
+        let _busy = self.busy(&parent.id, "forking")?;
+        let mut ids = Vec::new();
+        for _ in 0..count {
+            ids.push(berth_runtime::new_id().map_err(|e| EngineError::Storage(berth_runtime::error_chain(&e)))?);
+        }
+        let base = berth_runtime::new_id().map_err(|e| EngineError::Storage(berth_runtime::error_chain(&e)))?;
+        let src = self.state_dir(&parent.id);
+        let mut dsts: Vec<PathBuf> = ids.iter().map(|i| self.state_dir(i)).collect();
+        dsts.push(self.snapshot_dir(&base));
+        let all = dsts.clone();
+        let (cloned, frozen) = self.frozen(&parent.id, self.pool_op(move |pool| pool.clone_many(&src, &dsts))).await;
+        if let Err(e) = cloned {
+            let _ = self.pool_op(move |pool| all.iter().try_for_each(|d| pool.remove(d))).await;
+            return Err(e);
+        }
+        let snap = Snapshot {
+            id: base.clone(),
+            name: None,
+            sandbox_id: parent.id.clone(),
+            image: parent.image.clone(),
+            created_at_ms: now_ms(),
+            origin: "fork".into(),
+        };
+        self.store.add_snapshot(&snap)?;
+        let now = now_ms();
+        let boots = ids.iter().map(|child| {
+            let mut req = spec.clone();
+            req.name = Some(format!("{}-{}", parent.name.chars().take(50).collect::<String>(), &child[..6]));
+            let base = base.clone();
+            let owner = parent.owner.clone();
+            async move {
+                self.apply_quota(child, req.disk_bytes).await?;
+                let booted = self.boot(child, &req, now, Some(base), owner).await;
+                if booted.is_err() {
+                    let dir = self.state_dir(child);
+                    let _ = self.pool_op(move |pool| pool.remove(&dir)).await;
+                }
+                booted
+            }
+        });
+        let results = futures_join_all(boots).await;
+        let mut sandboxes = Vec::new();
+        let mut failed = None;
+        for r in results {
+            match r {
+                Ok(s) => sandboxes.push(s),
+                Err(e) => failed = Some(e),
+            }
+        }
+        for s in &sandboxes {
+            self.journal_note(
+                &s.id,
+                "create",
+                serde_json::json!({"fork_of": parent.id, "parent": base}),
+                serde_json::json!({"id": s.id, "pid": s.pid}),
+            )
+            .await;
+            self.events.emit(&s.id, EventKind::Created, None, None);
+        }
+        let ids: Vec<&String> = sandboxes.iter().map(|s| &s.id).collect();
+        self.journal_note(
+            &parent.id,
+            "fork",
+            serde_json::json!({"count": count}),
+            serde_json::json!({"ids": ids, "parent": base, "frozen": frozen}),
+        )
+        .await;
+        self.events.emit(&parent.id, EventKind::Forked, None, None);
+        match failed {
+            Some(e) if sandboxes.is_empty() => Err(e),
+            _ => Ok(Forked { parent: base, sandboxes }),
+        }
+    }
+
+    pub async fn create_volume(&self, name: &str) -> Result<Volume, EngineError> {
+        berth_runtime::spec::check_name(name).map_err(|e| EngineError::invalid(e.to_string()))?;
+        let now = now_ms();
+        if !self.store.add_volume(name, now)? {
+            return Err(EngineError::Conflict(format!("a volume named {name:?} already exists")));
+        }
+        let dir = self.volume_dir(name);
+        if let Err(e) = self.pool_op(move |pool| pool.create(&dir)).await {
+            let _ = self.store.remove_volume(name);
+            return Err(e);
+        }
+        Ok(Volume { name: name.to_string(), created_at_ms: now, used_by: vec![] })
+    }
+
+    pub fn volumes(&self) -> Result<Vec<Volume>, EngineError> {
+        let specs = self.store.specs()?;
+        Ok(self
+            .store
+            .volumes()?
+            .into_iter()
+            .map(|(name, created_at_ms)| {
+                let used_by = specs
+                    .iter()
+                    .filter(|(_, s)| {
+                        s["volumes"].as_array().is_some_and(|vs| vs.iter().any(|v| v["name"].as_str() == Some(&name)))
+                    })
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                Volume { name, created_at_ms, used_by }
+            })
+            .collect())
+    }
+
+    pub async fn remove_volume(&self, name: &str) -> Result<Volume, EngineError> {
+        let vol =
+            self.volumes()?.into_iter().find(|v| v.name == name).ok_or_else(|| EngineError::NoVolume(name.into()))?;
+        if !vol.used_by.is_empty() {
+            return Err(EngineError::Conflict(format!(
+                "volume {name:?} is used by {}: remove those sandboxes first",
+                vol.used_by.join(", ")
+            )));
+        }
+        let dir = self.volume_dir(name);
+        self.pool_op(move |pool| pool.remove(&dir)).await?;
+        self.store.remove_volume(name)?;
+        Ok(vol)
+    }
+}
+/// Await every future, concurrently, in order.
+async fn futures_join_all<F: Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let futs: Vec<_> = futs.into_iter().map(Box::pin).collect();
+    let mut out = Vec::with_capacity(futs.len());
+    // Polled together by tokio's join on a set of pinned futures.
+    let mut pending: Vec<_> = futs.into_iter().map(Some).collect();
+    let mut results: Vec<Option<F::Output>> = (0..pending.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all_done = true;
+        for (i, slot) in pending.iter_mut().enumerate() {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        results[i] = Some(v);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => all_done = false,
+                }
+            }
+        }
+        if all_done { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
+    })
+    .await;
+    out.extend(results.into_iter().flatten());
+    out
+}
