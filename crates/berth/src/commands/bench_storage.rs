@@ -1,8 +1,8 @@
 //! `berth bench --storage`: what durable projects cost on this host's storage pool. A sandbox's workspace is
-//! filled with N files of random data; then snapshot, fork (1 and 10 children), restore and, for reference, a
-//! plain create are timed through the daemon's API (and `berth fork` through the CLI), interleaved with what
-//! one would do without berth: `cp -a` of the same workspace into the same file system, as a full copy and
-//! as a copy that shares data blocks (`--reflink=always`).
+//! filled with N files of random data; then snapshot, fork (1 and 10 children), restore (twice in a row) and,
+//! for reference, a plain create are timed through the daemon's API (and `berth fork` through the CLI),
+//! interleaved with what one would do without berth: `cp -a` of the same workspace into the same file system,
+//! as a full copy and as a copy that shares data blocks (`--reflink=always`).
 //!
 //! The copies are made by this process in the pool directory itself, so `--root` must be the daemon's data
 //! root. Each case's sandboxes, snapshots and copies are removed right after it, outside the timed region,
@@ -186,11 +186,15 @@ pub fn bench_storage(root: &Path, socket: &Path, args: BenchArgs) -> anyhow::Res
     let copies = pool.join("volumes");
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&copies)?;
     let ctx = Ctx { root, socket, exe: std::env::current_exe()?, pool, id: sandbox.id, base, workspace, copies };
+    // Restore runs twice in a row: the first replaces a volume whose files the previous round's copies have
+    // just read (as a build would have), the second one that nothing has read. The replaced volume is
+    // removed within the request, and on btrfs that costs more the more of its inodes are cached.
     let mut cases: Vec<Case> = [
         (Kind::Snapshot, "API snapshot"),
         (Kind::Fork(1), "API fork, count 1"),
         (Kind::Fork(10), "API fork, count 10"),
         (Kind::Restore, "API restore"),
+        (Kind::Restore, "API restore, repeated"),
         (Kind::Create, "API create (no clone)"),
         (Kind::CliFork, "berth fork (CLI)"),
         (Kind::Copy, "cp -a --reflink=never"),
@@ -385,6 +389,7 @@ fn run_case(kind: Kind, ctx: &Ctx, made: &mut Made, n: usize) -> anyhow::Result<
         Kind::Copy | Kind::Reflink => {
             let dst = ctx.copies.join(format!(".bench-copy-{n}"));
             made.dirs.push(dst.clone());
+            // GNU cp 9 shares blocks by default (`--reflink=auto`): a full copy has to be asked for.
             let reflink = if kind == Kind::Reflink { "--reflink=always" } else { "--reflink=never" };
             let t = Instant::now();
             let out = Command::new("cp")
@@ -448,13 +453,13 @@ fn print_table(report: &Report) {
         report.runs, report.warmup
     );
     println!(
-        "{:<24} {:>10} {:>10} {:>10} {:>14} {:>10}",
+        "{:<26} {:>10} {:>10} {:>10} {:>14} {:>10}",
         "case", "median ms", "p90 ms", "min ms", "/ reflink cp", "/ cp -a"
     );
     let ratio = |r: Option<f64>| r.map(|r| format!("{r:.3}x")).unwrap_or_else(|| "-".into());
     for c in &report.cases {
         println!(
-            "{:<24} {:>10.2} {:>10.2} {:>10.2} {:>14} {:>10}",
+            "{:<26} {:>10.2} {:>10.2} {:>10.2} {:>14} {:>10}",
             c.name,
             c.median_ms,
             c.p90_ms,
@@ -468,8 +473,8 @@ fn print_table(report: &Report) {
         (median("API snapshot"), median("API fork, count 1"), median("API create (no clone)"))
     {
         println!(
-            "\nfork count 1 - snapshot: {:.2} ms (what starting the child adds to the clone); a plain create: \
-             {create:.2} ms",
+            "\nfork count 1 - snapshot: {:.2} ms (a fork clones twice, the child and its parent snapshot, then \
+             starts the child); a plain create: {create:.2} ms",
             fork - snap
         );
     }

@@ -413,14 +413,14 @@ impl Engine {
     ) -> Result<Sandbox, EngineError> {
         let current = self.state_dir(&record.id);
         let fresh = current.with_extension("new");
-        let old = current.with_extension("old");
+        // Unique: the old files are removed in the background, and the next restore must not trip on them.
+        let old = current.with_extension(format!("old-{}", now_ms()));
         {
             // Frozen while the new files are made: they may be copied from the current ones (a reset that
             // keeps the workspace), which must not change half-way through.
-            let (fresh, old) = (fresh.clone(), old.clone());
+            let fresh = fresh.clone();
             let made = self.pool_op(move |pool| {
                 pool.remove(&fresh)?;
-                pool.remove(&old)?;
                 make(pool, &fresh)
             });
             self.frozen(&record.id, made).await.0?;
@@ -434,7 +434,7 @@ impl Engine {
         }
         let swapped = {
             let (current, fresh, old) = (current.clone(), fresh.clone(), old.clone());
-            self.pool_op(move |pool| {
+            self.pool_op(move |_pool| {
                 let io = |path: &std::path::Path| {
                     let path = path.to_path_buf();
                     move |source| berth_storage::StorageError::Io { action: "swap in the new files at", path, source }
@@ -444,7 +444,7 @@ impl Engine {
                     let _ = std::fs::rename(&old, &current);
                     return Err(io(&fresh)(e));
                 }
-                pool.remove(&old)
+                Ok(())
             })
             .await
         };
@@ -454,6 +454,9 @@ impl Engine {
         };
         let stopped = self.stopped_record(&record.id)?.unwrap_or_else(|| record.clone());
         let result = if live.is_some() { self.start_stopped(&stopped).await } else { Ok(stopped) };
+        // The replaced files go after the sandbox is back: deleting a big volume is slow and nothing waits on it.
+        let pool = Arc::clone(&self.pool);
+        tokio::task::spawn_blocking(move || pool.remove(&old));
         quota?;
         result
     }
