@@ -44,6 +44,9 @@ pub struct NetChanged {
 pub struct EgressRecord {
     pub time_ms: u64,
     pub sandbox: String,
+    /// The exec whose process connected, when it could be told (a process that ended at once may not be).
+    #[serde(default)]
+    pub exec: Option<String>,
     pub host: String,
     pub port: u16,
     /// `CONNECT` or `HTTP`.

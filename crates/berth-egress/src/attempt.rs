@@ -47,6 +47,9 @@ pub struct Attempt {
     /// Bytes received from the destination and passed to the client.
     pub bytes_down: u64,
     pub duration_ms: u64,
+    /// The client's port on the sandbox's loopback: with it the caller can tell which process connected.
+    #[serde(default)]
+    pub client_port: u16,
 }
 
 /// The smallest allowlist that would have allowed everything in `attempts` that was allowed: one exact
@@ -75,6 +78,7 @@ mod tests {
 
     fn attempt(host: &str, port: u16, verdict: Verdict) -> Attempt {
         Attempt {
+            client_port: 0,
             time_ms: 0,
             host: host.into(),
             port,

@@ -263,6 +263,7 @@ impl Proxy {
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: 0,
+            client_port: client.peer_addr().map(|a| a.port()).unwrap_or(0),
         };
         let linger = self.handle(&mut client, &mut attempt, &counters).await;
         attempt.bytes_up = counters.up.load(Ordering::Relaxed);

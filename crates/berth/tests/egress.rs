@@ -136,6 +136,7 @@ except (ssl.SSLError, OSError) as e:
     assert!(verdicts.contains(&("bad.glob.test".into(), "denied".into())), "{verdicts:?}");
     let ok = records.iter().find(|r| r["verdict"] == "allowed").unwrap();
     assert_eq!(ok["rule"], allowed.as_str());
+    assert_eq!(ok["exec"], "x1", "the attempt names the exec that made it: {ok}");
     assert!(ok["bytes_down"].as_u64().unwrap() > 0);
     let bad = records.iter().find(|r| r["host"] == "bad.glob.test").unwrap();
     assert_eq!(bad["rule"], "bad.glob.test");

@@ -20,6 +20,7 @@ fn egress_record_sample() -> EgressRecord {
     EgressRecord {
         time_ms: 1_700_000_006_000,
         sandbox: "0123456789ab".into(),
+        exec: Some("x3".into()),
         host: "registry.npmjs.org".into(),
         port: 443,
         method: "CONNECT".into(),

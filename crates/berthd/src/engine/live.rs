@@ -21,6 +21,9 @@ pub(super) struct Live {
     pub(super) egress: Arc<berth_egress::Proxy>,
     /// Its secrets' values, kept out of what berth shows of it.
     pub(super) redactor: Option<berth_secrets::Redactor>,
+    /// Which exec opened each proxy connection still being looked up, by the client's port.
+    pub(super) connecting:
+        std::sync::Mutex<std::collections::HashMap<u16, tokio::sync::oneshot::Receiver<Option<String>>>>,
     /// Tasks that serve the sandbox (its connections, its egress log); ended with it.
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -62,6 +65,7 @@ impl Live {
             next_exec: std::sync::atomic::AtomicU64::new(next_exec_number(root, &sid)),
             egress,
             redactor,
+            connecting: std::sync::Mutex::new(std::collections::HashMap::new()),
             tasks: std::sync::Mutex::new(Vec::new()),
         })
     }

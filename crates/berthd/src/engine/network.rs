@@ -52,6 +52,7 @@ impl Engine {
             let _ = axum::serve(Connections(api_rx), app).await;
         });
         let egress = live.egress.clone();
+        let weak = Arc::downgrade(live);
         let router = tokio::spawn(async move {
             while let Some((port, fd)) = incoming.recv().await {
                 let Some(stream) = tcp_stream(fd) else { continue };
@@ -60,6 +61,17 @@ impl Engine {
                         let _ = api_tx.send(stream);
                     }
                     PROXY_PORT => {
+                        // Which exec connected is looked up beside the connection, not in its way.
+                        if let (Some(live), Ok(peer)) = (weak.upgrade(), stream.peer_addr()) {
+                            let (tx, rx) = tokio::sync::oneshot::channel();
+                            if let Ok(mut c) = live.connecting.lock() {
+                                c.insert(peer.port(), rx);
+                            }
+                            let record = live.record.lock().await.clone();
+                            tokio::task::spawn_blocking(move || {
+                                let _ = tx.send(exec_of_connection(&record, peer.port()));
+                            });
+                        }
                         let egress = Arc::clone(&egress);
                         tokio::spawn(async move { egress.serve(stream).await });
                     }
@@ -129,9 +141,19 @@ impl Engine {
             while let Some(a) = attempts.recv().await {
                 let Some(live) = weak.upgrade() else { return };
                 let id = live.record.lock().await.id.clone();
+                let pending = live.connecting.lock().ok().and_then(|mut c| c.remove(&a.client_port));
+                let exec = match pending {
+                    Some(rx) => tokio::time::timeout(std::time::Duration::from_millis(200), rx)
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .flatten(),
+                    None => None,
+                };
                 let record = berth_api::EgressRecord {
                     time_ms: a.time_ms,
                     sandbox: id,
+                    exec,
                     host: a.host.clone(),
                     port: a.port,
                     method: serde_json::to_value(a.method)
@@ -343,4 +365,40 @@ impl Engine {
         self.route_connections(&live);
         Ok(live)
     }
+}
+
+/// The exec whose process holds the sandbox-side end of the proxy connection from `port`: the socket's inode
+/// from the sandbox's own TCP table, then the process holding it among the sandbox's, by its exec cgroup.
+fn exec_of_connection(record: &berth_api::Sandbox, port: u16) -> Option<String> {
+    let init = record.pid?;
+    let table = std::fs::read_to_string(format!("/proc/{init}/net/tcp")).ok()?;
+    let local = format!("0100007F:{port:04X}");
+    let remote = format!("0100007F:{PROXY_PORT:04X}");
+    let inode = table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(1) == Some(&local.as_str()) && f.get(2) == Some(&remote.as_str()))
+            .then(|| f.get(9).map(|s| s.to_string()))?
+    })?;
+    let target = format!("socket:[{inode}]");
+    // The sandbox's processes are the host's processes in its exec cgroups (`…/<id>/x<n>`).
+    let needle = format!("/{}/x", record.id);
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(cgroup) = std::fs::read_to_string(entry.path().join("cgroup")) else { continue };
+        let Some(exec) = cgroup.lines().find_map(|l| {
+            let at = l.find(&needle)?;
+            let rest = &l[at + needle.len() - 1..];
+            Some(rest.split('/').next()?.to_string())
+        }) else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
+        if fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == target)) {
+            return Some(exec);
+        }
+    }
+    None
 }
