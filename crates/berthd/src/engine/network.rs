@@ -344,7 +344,15 @@ impl Engine {
     /// Hold a sandbox as live: its egress proxy (policy, injected secrets, authority), its redactor, the
     /// task that journals its egress, and the routing of its connections.
     pub(super) fn make_live(&self, a: super::Adopted, secrets: &[String]) -> Result<Arc<Live>, EngineError> {
-        let resolved = self.resolve_secrets(secrets, Some(&a.env))?;
+        // A sandbox that runs is taken over even if its secrets cannot be read now (a missing key): it keeps
+        // the environment it has; only the proxy's injections and the redaction are lost, and that is said.
+        let resolved = self.resolve_secrets(secrets, Some(&a.env)).unwrap_or_else(|e| {
+            crate::log::warn(
+                "cannot read a sandbox's secrets",
+                serde_json::json!({"sandbox": a.record.id, "error": berth_runtime::error_chain(&e)}),
+            );
+            super::secrets::Resolved::default()
+        });
         let (tx, attempts) = mpsc::unbounded_channel();
         let mut proxy = berth_egress::Proxy::new(policy_of(&a.record.network)?)
             .with_events(tx)
