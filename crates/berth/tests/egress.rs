@@ -308,3 +308,31 @@ fn a_session_token_sees_only_its_sandbox_and_stops_working_at_teardown() {
     assert_eq!(call("GET", &format!("/v1/sandboxes/{id}"), "").0, 401, "the token stopped working");
     assert!(!d.ids().contains(&child_id), "its child went with it");
 }
+
+#[test]
+fn a_session_ends_with_its_runtime_even_when_nobody_removed_it() {
+    let api_port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let d = Daemon::start_with(&["--listen", &format!("127.0.0.1:{api_port}")]);
+    let id = d.create(&[]);
+    let token = text(&d.berth(&["exec", &id, "--", "printenv", "BERTH_TOKEN"]).stdout).trim().to_string();
+    let status = |token: &str| -> u16 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", api_port)).unwrap();
+        let req = format!(
+            "GET /v1/sandboxes/{id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+    };
+    assert_eq!(status(&token), 200);
+    let inspect: Value = serde_json::from_slice(&d.berth(&["inspect", &id, "--json"]).stdout).unwrap();
+    let pid = inspect["pid"].as_i64().unwrap() as i32;
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid).unwrap(), rustix::process::Signal::KILL).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while d.ids().contains(&id) {
+        assert!(Instant::now() < deadline, "the ended sandbox is still listed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(status(&token), 401, "its token went with it");
+}

@@ -94,6 +94,7 @@ impl Engine {
             }),
         });
         let _ = engine.this.set(Arc::downgrade(&engine));
+        engine.private_dirs();
         engine.adopt_all().await;
         engine.account_for_lost().await;
         Ok(engine)

@@ -19,7 +19,7 @@ pub fn create(socket: &Path, args: CreateArgs) -> anyhow::Result<i32> {
     let mut add_hosts = std::collections::BTreeMap::new();
     for h in &args.add_hosts {
         let (name, ip) = h
-            .rsplit_once(':')
+            .split_once(':')
             .filter(|(n, _)| !n.is_empty())
             .ok_or_else(|| anyhow::anyhow!("--add-host {h:?} is not NAME:IP"))?;
         add_hosts.insert(name.to_string(), ip.trim_matches(|c| c == '[' || c == ']').to_string());

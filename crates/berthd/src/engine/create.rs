@@ -152,8 +152,24 @@ impl Engine {
                 return Err(e);
             }
         };
-        let live =
-            self.make_live(Adopted { record: record.clone(), env, authority, session: adopted.session }, &req.secrets)?;
+        let made = self.make_live(Adopted { record: record.clone(), env, authority, session: adopted.session }, &req.secrets);
+        let live = match made {
+            Ok(live) => live,
+            Err(e) => {
+                // Started but not held: it must not run on unsupervised.
+                let path = shim::socket_path(&self.root, id);
+                let _ = tokio::task::spawn_blocking(move || {
+                    let conn = berth_sys::fd::seqpacket_connect(&path)?;
+                    berth_init::protocol::send(std::os::fd::AsFd::as_fd(&conn), &shim::ShimRequest::Destroy, &[])
+                        .map_err(|e| berth_sys::SysError::new("ask the shim", std::io::Error::other(e)))?;
+                    let _ = berth_init::protocol::recv::<shim::ShimReply>(std::os::fd::AsFd::as_fd(&conn));
+                    Ok::<(), berth_sys::SysError>(())
+                })
+                .await;
+                let _ = self.tokens.revoke_session(id);
+                return Err(e);
+            }
+        };
         self.store.sandbox_live(&record)?;
         self.store.put_spec(&record.id, &serde_json::to_value(req).unwrap_or_default())?;
         self.sandboxes.lock().await.insert(record.id.clone(), live);

@@ -211,8 +211,12 @@ impl Engine {
             r.remove(sid);
         }
         halted?;
-        // A stopped sandbox has no session: its token stops working (a new one comes with the next start).
+        // A stopped sandbox has no session: its token stops working (a new one comes with the next start), and
+        // the sandboxes it made with it go.
         let _ = self.tokens.revoke_session(sid);
+        for child in self.children_of(sid).await {
+            let _ = Box::pin(self.remove_because(&child, "owner removed")).await;
+        }
         let mut record = live.record.lock().await.clone();
         record.state = SandboxState::Stopped;
         record.pid = None;

@@ -138,6 +138,14 @@ impl Engine {
         self.root.join("receipts")
     }
 
+    /// Receipts and outputs are root's: what a sandbox leaves (a patch, an artefact) can hold anything.
+    pub(crate) fn private_dirs(&self) {
+        for dir in [self.receipts_dir(), self.root.join("outputs")] {
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700));
+        }
+    }
+
     pub(crate) fn outputs_dir(&self, id: &str) -> PathBuf {
         self.root.join("outputs").join(id)
     }
@@ -227,9 +235,14 @@ impl Engine {
         Ok(text.filter(|_| !diff.changes.is_empty()))
     }
 
-    /// Step 3: the journal's records are on disk (each append is synced); say how many.
+    /// Step 3: the journal's records are on disk (synced now: appends are flushed, not each synced); say how
+    /// many.
     pub(crate) fn count_flushed(&self, id: &str, receipt: &mut Teardown) {
-        let records = crate::journal::read(&journal_path(&self.root, id)).unwrap_or_default();
+        let path = journal_path(&self.root, id);
+        if let Err(e) = std::fs::File::open(&path).and_then(|f| f.sync_all()) {
+            receipt.leftovers.push(format!("the journal could not be synced: {e}"));
+        }
+        let records = crate::journal::read(&path).unwrap_or_default();
         let egress = records.iter().filter(|r| r.action == "egress").count() as u64;
         receipt.flushed.insert("journal".into(), records.len() as u64);
         receipt.flushed.insert("egress".into(), egress);

@@ -27,6 +27,11 @@ impl Engine {
     /// Sandbox `id`'s runtime ended without being asked to (`why`): a persistent sandbox becomes stopped,
     /// anything else is gone (journaled as `action`) with its files.
     pub(super) async fn supervisor_gone(&self, id: &str, why: &str, action: &str) {
+        // Its session ended with its runtime: the token goes, and so do the sandboxes it made.
+        let _ = self.tokens.revoke_session(id);
+        for child in self.children_of(id).await {
+            let _ = Box::pin(self.remove_because(&child, "owner removed")).await;
+        }
         let spec: Option<CreateSandbox> =
             self.store.spec(id).ok().flatten().and_then(|v| serde_json::from_value(v).ok());
         let record: Option<Sandbox> = self.store.record(id).ok().flatten();

@@ -64,6 +64,7 @@ impl Engine {
     }
 
     pub fn set_secret(&self, name: &str, value: &[u8]) -> Result<SecretInfo, EngineError> {
+        parse_decl(name)?;
         let vault = self.vault()?;
         vault.set(name, value).map_err(secret_err)?;
         self.secrets()?
@@ -135,6 +136,13 @@ impl Engine {
         let mut values = Vec::new();
         for d in decls {
             let (name, host) = parse_decl(d)?;
+            // A running sandbox already holds its plain secrets: those are what to redact, whatever the
+            // vault says now (a value changed or removed since it started).
+            if let (None, Some(held)) = (&host, env.and_then(|e| e.get(&name))) {
+                values.push((name.clone(), held.as_bytes().to_vec()));
+                out.env.push((name, held.clone()));
+                continue;
+            }
             let value = vault.get(&name).map_err(secret_err)?.ok_or_else(|| EngineError::NoSecret(name.clone()))?;
             let text = String::from_utf8(value.to_vec()).map_err(|_| {
                 EngineError::invalid(format!(
@@ -144,6 +152,12 @@ impl Engine {
             values.push((name.clone(), value.to_vec()));
             match host {
                 None => out.env.push((name, text)),
+                Some(_) if text.chars().any(char::is_control) => {
+                    return Err(EngineError::invalid(format!(
+                        "secret {name} holds a line break or another control character, which cannot go into a request \
+                         header: set it again without one"
+                    )));
+                }
                 Some(rule) => {
                     let placeholder = match env.and_then(|e| e.get(&name)) {
                         Some(p) => p.clone(),
