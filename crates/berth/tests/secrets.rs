@@ -58,6 +58,10 @@ fn a_secret_reaches_its_sandbox_and_nothing_berth_shows_or_keeps() {
     let shown = text(&out.stdout);
     assert!(!shown.contains(VALUE), "{shown}");
     assert!(shown.starts_with("token=[redacted:API_TOKEN]\n"), "{shown}");
+    // A terminal shows it redacted too.
+    let shell = d.shell(&[&id, "--cmd", "sh"], "echo \"t=$API_TOKEN\"; exit\n");
+    let screen = text(&shell.stdout);
+    assert!(!screen.contains(VALUE) && screen.contains("t=[redacted:API_TOKEN]"), "{screen}");
     // An argv that spells the value out is redacted in the journal.
     let _ = d.berth(&["exec", &id, "--", "echo", VALUE]);
     let journal = text(&d.berth(&["journal", &id, "--json"]).stdout);

@@ -288,12 +288,11 @@ impl Pump {
                         Ok(Ok(0) | Err(_)) => master_open = false,
                         Ok(Ok(n)) => {
                             self.total += n as u64;
-                            if let Some(f) = log.as_mut() && f.write_all(&buf[..n]).await.is_err() {
-                                *log = None;
-                            }
-                            if client && socket.send(Message::Binary(Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
-                                client = false;
-                            }
+                            let shown = match x.redactor.as_mut() {
+                                Some(r) => r.push(&buf[..n]),
+                                None => buf[..n].to_vec(),
+                            };
+                            client = emit(&shown, socket, client, log).await;
                         }
                     }
                 }
@@ -336,8 +335,25 @@ impl Pump {
                 _ = sleep_until(drain_until), if drain_until.is_some() => break,
             }
         }
+        // What the redactor held back (a possible start of a secret) is released, redacted, at the end.
+        if let Some(r) = x.redactor.as_mut() {
+            let tail = r.finish();
+            if !tail.is_empty() {
+                client = emit(&tail, socket, client, log).await;
+            }
+        }
         client
     }
+}
+
+/// Terminal output to the log and (while it is there) the client; returns whether the client still is.
+async fn emit(bytes: &[u8], socket: &mut WebSocket, client: bool, log: &mut Option<tokio::fs::File>) -> bool {
+    if let Some(f) = log.as_mut()
+        && f.write_all(bytes).await.is_err()
+    {
+        *log = None;
+    }
+    client && socket.send(Message::Binary(Bytes::copy_from_slice(bytes))).await.is_ok()
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {

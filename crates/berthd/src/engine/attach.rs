@@ -34,6 +34,8 @@ pub struct AttachedExec {
     pub kill: watch::Receiver<bool>,
     pub done: watch::Sender<Option<ExecResult>>,
     pub started_at: std::time::Instant,
+    /// The sandbox's secrets, replaced in what the terminal shows before it goes anywhere.
+    pub redactor: Option<berth_secrets::Redactor>,
 }
 
 impl Engine {
@@ -120,6 +122,7 @@ impl Engine {
             kill,
             done,
             started_at,
+            redactor: live.redactor.clone().filter(|r| !r.is_empty()),
         })
     }
 }
