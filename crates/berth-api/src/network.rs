@@ -44,7 +44,8 @@ pub struct NetChanged {
 pub struct EgressRecord {
     pub time_ms: u64,
     pub sandbox: String,
-    /// The exec whose process connected, when it could be told (a process that ended at once may not be).
+    /// The exec that was running when the connection was made, when exactly one was (with several at once, or
+    /// only processes an ended exec left behind, it is not named).
     #[serde(default)]
     pub exec: Option<String>,
     pub host: String,

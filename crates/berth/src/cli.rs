@@ -107,6 +107,9 @@ pub enum Command {
     /// PID 1 inside a sandbox (started by berth only).
     #[command(hide = true)]
     Init,
+    /// The in-sandbox side of `berth bench --egress` (started by it only).
+    #[command(hide = true)]
+    BenchClient(BenchClientArgs),
 }
 
 #[derive(Debug, Args)]
@@ -197,8 +200,10 @@ pub struct BenchArgs {
     /// against `nsenter` into the same sandbox.
     #[arg(long)]
     pub exec: bool,
-    /// With --exec: output size for the throughput case (head -c SIZE /dev/zero).
-    #[arg(long, default_value = "2G", value_parser = parse_size, value_name = "SIZE")]
+    /// With --exec: output size for the throughput case (head -c SIZE /dev/zero; default 2G). With --egress:
+    /// bytes pushed through each throughput round (default 1G).
+    #[arg(long, default_value = "2G", value_parser = parse_size, value_name = "SIZE",
+        default_value_if("egress", ArgPredicate::IsPresent, "1G"))]
     pub bytes: u64,
     /// With --exec: idle sandboxes to measure.
     #[arg(long, default_value = "100", value_parser = parse_count_usize)]
@@ -216,6 +221,21 @@ pub struct BenchArgs {
     /// With --storage: their total size.
     #[arg(long, default_value = "1G", value_parser = parse_size, value_name = "SIZE")]
     pub size: u64,
+    /// Instead: time a sandboxed program's connections through its egress proxy (init on 127.0.0.1:3128, the
+    /// daemon at --socket) against direct loopback connections from the host: throughput, per-connection
+    /// latency, and how soon a live `net deny` closes an open tunnel.
+    #[arg(long, conflicts_with_all = ["exec", "storage"])]
+    pub egress: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchClientArgs {
+    /// The proxy inside the sandbox.
+    #[arg(long, default_value = "127.0.0.1:3128", value_name = "ADDR:PORT")]
+    pub proxy: String,
+    /// Where `berth bench --egress` waits for commands, reached through the proxy.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub control: String,
 }
 
 #[derive(Debug, Args)]

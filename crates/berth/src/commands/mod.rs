@@ -1,7 +1,9 @@
 //! One module per verb.
 
 mod bench;
+mod bench_client;
 mod bench_daemon;
+mod bench_egress;
 mod bench_exec;
 mod bench_storage;
 mod cp;
@@ -35,6 +37,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Probe(args) => probe::probe(args),
         Command::Info => info::info(&cli.root),
         Command::Bench(args) if args.storage => bench_storage::bench_storage(&cli.root, &cli.socket, args),
+        Command::Bench(args) if args.egress => bench_egress::bench_egress(&cli.socket, args),
         Command::Bench(args) if args.exec => bench_exec::bench_exec(&cli.socket, args),
         Command::Bench(args) => bench::bench(&cli.root, args),
         Command::Daemon(args) => daemon::daemon(&cli.root, &cli.socket, args.listen),
@@ -71,6 +74,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Net(cmd) => net::net(&cli.socket, cmd),
         Command::Image(cmd) => image::image(&cli.socket, cmd),
         Command::Storage(cmd) => storage::storage(&cli.root, &cli.socket, cmd),
+        Command::BenchClient(args) => bench_client::bench_client(args),
         Command::Init => anyhow::bail!("init runs only as PID 1 of a sandbox that berth created"),
     }
 }

@@ -152,7 +152,8 @@ impl Engine {
                 return Err(e);
             }
         };
-        let made = self.make_live(Adopted { record: record.clone(), env, authority, session: adopted.session }, &req.secrets);
+        let made =
+            self.make_live(Adopted { record: record.clone(), env, authority, session: adopted.session }, &req.secrets);
         let live = match made {
             Ok(live) => live,
             Err(e) => {

@@ -61,16 +61,23 @@ impl Engine {
                         let _ = api_tx.send(stream);
                     }
                     PROXY_PORT => {
-                        // Which exec connected is looked up beside the connection, not in its way.
+                        // Which exec connected: the one running, when exactly one runs (told at no cost on the
+                        // connection's path); with several at once, or only background processes, it is left
+                        // unnamed.
                         if let (Some(live), Ok(peer)) = (weak.upgrade(), stream.peer_addr()) {
+                            let running: Vec<String> = live
+                                .execs
+                                .lock()
+                                .await
+                                .iter()
+                                .filter(|(_, e)| e.done.borrow().is_none())
+                                .map(|(id, _)| id.clone())
+                                .collect();
                             let (tx, rx) = tokio::sync::oneshot::channel();
+                            let _ = tx.send(if running.len() == 1 { running.into_iter().next() } else { None });
                             if let Ok(mut c) = live.connecting.lock() {
                                 c.insert(peer.port(), rx);
                             }
-                            let record = live.record.lock().await.clone();
-                            tokio::task::spawn_blocking(move || {
-                                let _ = tx.send(exec_of_connection(&record, peer.port()));
-                            });
                         }
                         let egress = Arc::clone(&egress);
                         tokio::spawn(async move { egress.serve(stream).await });
@@ -373,40 +380,4 @@ impl Engine {
         self.route_connections(&live);
         Ok(live)
     }
-}
-
-/// The exec whose process holds the sandbox-side end of the proxy connection from `port`: the socket's inode
-/// from the sandbox's own TCP table, then the process holding it among the sandbox's, by its exec cgroup.
-fn exec_of_connection(record: &berth_api::Sandbox, port: u16) -> Option<String> {
-    let init = record.pid?;
-    let table = std::fs::read_to_string(format!("/proc/{init}/net/tcp")).ok()?;
-    let local = format!("0100007F:{port:04X}");
-    let remote = format!("0100007F:{PROXY_PORT:04X}");
-    let inode = table.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.get(1) == Some(&local.as_str()) && f.get(2) == Some(&remote.as_str()))
-            .then(|| f.get(9).map(|s| s.to_string()))?
-    })?;
-    let target = format!("socket:[{inode}]");
-    // The sandbox's processes are the host's processes in its exec cgroups (`…/<id>/x<n>`).
-    let needle = format!("/{}/x", record.id);
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(cgroup) = std::fs::read_to_string(entry.path().join("cgroup")) else { continue };
-        let Some(exec) = cgroup.lines().find_map(|l| {
-            let at = l.find(&needle)?;
-            let rest = &l[at + needle.len() - 1..];
-            Some(rest.split('/').next()?.to_string())
-        }) else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
-        if fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == target)) {
-            return Some(exec);
-        }
-    }
-    None
 }
