@@ -13,6 +13,9 @@ use tokio::sync::mpsc;
 
 use crate::EngineError;
 
+/// Takes a connection init accepted: the port it came to, and the socket.
+pub type ConnectionHandler = Box<dyn Fn(u16, OwnedFd) + Send + Sync>;
+
 pub struct Session {
     /// The control socket (`SOCK_SEQPACKET`), registered with tokio through a datagram socket wrapper: only
     /// its readiness is used; messages and descriptors go through berth's own send/recv.
@@ -21,8 +24,9 @@ pub struct Session {
     next: AtomicU64,
     /// Set when init hung up: the sandbox has ended (its shim tears it down).
     closed: std::sync::atomic::AtomicBool,
-    /// Where proxy connections init accepted go (dropped, and so closed, when nobody takes them).
-    connections: Mutex<Option<mpsc::UnboundedSender<(u16, OwnedFd)>>>,
+    /// What takes the connections init accepted (they are dropped, and so closed, when nothing does). Called
+    /// on the task that reads the control socket: it must only hand the connection on.
+    connections: Mutex<Option<ConnectionHandler>>,
 }
 
 impl Session {
@@ -86,9 +90,9 @@ impl Session {
             let Ok(event) = serde_json::from_slice::<Event>(&buf[..n]) else { continue };
             if let Event::Connection { port } = event {
                 if let (Some(fd), Ok(c)) = (fds.pop(), self.connections.lock())
-                    && let Some(tx) = c.as_ref()
+                    && let Some(handle) = c.as_ref()
                 {
-                    let _ = tx.send((port, fd));
+                    handle(port, fd);
                 }
                 continue;
             }
@@ -108,13 +112,11 @@ impl Session {
         self.closed.store(true, Ordering::Relaxed);
     }
 
-    /// Receive the proxy connections init accepts from now on.
-    pub fn take_connections(&self) -> mpsc::UnboundedReceiver<(u16, OwnedFd)> {
-        let (tx, rx) = mpsc::unbounded_channel();
+    /// Hand the connections init accepts from now on to `handler`.
+    pub fn on_connection(&self, handler: ConnectionHandler) {
         if let Ok(mut c) = self.connections.lock() {
-            *c = Some(tx);
+            *c = Some(handler);
         }
-        rx
     }
 
     /// Whether init has hung up (the sandbox ended on its own).

@@ -21,9 +21,8 @@ pub(super) struct Live {
     pub(super) egress: Arc<berth_egress::Proxy>,
     /// Its secrets' values, kept out of what berth shows of it.
     pub(super) redactor: Option<berth_secrets::Redactor>,
-    /// Which exec opened each proxy connection still being looked up, by the client's port.
-    pub(super) connecting:
-        std::sync::Mutex<std::collections::HashMap<u16, tokio::sync::oneshot::Receiver<Option<String>>>>,
+    /// Which exec opened each open proxy connection (if it could be told), by the client's port.
+    pub(super) connecting: std::sync::Mutex<std::collections::HashMap<u16, Option<String>>>,
     /// Tasks that serve the sandbox (its connections, its egress log); ended with it.
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }

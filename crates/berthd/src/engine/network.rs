@@ -45,49 +45,47 @@ impl Engine {
     /// listener), the proxy port to the sandbox's egress proxy.
     pub(super) fn route_connections(&self, live: &Arc<Live>) {
         let Some(engine) = self.this.get().and_then(std::sync::Weak::upgrade) else { return };
-        let mut incoming = live.session.take_connections();
         let (api_tx, api_rx) = mpsc::unbounded_channel();
         let app = crate::http::tcp_app(Arc::clone(&engine));
         let api = tokio::spawn(async move {
             let _ = axum::serve(Connections(api_rx), app).await;
         });
-        let egress = live.egress.clone();
-        let weak = Arc::downgrade(live);
-        let router = tokio::spawn(async move {
-            while let Some((port, fd)) = incoming.recv().await {
-                let Some(stream) = tcp_stream(fd) else { continue };
-                match port {
-                    API_PORT => {
-                        let _ = api_tx.send(stream);
-                    }
-                    PROXY_PORT => {
-                        // Which exec connected: the one running, when exactly one runs (told at no cost on the
-                        // connection's path); with several at once, or only background processes, it is left
-                        // unnamed.
-                        if let (Some(live), Ok(peer)) = (weak.upgrade(), stream.peer_addr()) {
-                            let running: Vec<String> = live
-                                .execs
-                                .lock()
-                                .await
-                                .iter()
-                                .filter(|(_, e)| e.done.borrow().is_none())
-                                .map(|(id, _)| id.clone())
-                                .collect();
-                            let (tx, rx) = tokio::sync::oneshot::channel();
-                            let _ = tx.send(if running.len() == 1 { running.into_iter().next() } else { None });
-                            if let Ok(mut c) = live.connecting.lock() {
-                                c.insert(peer.port(), rx);
-                            }
-                        }
-                        let egress = Arc::clone(&egress);
-                        tokio::spawn(async move { egress.serve(stream).await });
-                    }
-                    _ => {}
-                }
-            }
-        });
         live.keep_task(api);
-        live.keep_task(router);
+        let weak = Arc::downgrade(live);
+        // Straight from the task that reads init's control socket to a task of the connection's own: no hop
+        // in between on a connection's way out.
+        live.session.on_connection(Box::new(move |port, fd| {
+            let Some(stream) = tcp_stream(fd) else { return };
+            match port {
+                API_PORT => {
+                    let _ = api_tx.send(stream);
+                }
+                PROXY_PORT => {
+                    let Some(live) = weak.upgrade() else { return };
+                    name_exec(&live, &stream);
+                    let egress = Arc::clone(&live.egress);
+                    tokio::spawn(async move { egress.serve(stream).await });
+                }
+                _ => {}
+            }
+        }));
+    }
+}
+
+/// Note which exec made a proxy connection, for its egress record: the one running, when exactly one runs
+/// (told without waiting: with the exec table busy, or several execs at once, or only processes an ended
+/// exec left behind, it is left unnamed).
+fn name_exec(live: &Live, stream: &tokio::net::TcpStream) {
+    let Ok(peer) = stream.peer_addr() else { return };
+    let exec = live.execs.try_lock().ok().and_then(|execs| {
+        let mut running = execs.iter().filter(|(_, e)| e.done.borrow().is_none()).map(|(id, _)| id.clone());
+        match (running.next(), running.next()) {
+            (Some(only), None) => Some(only),
+            _ => None,
+        }
+    });
+    if let Ok(mut c) = live.connecting.lock() {
+        c.insert(peer.port(), exec);
     }
 }
 
@@ -148,15 +146,7 @@ impl Engine {
             while let Some(a) = attempts.recv().await {
                 let Some(live) = weak.upgrade() else { return };
                 let id = live.record.lock().await.id.clone();
-                let pending = live.connecting.lock().ok().and_then(|mut c| c.remove(&a.client_port));
-                let exec = match pending {
-                    Some(rx) => tokio::time::timeout(std::time::Duration::from_millis(200), rx)
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                        .flatten(),
-                    None => None,
-                };
+                let exec = live.connecting.lock().ok().and_then(|mut c| c.remove(&a.client_port)).flatten();
                 let record = berth_api::EgressRecord {
                     time_ms: a.time_ms,
                     sandbox: id,
