@@ -130,3 +130,118 @@ fn an_injected_secret_reaches_its_host_only_and_never_enters_the_sandbox() {
     ]);
     assert_eq!(text(&grep.stdout), "done\n");
 }
+
+/// A certificate authority and a server certificate for `name`, made with the openssl command.
+fn tls_files(dir: &std::path::Path, name: &str) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", text(&out.stderr));
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test upstream CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        &format!("/CN={name}"),
+    ]);
+    std::fs::write(dir.join("ext.cnf"), format!("subjectAltName=DNS:{name}\n")).unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+}
+
+/// An HTTPS server on the host's loopback: it records the Authorization header of each request.
+const TLS_SERVER: &str = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        open(sys.argv[2], "a").write(self.headers.get("Authorization", "") + "\n")
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a): pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1] + "/server.pem", sys.argv[1] + "/server.key")
+s.socket = ctx.wrap_socket(s.socket, server_side=True)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+
+#[test]
+fn an_injected_secret_reaches_its_host_over_https_through_the_sandboxs_own_authority() {
+    let tls = tempfile::tempdir().unwrap();
+    tls_files(tls.path(), "tls.test");
+    let seen = tls.path().join("seen");
+    let mut server = std::process::Command::new("python3")
+        .args(["-c", TLS_SERVER, tls.path().to_str().unwrap(), seen.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.stdout.take().unwrap()), &mut port).unwrap();
+    let port = port.trim().to_string();
+    // The proxy must trust the test server's authority, as a company would add its own.
+    let roots = tls.path().join("ca.pem");
+    let d = Daemon::start_with_env(&[("BERTH_EGRESS_ROOTS", roots.to_str().unwrap())]);
+    set(&d, "TLS_TOKEN", VALUE);
+    let id = d.create(&[
+        "--secret",
+        &format!("TLS_TOKEN@tls.test:{port}"),
+        "--allow-net",
+        &format!("tls.test:{port}"),
+        "--add-host",
+        "tls.test:127.0.0.1",
+    ]);
+    let fetch = "import os,sys,urllib.request; r=urllib.request.Request(sys.argv[1], headers={'Authorization':'Bearer '+os.environ['TLS_TOKEN']}); print(urllib.request.urlopen(r,timeout=10).read().decode())";
+    let out = d.berth(&["exec", &id, "--", "python3", "-c", fetch, &format!("https://tls.test:{port}/")]);
+    let _ = server.kill();
+    assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
+    let got = std::fs::read_to_string(&seen).unwrap();
+    assert_eq!(got, format!("Bearer {VALUE}\n"), "the server got the value, over TLS");
+    // Inside, only the placeholder and the sandbox's authority are to be found.
+    let inside = d.berth(&[
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "printenv TLS_TOKEN; test -s /run/egress/ca.pem && echo ca; echo $SSL_CERT_FILE",
+    ]);
+    let inside = text(&inside.stdout);
+    assert!(
+        inside.starts_with("berth-secret-TLS_TOKEN-") && inside.contains("\nca\n/run/egress/ca-bundle.pem"),
+        "{inside}"
+    );
+}

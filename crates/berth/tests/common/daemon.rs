@@ -18,6 +18,8 @@ pub struct Daemon {
     pub dir: tempfile::TempDir,
     child: Option<Child>,
     extra: Vec<String>,
+    /// Environment variables for the daemon.
+    env: Vec<(String, String)>,
 }
 
 impl Daemon {
@@ -36,7 +38,15 @@ impl Daemon {
         // Named after the test target: berth-daemon-…, berth-files-…, berth-shell-….
         let prefix = format!("berth-{}-", env!("CARGO_CRATE_NAME"));
         let dir = tempfile::Builder::new().prefix(&prefix).tempdir().unwrap();
-        Daemon { dir, child: None, extra: extra.iter().map(|s| s.to_string()).collect() }
+        Daemon { dir, child: None, extra: extra.iter().map(|s| s.to_string()).collect(), env: Vec::new() }
+    }
+
+    /// A daemon started with extra environment variables.
+    pub fn start_with_env(env: &[(&str, &str)]) -> Daemon {
+        let mut d = Daemon::new(&[]);
+        d.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        d.spawn();
+        d
     }
 
     /// A daemon whose data root has a btrfs storage pool of `size` (`berth storage init`), unmounted when the
@@ -71,6 +81,7 @@ impl Daemon {
             .arg(self.socket())
             .arg("daemon")
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
