@@ -227,6 +227,7 @@ fn an_injected_secret_reaches_its_host_over_https_through_the_sandboxs_own_autho
     let fetch = "import os,sys,urllib.request; r=urllib.request.Request(sys.argv[1], headers={'Authorization':'Bearer '+os.environ['TLS_TOKEN']}); print(urllib.request.urlopen(r,timeout=10).read().decode())";
     let out = d.berth(&["exec", &id, "--", "python3", "-c", fetch, &format!("https://tls.test:{port}/")]);
     let _ = server.kill();
+    let _ = server.wait();
     assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
     let got = std::fs::read_to_string(&seen).unwrap();
     assert_eq!(got, format!("Bearer {VALUE}\n"), "the server got the value, over TLS");
