@@ -30,19 +30,7 @@ pub fn image(socket: &Path, cmd: ImageCommand) -> anyhow::Result<i32> {
             output::print_table(&["NAME", "KIND", "FILES", "BYTES", "AGE", "SANDBOXES"], &rows)?;
             Ok(0)
         }
-        ImageCommand::Rm { names } => {
-            let mut failed = false;
-            for n in names {
-                match client.delete(&format!("/v1/images/{}", client::segment(&n))) {
-                    Ok(_) => println!("removed {n}"),
-                    Err(e) => {
-                        eprintln!("berth: {n}: {e}");
-                        failed = true;
-                    }
-                }
-            }
-            Ok(if failed { 1 } else { 0 })
-        }
+        ImageCommand::Rm { names } => Ok(output::remove_each(&client, "/v1/images", &names)),
     }
 }
 

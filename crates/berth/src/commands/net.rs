@@ -103,17 +103,7 @@ pub fn secret(socket: &Path, cmd: crate::cli::SecretCommand) -> anyhow::Result<i
             output::print_table(&["NAME", "BYTES", "UPDATED"], &rows)?;
         }
         SecretCommand::Rm { names } => {
-            let mut failed = false;
-            for n in names {
-                match client.delete(&format!("/v1/secrets/{}", client::segment(&n))) {
-                    Ok(_) => println!("removed {n}"),
-                    Err(e) => {
-                        eprintln!("berth: {n}: {e}");
-                        failed = true;
-                    }
-                }
-            }
-            return Ok(if failed { 1 } else { 0 });
+            return Ok(output::remove_each(&client, "/v1/secrets", &names));
         }
     }
     Ok(0)

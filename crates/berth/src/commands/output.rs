@@ -73,6 +73,22 @@ pub fn seconds(d: std::time::Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// `DELETE {collection}/{name}` for each name, saying what was removed and what could not be; exit code 1
+/// if anything could not.
+pub fn remove_each(client: &crate::client::Client, collection: &str, names: &[String]) -> i32 {
+    let mut failed = false;
+    for n in names {
+        match client.delete(&format!("{collection}/{}", crate::client::segment(n))) {
+            Ok(_) => println!("removed {n}"),
+            Err(e) => {
+                eprintln!("berth: {n}: {e}");
+                failed = true;
+            }
+        }
+    }
+    i32::from(failed)
+}
+
 /// Accept a list either as a bare JSON array or wrapped in an object under `key`.
 pub fn list<T: serde::de::DeserializeOwned>(body: &[u8], key: &str) -> anyhow::Result<Vec<T>> {
     let value: serde_json::Value = crate::client::decode(body)?;

@@ -60,19 +60,7 @@ pub fn snapshot(socket: &Path, args: SnapshotArgs) -> anyhow::Result<i32> {
             output::print_table(&["ID", "NAME", "SANDBOX", "ORIGIN", "AGE"], &rows)?;
             Ok(0)
         }
-        Some(SnapshotCommand::Rm { snapshots }) => {
-            let mut failed = false;
-            for s in snapshots {
-                match client.delete(&format!("/v1/snapshots/{}", client::segment(&s))) {
-                    Ok(_) => println!("removed {s}"),
-                    Err(e) => {
-                        eprintln!("berth: {s}: {e}");
-                        failed = true;
-                    }
-                }
-            }
-            Ok(if failed { 1 } else { 0 })
-        }
+        Some(SnapshotCommand::Rm { snapshots }) => Ok(output::remove_each(&client, "/v1/snapshots", &snapshots)),
         None => {
             let id = args.id.unwrap_or_default();
             let (_, body) = client.post_json(&sandbox_path(&id, "snapshots"), &CreateSnapshot { name: args.name })?;
@@ -219,17 +207,7 @@ pub fn volume(socket: &Path, cmd: VolumeCommand) -> anyhow::Result<i32> {
             output::print_table(&["NAME", "AGE", "USED BY"], &rows)?;
         }
         VolumeCommand::Rm { names } => {
-            let mut failed = false;
-            for n in names {
-                match client.delete(&format!("/v1/volumes/{}", client::segment(&n))) {
-                    Ok(_) => println!("removed {n}"),
-                    Err(e) => {
-                        eprintln!("berth: {n}: {e}");
-                        failed = true;
-                    }
-                }
-            }
-            return Ok(if failed { 1 } else { 0 });
+            return Ok(output::remove_each(&client, "/v1/volumes", &names));
         }
     }
     Ok(0)
