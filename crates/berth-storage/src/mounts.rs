@@ -28,40 +28,11 @@ pub(crate) fn mounted_on(dir: &Path) -> Result<Option<MountEntry>, StorageError>
 }
 
 fn find_mount(table: &str, dir: &Path) -> Option<MountEntry> {
-    let mut found = None;
-    for line in table.lines() {
-        // id parent major:minor root mount-point options [optional fields...] - fstype source super-options
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(dash) = fields.iter().position(|f| *f == "-") else { continue };
-        if fields.len() < dash + 3 || fields.len() < 5 {
-            continue;
-        }
-        if Path::new(&unescape(fields[4])) == dir {
-            found = Some(MountEntry { fstype: fields[dash + 1].to_string(), source: unescape(fields[dash + 2]) });
-        }
-    }
-    found
-}
-
-/// Undo the octal escapes (`\040` for a space) of mountinfo fields.
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
-        match (bytes[i], octal) {
-            (b'\\', Some(d)) => {
-                out.push(d.iter().fold(0u8, |acc, b| acc.wrapping_mul(8).wrapping_add(b - b'0')));
-                i += 4;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    // The last mount on a path covers the earlier ones.
+    berth_sys::mountinfo::parse(table)
+        .into_iter()
+        .rfind(|m| m.mount_point == dir)
+        .map(|m| MountEntry { fstype: m.fstype, source: m.source })
 }
 
 /// Whether `entry` is a loop device whose backing file is `image`.
@@ -150,6 +121,5 @@ mod tests {
         let first = find_mount(&table.lines().take(2).collect::<Vec<_>>().join("\n"), dir);
         assert_eq!(first, Some(MountEntry { fstype: "btrfs".into(), source: "/dev/loop3".into() }));
         assert_eq!(find_mount(table, Path::new("/var/lib")), None);
-        assert_eq!(unescape("a\\134b\\011"), "a\\b\t");
     }
 }

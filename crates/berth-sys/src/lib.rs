@@ -12,6 +12,7 @@ pub mod fd;
 pub mod fsids;
 pub mod landlock;
 pub mod mount;
+pub mod mountinfo;
 pub mod net;
 pub mod process;
 pub mod pty;

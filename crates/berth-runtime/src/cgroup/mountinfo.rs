@@ -1,10 +1,5 @@
-//! Reading `/proc/self/mountinfo`: just what cgroup detection needs.
-//!
-//! A line is `ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS`;
-//! paths have space, tab, newline and backslash escaped as `\ooo` octal.
+//! The mount table as cgroup detection reads it (parsed by `berth_sys::mountinfo`).
 
-use std::ffi::OsString;
-use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 /// One mount, as much of it as berth looks at.
@@ -39,46 +34,10 @@ impl Mount {
 
 /// Parse mountinfo text; lines that do not have the expected shape are skipped.
 pub(crate) fn parse(text: &str) -> Vec<Mount> {
-    text.lines().filter_map(parse_line).collect()
-}
-
-fn parse_line(line: &str) -> Option<Mount> {
-    let mut fields = line.split_ascii_whitespace();
-    let root = fields.nth(3)?;
-    let mount_point = fields.next()?;
-    // Skip the mount options and the optional fields, up to the "-" separator.
-    fields.by_ref().find(|f| *f == "-")?;
-    let fstype = fields.next()?;
-    let _source = fields.next()?;
-    let super_options = fields.next().unwrap_or("");
-    Some(Mount {
-        root: unescape(root),
-        mount_point: unescape(mount_point),
-        fstype: fstype.to_owned(),
-        super_options: super_options.split(',').map(str::to_owned).collect(),
-    })
-}
-
-/// Undo the kernel's `\ooo` octal escapes.
-fn unescape(field: &str) -> PathBuf {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
-        match (bytes[i], octal) {
-            (b'\\', Some(d)) => {
-                let value = d.iter().fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0'));
-                out.push(u8::try_from(value).unwrap_or(b'?'));
-                i += 4;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    PathBuf::from(OsString::from_vec(out))
+    berth_sys::mountinfo::parse(text)
+        .into_iter()
+        .map(|m| Mount { root: m.root, mount_point: m.mount_point, fstype: m.fstype, super_options: m.super_options })
+        .collect()
 }
 
 #[cfg(test)]
@@ -102,16 +61,9 @@ mod tests {
     }
 
     #[test]
-    fn unescapes_octal() {
-        assert_eq!(unescape(r"/a\040b\011c\134d"), Path::new("/a b\tc\\d"));
-        assert_eq!(unescape(r"/trailing\04"), Path::new(r"/trailing\04"));
-        assert_eq!(unescape(r"/not\999octal"), Path::new(r"/not\999octal"));
-    }
-
-    #[test]
     fn v1_controllers_come_from_super_options() {
         let line = "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct";
-        let m = parse_line(line).unwrap();
+        let m = parse(line).pop().unwrap();
         assert!(m.is_v1_with("cpu") && m.is_v1_with("cpuacct"));
         assert!(!m.is_v1_with("memory") && !m.is_v1_with("rw,cpu"));
         assert_eq!(m.mount_point, Path::new("/sys/fs/cgroup/cpu,cpuacct"));
