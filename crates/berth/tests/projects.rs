@@ -186,6 +186,10 @@ fn restore_brings_back_deleted_and_overwritten_files_and_reset_returns_to_the_im
     let bad_from = d.berth(&["create", "--from", "missing"]);
     assert!(text(&bad_from.stderr).contains("no snapshot"), "{}", text(&bad_from.stderr));
 
+    // A snapshot that is a sandbox's parent stays while that sandbox does.
+    let in_use = d.berth(&["snapshot", "rm", "good"]);
+    assert!(text(&in_use.stderr).contains("is the parent of"), "{}", text(&in_use.stderr));
+    assert!(d.berth(&["rm", &from]).status.success());
     assert!(d.berth(&["snapshot", "rm", "good"]).status.success());
     assert_eq!(json(&d.berth(&["snapshot", "ls", "--json"])).as_array().unwrap().len(), 0);
     assert_eq!(d.http("DELETE", &format!("/v1/snapshots/{snap}"), "").0, 404);

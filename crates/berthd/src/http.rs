@@ -225,6 +225,23 @@ pub(crate) fn idempotency_key(headers: &HeaderMap, route: &str) -> Result<Option
     }
 }
 
+/// Run an engine operation on a task of its own, started when this future is first polled: a client that
+/// hangs up drops the request, never an operation half-way through (a stop, a restore, a removal). The caller's
+/// identity goes with it.
+pub(crate) fn detached<T, F, Fut>(e: &Arc<Engine>, op: F) -> impl std::future::Future<Output = Result<T, EngineError>>
+where
+    T: Send + 'static,
+    F: FnOnce(Arc<Engine>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, EngineError>> + Send + 'static,
+{
+    let e = Arc::clone(e);
+    async move {
+        let actor = crate::engine::actor();
+        let task = tokio::spawn(crate::engine::ACTOR.scope(actor, op(e)));
+        task.await.map_err(|_| EngineError::Storage("the operation failed unexpectedly".into()))?
+    }
+}
+
 /// Run a mutating call once per idempotency key and answer with its (first) result.
 pub(crate) async fn once<T: serde::Serialize>(
     e: &Engine,
@@ -243,7 +260,7 @@ pub(crate) async fn once<T: serde::Serialize>(
 
 async fn create(State(e): Api, headers: HeaderMap, ApiJson(req): ApiJson<CreateSandbox>) -> Result<Response, Failure> {
     let key = idempotency_key(&headers, "create")?;
-    once(&e, key, StatusCode::CREATED, e.create(req)).await
+    once(&e, key, StatusCode::CREATED, detached(&e, move |e| async move { e.create(req).await })).await
 }
 
 async fn list(State(e): Api) -> Response {
@@ -256,7 +273,7 @@ async fn inspect(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response
 
 async fn remove(State(e): Api, headers: HeaderMap, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
     let key = idempotency_key(&headers, &format!("remove {id}"))?;
-    once(&e, key, StatusCode::OK, e.remove(&id)).await
+    once(&e, key, StatusCode::OK, detached(&e, move |e| async move { e.remove(&id).await })).await
 }
 
 async fn exec(

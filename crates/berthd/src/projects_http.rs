@@ -11,7 +11,7 @@ use axum::routing::{delete, get, post};
 use berth_api::{CreateSnapshot, CreateVolume, ForkRequest, ResetRequest, RestoreRequest, StorageInfo};
 
 use crate::Engine;
-use crate::http::{Api, ApiJson, Failure, idempotency_key, once};
+use crate::http::{Api, ApiJson, Failure, detached, idempotency_key, once};
 
 pub fn routes() -> Router<Arc<Engine>> {
     Router::new()
@@ -44,7 +44,7 @@ async fn net_change(
     UrlPath(id): UrlPath<String>,
     ApiJson(req): ApiJson<berth_api::NetChange>,
 ) -> Result<Response, Failure> {
-    Ok(Json(e.net_change(&id, req).await?).into_response())
+    Ok(Json(detached(&e, move |e| async move { e.net_change(&id, req).await }).await?).into_response())
 }
 
 async fn net_log(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
@@ -138,12 +138,12 @@ async fn export(
 
 async fn stop(axum::extract::State(e): Api, h: HeaderMap, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
     let key = idempotency_key(&h, &format!("stop {id}"))?;
-    once(&e, key, StatusCode::OK, e.stop(&id)).await
+    once(&e, key, StatusCode::OK, detached(&e, move |e| async move { e.stop(&id).await })).await
 }
 
 async fn start(axum::extract::State(e): Api, h: HeaderMap, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
     let key = idempotency_key(&h, &format!("start {id}"))?;
-    once(&e, key, StatusCode::OK, e.start(&id)).await
+    once(&e, key, StatusCode::OK, detached(&e, move |e| async move { e.start(&id).await })).await
 }
 
 async fn rebuild(
@@ -152,7 +152,7 @@ async fn rebuild(
     UrlPath(id): UrlPath<String>,
 ) -> Result<Response, Failure> {
     let key = idempotency_key(&h, &format!("rebuild {id}"))?;
-    once(&e, key, StatusCode::OK, e.rebuild(&id)).await
+    once(&e, key, StatusCode::OK, detached(&e, move |e| async move { e.rebuild(&id).await })).await
 }
 
 async fn snapshot(
@@ -162,7 +162,7 @@ async fn snapshot(
     ApiJson(req): ApiJson<CreateSnapshot>,
 ) -> Result<Response, Failure> {
     let key = idempotency_key(&h, &format!("snapshot {id}"))?;
-    once(&e, key, StatusCode::CREATED, e.snapshot(&id, req.name)).await
+    once(&e, key, StatusCode::CREATED, detached(&e, move |e| async move { e.snapshot(&id, req.name).await })).await
 }
 
 async fn restore(
@@ -172,7 +172,7 @@ async fn restore(
     ApiJson(req): ApiJson<RestoreRequest>,
 ) -> Result<Response, Failure> {
     let key = idempotency_key(&h, &format!("restore {id}"))?;
-    once(&e, key, StatusCode::OK, e.restore(&id, &req.snapshot)).await
+    once(&e, key, StatusCode::OK, detached(&e, move |e| async move { e.restore(&id, &req.snapshot).await })).await
 }
 
 async fn reset(
@@ -182,7 +182,7 @@ async fn reset(
     ApiJson(req): ApiJson<ResetRequest>,
 ) -> Result<Response, Failure> {
     let key = idempotency_key(&h, &format!("reset {id}"))?;
-    once(&e, key, StatusCode::OK, e.reset(&id, req.keep_workspace)).await
+    once(&e, key, StatusCode::OK, detached(&e, move |e| async move { e.reset(&id, req.keep_workspace).await })).await
 }
 
 async fn fork(
@@ -192,7 +192,8 @@ async fn fork(
     ApiJson(req): ApiJson<ForkRequest>,
 ) -> Result<Response, Failure> {
     let key = idempotency_key(&h, &format!("fork {id}"))?;
-    once(&e, key, StatusCode::CREATED, e.fork(&id, req.count.unwrap_or(1))).await
+    once(&e, key, StatusCode::CREATED, detached(&e, move |e| async move { e.fork(&id, req.count.unwrap_or(1)).await }))
+        .await
 }
 
 async fn snapshots(axum::extract::State(e): Api) -> Result<Response, Failure> {
@@ -204,7 +205,7 @@ async fn get_snapshot(axum::extract::State(e): Api, UrlPath(s): UrlPath<String>)
 }
 
 async fn remove_snapshot(axum::extract::State(e): Api, UrlPath(s): UrlPath<String>) -> Result<Response, Failure> {
-    Ok(Json(e.remove_snapshot(&s).await?).into_response())
+    Ok(Json(detached(&e, move |e| async move { e.remove_snapshot(&s).await }).await?).into_response())
 }
 
 async fn volumes(axum::extract::State(e): Api) -> Result<Response, Failure> {

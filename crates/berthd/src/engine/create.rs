@@ -66,6 +66,7 @@ impl Engine {
             Err(e) => {
                 let state = self.state_dir(&id);
                 let _ = self.pool_op(move |pool| pool.remove(&state)).await;
+                let _ = self.store.sandbox_gone(&id, "failed to start", now_ms());
                 return Err(e);
             }
         };
@@ -141,6 +142,10 @@ impl Engine {
             files,
             authority: authority.clone(),
         };
+        // Recorded before it starts: a daemon that dies while the shim builds it finds it, and its spec, when it
+        // takes the shim over.
+        self.store.sandbox_live(&start.record)?;
+        self.store.put_spec(id, &serde_json::to_value(req).unwrap_or_default())?;
         let started = match self.spawn_shim(&start).await {
             Ok(record) => adopt(&shim::socket_path(&self.root, &record.id)).await.map(|a| (record, a)),
             Err(e) => Err(e),

@@ -48,11 +48,14 @@ impl Engine {
             let base = base.clone();
             let owner = parent.owner.clone();
             async move {
-                self.apply_quota(child, req.disk_bytes).await?;
-                let booted = self.boot(child, &req, now, Some(base), owner).await;
+                let booted = match self.apply_quota(child, req.disk_bytes).await {
+                    Ok(()) => self.boot(child, &req, now, Some(base), owner).await,
+                    Err(e) => Err(e),
+                };
                 if booted.is_err() {
                     let dir = self.state_dir(child);
                     let _ = self.pool_op(move |pool| pool.remove(&dir)).await;
+                    let _ = self.store.sandbox_gone(child, "failed to start", now_ms());
                 }
                 booted
             }
@@ -65,6 +68,11 @@ impl Engine {
                 Ok(s) => sandboxes.push(s),
                 Err(e) => failed = Some(e),
             }
+        }
+        if sandboxes.is_empty() {
+            // No child to be the parent of: the instant's snapshot goes too, and nothing was forked.
+            let _ = self.drop_snapshot(&base).await;
+            return Err(failed.unwrap_or_else(|| EngineError::Create("no fork could be started".into())));
         }
         for s in &sandboxes {
             self.journal_note(
@@ -85,10 +93,7 @@ impl Engine {
         )
         .await;
         self.events.emit(&parent.id, EventKind::Forked, None, None);
-        match failed {
-            Some(e) if sandboxes.is_empty() => Err(e),
-            _ => Ok(Forked { parent: base, sandboxes }),
-        }
+        Ok(Forked { parent: base, sandboxes })
     }
 
     pub async fn create_volume(&self, name: &str) -> Result<Volume, EngineError> {

@@ -150,7 +150,7 @@ impl Engine {
             return;
         }
         let others = self.list().await.into_iter().any(|s| s.id != id && s.parent.as_deref() == Some(&parent));
-        if !others && self.remove_snapshot(&parent).await.is_ok() {
+        if !others && self.drop_snapshot(&parent).await.is_ok() {
             teardown.steps.push(format!("removed the fork snapshot {parent}, which no sandbox uses any more"));
         }
     }
@@ -260,7 +260,13 @@ impl Engine {
 
     async fn start_stopped(&self, stopped: &Sandbox) -> Result<Sandbox, EngineError> {
         let spec = self.spec_of(&stopped.id)?;
-        self.boot(&stopped.id, &spec, stopped.created_at_ms, stopped.parent.clone(), stopped.owner.clone()).await
+        let booted =
+            self.boot(&stopped.id, &spec, stopped.created_at_ms, stopped.parent.clone(), stopped.owner.clone()).await;
+        if booted.is_err() {
+            // Still stopped, files and all.
+            let _ = self.store.sandbox_live(stopped);
+        }
+        booted
     }
 
     /// A fresh runtime from the image, on the sandbox's kept files (the project survives, the runtime is
@@ -346,8 +352,24 @@ impl Engine {
         self.store.snapshot(id_or_name)?.ok_or_else(|| EngineError::NoSnapshot(id_or_name.to_string()))
     }
 
+    /// Remove a snapshot no sandbox has as its parent (their diffs, exports and receipts' patches need it).
     pub async fn remove_snapshot(&self, id_or_name: &str) -> Result<Snapshot, EngineError> {
         let snap = self.get_snapshot(id_or_name)?;
+        let users: Vec<String> =
+            self.list().await.into_iter().filter(|s| s.parent.as_deref() == Some(&snap.id)).map(|s| s.id).collect();
+        if !users.is_empty() {
+            return Err(EngineError::Conflict(format!(
+                "snapshot {} is the parent of {}: remove those sandboxes first",
+                snap.id,
+                users.join(", ")
+            )));
+        }
+        self.drop_snapshot(&snap.id).await
+    }
+
+    /// Remove a snapshot's files and record.
+    pub(super) async fn drop_snapshot(&self, id: &str) -> Result<Snapshot, EngineError> {
+        let snap = self.get_snapshot(id)?;
         let dir = self.snapshot_dir(&snap.id);
         self.pool_op(move |pool| pool.remove(&dir)).await?;
         self.store.remove_snapshot(&snap.id)?;
@@ -367,7 +389,7 @@ impl Engine {
         }
         let _busy = self.busy(&record.id, "restoring a snapshot")?;
         let src = self.snapshot_dir(&snap.id);
-        let out = self.replace_files(&record, move |pool, fresh| pool.clone_volume(&src, fresh, false)).await?;
+        let out = self.replace_files(&record, false, move |pool, fresh| pool.clone_volume(&src, fresh, false)).await?;
         self.journal_note(&record.id, "restore", serde_json::json!({"snapshot": snap.id}), serde_json::json!({})).await;
         self.events.emit(&record.id, EventKind::Restored, None, None);
         Ok(out)
@@ -379,7 +401,7 @@ impl Engine {
         let _busy = self.busy(&record.id, "resetting")?;
         let current = self.state_dir(&record.id);
         let out = self
-            .replace_files(&record, move |pool, fresh| {
+            .replace_files(&record, keep_workspace, move |pool, fresh| {
                 if !keep_workspace {
                     return pool.create(fresh);
                 }
@@ -408,49 +430,58 @@ impl Engine {
         Ok(out)
     }
 
-    /// Build new files with `make` beside the sandbox's, then swap them in while it is stopped. A failure
-    /// before the swap leaves the sandbox as it was.
+    /// Build new files with `make` beside the sandbox's, then swap them in while it is stopped: one atomic
+    /// exchange of the two names, so a crash at any instant leaves the sandbox with either its old files or
+    /// its new ones, never neither. `from_current`: `make` copies the current files, so it runs once the
+    /// sandbox is stopped (nothing written meanwhile is lost); otherwise before, to keep the downtime short.
     async fn replace_files(
         &self,
         record: &Sandbox,
+        from_current: bool,
         make: impl FnOnce(&Pool, &std::path::Path) -> Result<(), berth_storage::StorageError> + Send + 'static,
     ) -> Result<Sandbox, EngineError> {
         let current = self.state_dir(&record.id);
-        let fresh = current.with_extension("new");
-        // Unique: the old files are removed in the background, and the next restore must not trip on them.
-        let old = current.with_extension(format!("old-{}", now_ms()));
-        {
-            // Frozen while the new files are made: they may be copied from the current ones (a reset that
-            // keeps the workspace), which must not change half-way through.
+        // Unique: after the exchange it holds the old files, removed in the background.
+        let fresh = current.with_extension(format!("new-{}", now_ms()));
+        let mut made = {
             let fresh = fresh.clone();
-            let made = self.pool_op(move |pool| {
-                pool.remove(&fresh)?;
-                make(pool, &fresh)
-            });
-            self.frozen(&record.id, made).await.0?;
+            Some(move || self.pool_op(move |pool| make(pool, &fresh)))
+        };
+        if !from_current && let Some(m) = made.take() {
+            m().await?;
         }
         let live = self.live(&record.id).await.ok();
         if let Some(l) = &live
             && let Err(e) = self.stop_live(l, &record.id).await
         {
+            let fresh = fresh.clone();
             let _ = self.pool_op(move |pool| pool.remove(&fresh)).await;
             return Err(e);
         }
-        let swapped = {
-            let (current, fresh, old) = (current.clone(), fresh.clone(), old.clone());
-            self.pool_op(move |_pool| {
-                let io = |path: &std::path::Path| {
-                    let path = path.to_path_buf();
-                    move |source| berth_storage::StorageError::Io { action: "swap in the new files at", path, source }
-                };
-                std::fs::rename(&current, &old).map_err(io(&current))?;
-                if let Err(e) = std::fs::rename(&fresh, &current) {
-                    let _ = std::fs::rename(&old, &current);
-                    return Err(io(&fresh)(e));
-                }
-                Ok(())
-            })
-            .await
+        let prepared = match made.take() {
+            Some(m) => m().await,
+            None => Ok(()),
+        };
+        let swapped = match prepared {
+            Ok(()) => {
+                let (current, fresh) = (current.clone(), fresh.clone());
+                self.pool_op(move |_pool| {
+                    rustix::fs::renameat_with(
+                        rustix::fs::CWD,
+                        &current,
+                        rustix::fs::CWD,
+                        &fresh,
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    )
+                    .map_err(|e| berth_storage::StorageError::Io {
+                        action: "swap in the new files at",
+                        path: current.clone(),
+                        source: e.into(),
+                    })
+                })
+                .await
+            }
+            Err(e) => Err(e),
         };
         let quota = match swapped {
             Ok(()) => self.apply_quota(&record.id, record.disk_bytes).await,
@@ -458,9 +489,10 @@ impl Engine {
         };
         let stopped = self.stopped_record(&record.id)?.unwrap_or_else(|| record.clone());
         let result = if live.is_some() { self.start_stopped(&stopped).await } else { Ok(stopped) };
-        // The replaced files go after the sandbox is back: deleting a big volume is slow and nothing waits on it.
+        // The replaced files (or, on a failure, the unused new ones) go after the sandbox is back: deleting a big
+        // volume is slow and nothing waits on it.
         let pool = Arc::clone(&self.pool);
-        tokio::task::spawn_blocking(move || pool.remove(&old));
+        tokio::task::spawn_blocking(move || pool.remove(&fresh));
         quota?;
         result
     }

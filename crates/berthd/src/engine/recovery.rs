@@ -36,7 +36,7 @@ impl Engine {
             self.store.spec(id).ok().flatten().and_then(|v| serde_json::from_value(v).ok());
         let record: Option<Sandbox> = self.store.record(id).ok().flatten();
         match (spec, record) {
-            (Some(spec), Some(mut record)) if spec.persistent => {
+            (spec, Some(mut record)) if record.persistent || spec.as_ref().is_some_and(|s| s.persistent) => {
                 record.state = SandboxState::Stopped;
                 record.pid = None;
                 let _ = self.store.sandbox_live(&record);
@@ -73,7 +73,7 @@ impl Engine {
                 let _ = self.pool_op(move |pool| pool.remove(&path)).await;
             }
         }
-        let known: Vec<String> = self.store.specs().unwrap_or_default().into_iter().map(|(id, _)| id).collect();
+        let known: Vec<String> = self.store.live_ids().unwrap_or_default();
         let Ok(entries) = std::fs::read_dir(self.pool.path().join("sandboxes")) else { return };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
