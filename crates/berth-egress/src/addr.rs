@@ -34,6 +34,15 @@ fn v4_kind(ip: Ipv4Addr) -> Option<&'static str> {
         Some("link-local")
     } else if a == 100 && (64..128).contains(&b) {
         Some("carrier-grade NAT")
+    } else if (a == 192 && b == 0 && ip.octets()[2] == 0) || (a == 198 && (18..20).contains(&b)) {
+        Some("reserved (IETF protocol assignments, benchmarking)")
+    } else if (a, b, ip.octets()[2]) == (192, 0, 2)
+        || (a, b, ip.octets()[2]) == (198, 51, 100)
+        || (a, b, ip.octets()[2]) == (203, 0, 113)
+    {
+        Some("reserved (documentation)")
+    } else if ip == Ipv4Addr::new(168, 63, 129, 16) {
+        Some("cloud metadata")
     } else if (224..240).contains(&a) {
         Some("multicast")
     } else if a >= 240 {
@@ -58,6 +67,18 @@ fn v6_kind(ip: Ipv6Addr) -> Option<&'static str> {
         let [a, b] = seg[6].to_be_bytes();
         let [c, d] = seg[7].to_be_bytes();
         return v4_kind(Ipv4Addr::new(a, b, c, d));
+    }
+    if seg[..3] == [0x64, 0xff9b, 1] {
+        return Some("local-use NAT64");
+    }
+    if seg[0] == 0x2002 {
+        return Some("6to4");
+    }
+    if seg[..2] == [0x2001, 0xdb8] {
+        return Some("reserved (documentation)");
+    }
+    if seg[..4] == [0x100, 0, 0, 0] {
+        return Some("discard-only");
     }
     match seg[0] {
         s if s & 0xfe00 == 0xfc00 => Some("private (unique local)"),

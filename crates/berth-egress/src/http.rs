@@ -66,7 +66,9 @@ pub(crate) async fn handle(
     let upstream = proxy.connect_upstream(client, a, dest.host, dest.port, Method::Http, counters).await;
     let Some(upstream) = upstream else { return true };
     let (mut stream, mut closed) = (upstream.stream, upstream.closed);
-    let injections: Vec<&Injection> = proxy.injections.iter().filter(|i| i.applies_to(dest.host, dest.port)).collect();
+    // A secret meant for HTTPS (injected inside intercepted TLS) never goes out in the clear.
+    let injections: Vec<&Injection> =
+        proxy.injections.iter().filter(|i| !i.intercept_tls && i.applies_to(dest.host, dest.port)).collect();
     let head = origin_head(req, &dest, &injections);
     let work = exchange(&mut *client, early, &mut stream, &head, framing, counters);
     tokio::select! {

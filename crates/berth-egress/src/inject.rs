@@ -21,7 +21,7 @@ pub struct Injection {
     pub value: String,
     /// A header to add with the value when the request does not carry that header at all.
     pub header: Option<String>,
-    /// Also inject into HTTPS: CONNECT tunnels to matching hosts are intercepted (the proxy terminates
+    /// Inject into HTTPS only (and never into plain HTTP): CONNECT tunnels to matching hosts are intercepted (the proxy terminates
     /// TLS with a certificate from the sandbox's own authority, see [`crate::CertificateAuthority`], and
     /// speaks verified TLS to the real host). Without it, tunnels pass untouched and the placeholder
     /// arrives as the sandbox wrote it.

@@ -98,7 +98,7 @@ fn an_injected_secret_reaches_its_host_only_and_never_enters_the_sandbox() {
     });
     let id = d.create(&[
         "--secret",
-        &format!("GH_TOKEN@api.test:{port}"),
+        &format!("GH_TOKEN@http://api.test:{port}"),
         "--allow-net",
         &format!("api.test:{port},other.test:{port}"),
         "--add-host",
@@ -113,12 +113,26 @@ fn an_injected_secret_reaches_its_host_only_and_never_enters_the_sandbox() {
         let out = d.berth(&["exec", &id, "--", "python3", "-c", fetch, &format!("http://{host}:{port}/")]);
         assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
     }
+    let seen_by_upstream = Arc::clone(&seen);
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2, "{seen:?}");
     let to_api = seen.iter().find(|s| s.contains("api.test")).unwrap();
     let to_other = seen.iter().find(|s| s.contains("other.test")).unwrap();
     assert!(to_api.ends_with(&format!("Bearer {VALUE}")), "the named host gets the value: {to_api}");
     assert!(!to_other.contains(VALUE) && to_other.contains("berth-secret-GH_TOKEN-"), "no other host does: {to_other}");
+    // Declared for HTTPS (no `http://`), the value never goes out in plain HTTP, even to its host.
+    let https_only = d.create(&[
+        "--secret",
+        &format!("GH_TOKEN@api.test:{port}"),
+        "--allow-net",
+        &format!("api.test:{port}"),
+        "--add-host",
+        "api.test:127.0.0.1",
+    ]);
+    let out = d.berth(&["exec", &https_only, "--", "python3", "-c", fetch, &format!("http://api.test:{port}/")]);
+    assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
+    let last = seen_by_upstream.lock().unwrap().last().cloned().unwrap();
+    assert!(!last.contains(VALUE) && last.contains("berth-secret-GH_TOKEN-"), "{last}");
     // Not in the sandbox's files or environment anywhere.
     let grep = d.berth(&[
         "exec",

@@ -54,6 +54,10 @@ pub struct Engine {
     pool: Arc<berth_storage::Pool>,
     /// Sandboxes in the middle of an operation that must not overlap another (stop, snapshot, restore, …).
     busy: std::sync::Mutex<HashMap<String, &'static str>>,
+    /// Names of sandboxes being created: taken before the create, so two at once cannot both have one.
+    reserved_names: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Held while a session token creates a child (see `create`).
+    child_creates: Mutex<()>,
     /// The engine itself, for the tasks that serve a sandbox's API connections.
     this: std::sync::OnceLock<std::sync::Weak<Engine>>,
 }
@@ -87,6 +91,8 @@ impl Engine {
             pool: Arc::new(pool),
             busy: std::sync::Mutex::new(HashMap::new()),
             this: std::sync::OnceLock::new(),
+            reserved_names: std::sync::Mutex::new(std::collections::HashSet::new()),
+            child_creates: Mutex::new(()),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
@@ -136,6 +142,10 @@ impl Engine {
                     let decls = self.spec_secrets(&a.record.id);
                     let record = a.record.clone();
                     let Ok(live) = self.make_live(a, &decls) else { continue };
+                    // A daemon that died mid-snapshot may have left it frozen.
+                    if let Some(h) = &self.cgroups {
+                        let _ = h.open(&record.id).thaw();
+                    }
                     live.note("adopt", serde_json::json!({}), serde_json::json!({"pid": record.pid}));
                     let _ = self.store.sandbox_live(&record);
                     self.events.emit(&record.id, EventKind::Adopted, None, None);
@@ -247,9 +257,14 @@ impl Engine {
         self.count_flushed(sid, &mut receipt);
         // 4: the sandbox itself.
         if let Some(live) = &live {
-            let t = self.halt(live, sid).await?;
-            receipt.steps.extend(t.steps);
-            receipt.leftovers.extend(t.leftovers);
+            match self.halt(live, sid).await {
+                Ok(t) => {
+                    receipt.steps.extend(t.steps);
+                    receipt.leftovers.extend(t.leftovers);
+                }
+                // Its supervisor is already gone, and its processes with it: the rest of the teardown still runs.
+                Err(e) => receipt.steps.push(format!("its supervisor was already gone ({e})")),
+            }
         }
         self.discard_files(sid, &mut receipt).await;
         let _ = self.store.sandbox_gone(sid, why, now_ms());

@@ -127,7 +127,7 @@ pub fn main(root: &Path) -> i32 {
         }
     };
     report(&mut out, ShimReady::Ready { record: Box::new(record.clone()) });
-    let code = serve(&mut sandbox, &listener, &record, &start.env, &start.authority);
+    let code = serve(&mut sandbox, &listener, &path, &record, &start.env, &start.authority);
     let _ = std::fs::remove_file(&path);
     // Dropping the sandbox tears it down if `serve` did not.
     drop(sandbox);
@@ -195,6 +195,7 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
 fn serve(
     sandbox: &mut Sandbox,
     listener: &OwnedFd,
+    socket: &Path,
     record: &berth_api::Sandbox,
     env: &std::collections::BTreeMap<String, String>,
     authority: &Option<(String, String)>,
@@ -229,6 +230,8 @@ fn serve(
                 ShimRequest::Control => send(&ShimReply::Control, &[sandbox.control()]),
                 ShimRequest::Destroy => {
                     let t = sandbox.teardown();
+                    // Gone before the answer, so whoever asked finds nothing of it left.
+                    let _ = std::fs::remove_file(socket);
                     let teardown = berth_api::Teardown {
                         id: record.id.clone(),
                         steps: t.steps,

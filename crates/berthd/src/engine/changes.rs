@@ -72,6 +72,11 @@ impl Engine {
             None => Ok((self.tree(&record.image, None)?, new, "image".into())),
             Some(s) => {
                 let snap = self.get_snapshot(&s)?;
+                // A session token compares its sandboxes with their own snapshots only, never another's files.
+                let own = snap.sandbox_id == record.id || record.parent.as_deref() == Some(&snap.id);
+                if super::actor().starts_with("session:") && !own {
+                    return Err(EngineError::NoSnapshot(s));
+                }
                 let old = self.tree(&snap.image, Some(&self.snapshot_dir(&snap.id)))?;
                 Ok((old, new, snap.id))
             }

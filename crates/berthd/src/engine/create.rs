@@ -11,6 +11,11 @@ impl Engine {
     pub async fn create(&self, mut req: CreateSandbox) -> Result<Sandbox, EngineError> {
         let name = req.name.clone().unwrap_or_else(|| format!("berth-{}", now_ms() % 1_000_000_000));
         berth_runtime::spec::check_name(&name).map_err(|e| EngineError::invalid(e.to_string()))?;
+        if berth_runtime::spec::check_id(&name).is_ok() {
+            return Err(EngineError::invalid(format!(
+                "{name:?} looks like a sandbox id: a name may not, so that an id always means one sandbox"
+            )));
+        }
         if let Some(c) = req.cpus.filter(|c| !(0.01..=1024.0).contains(c)) {
             return Err(EngineError::invalid(format!("{c} is not a CPU count: use a positive number of cores")));
         }
@@ -23,6 +28,12 @@ impl Engine {
             berth_runtime::spec::parse_env(&format!("{k}=")).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
         let owner = actor().strip_prefix("session:").map(str::to_string);
+        // Children are made one at a time: their count and their share of the owner's limits are checked
+        // against the children that exist, which a concurrent create would not yet be among.
+        let _one_child_at_a_time = match &owner {
+            Some(_) => Some(self.child_creates.lock().await),
+            None => None,
+        };
         if let Some(o) = &owner {
             self.as_child(o, &mut req).await?;
         }
@@ -35,7 +46,7 @@ impl Engine {
             Some(s) => Some(self.store.snapshot(s)?.ok_or_else(|| EngineError::NoSnapshot(s.clone()))?),
             None => None,
         };
-        self.check_name_free(&name).await?;
+        let _name = self.reserve_name(&name).await?;
         req.name = Some(name);
         let image =
             req.image.clone().or_else(|| parent.as_ref().map(|p| p.image.clone())).unwrap_or_else(|| "host".into());

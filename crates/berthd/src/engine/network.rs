@@ -3,7 +3,10 @@
 //! interface in the sandbox: init hands each accepted socket to the daemon over its control socket.
 
 use std::os::fd::OwnedFd;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 
 use berth_init::protocol::{API_PORT, PROXY_PORT};
 use tokio::sync::mpsc;
@@ -11,17 +14,62 @@ use tokio::sync::mpsc;
 use super::{Engine, Live};
 use crate::EngineError;
 
+/// Most connections (proxy and API together) one sandbox may hold open at once: past it, new ones are closed
+/// at once, so a sandbox cannot spend the daemon's descriptors or memory.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// One of a sandbox's open connections, counted until dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(count: &Arc<AtomicUsize>) -> Option<Slot> {
+        let taken = count.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < MAX_CONNECTIONS).then_some(n + 1));
+        taken.ok().map(|_| Slot(Arc::clone(count)))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// An API connection and its slot (held, not read: dropping the connection gives the slot back).
+struct Counted(tokio::net::TcpStream, #[allow(dead_code)] Slot);
+
+impl tokio::io::AsyncRead for Counted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Counted {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
 /// The API's connections from one sandbox, as a listener axum can serve.
-struct Connections(mpsc::UnboundedReceiver<tokio::net::TcpStream>);
+struct Connections(mpsc::UnboundedReceiver<Counted>);
 
 impl axum::serve::Listener for Connections {
-    type Io = tokio::net::TcpStream;
+    type Io = Counted;
     type Addr = std::net::SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         match self.0.recv().await {
             Some(stream) => {
-                let addr = stream.peer_addr().unwrap_or_else(|_| ([127, 0, 0, 1], 0).into());
+                let addr = stream.0.peer_addr().unwrap_or_else(|_| ([127, 0, 0, 1], 0).into());
                 (stream, addr)
             }
             // The sandbox is gone: no more connections will come (its task is aborted with it).
@@ -52,19 +100,25 @@ impl Engine {
         });
         live.keep_task(api);
         let weak = Arc::downgrade(live);
+        let open = Arc::new(AtomicUsize::new(0));
         // Straight from the task that reads init's control socket to a task of the connection's own: no hop
         // in between on a connection's way out.
         live.session.on_connection(Box::new(move |port, fd| {
+            // Past the cap the descriptor is dropped here, which closes the connection.
+            let Some(slot) = Slot::take(&open) else { return };
             let Some(stream) = tcp_stream(fd) else { return };
             match port {
                 API_PORT => {
-                    let _ = api_tx.send(stream);
+                    let _ = api_tx.send(Counted(stream, slot));
                 }
                 PROXY_PORT => {
                     let Some(live) = weak.upgrade() else { return };
                     name_exec(&live, &stream);
                     let egress = Arc::clone(&live.egress);
-                    tokio::spawn(async move { egress.serve(stream).await });
+                    tokio::spawn(async move {
+                        egress.serve(stream).await;
+                        drop(slot);
+                    });
                 }
                 _ => {}
             }
@@ -147,11 +201,22 @@ impl Engine {
                 let Some(live) = weak.upgrade() else { return };
                 let id = live.record.lock().await.id.clone();
                 let exec = live.connecting.lock().ok().and_then(|mut c| c.remove(&a.client_port)).flatten();
+                // What the sandbox wrote (a host name, a header quoted in a reason) is kept short in the journal.
+                let short = |s: &str| -> String {
+                    if s.len() <= 256 {
+                        return s.to_string();
+                    }
+                    let mut end = 256;
+                    while !s.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    format!("{}…", &s[..end])
+                };
                 let record = berth_api::EgressRecord {
                     time_ms: a.time_ms,
                     sandbox: id,
                     exec,
-                    host: a.host.clone(),
+                    host: short(&a.host),
                     port: a.port,
                     method: serde_json::to_value(a.method)
                         .ok()
@@ -162,7 +227,7 @@ impl Engine {
                         .and_then(|v| v.as_str().map(String::from))
                         .unwrap_or_default(),
                     rule: a.rule.clone(),
-                    reason: a.reason.clone(),
+                    reason: short(&a.reason),
                     bytes_up: a.bytes_up,
                     bytes_down: a.bytes_down,
                     duration_ms: a.duration_ms,

@@ -15,6 +15,20 @@ use crate::journal::Journal;
 /// Most sandboxes one fork makes.
 pub const MAX_FORKS: u32 = 64;
 
+/// A name held for a sandbox being made.
+pub(crate) struct NameGuard<'a> {
+    engine: &'a Engine,
+    name: String,
+}
+
+impl Drop for NameGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.engine.reserved_names.lock() {
+            r.remove(&self.name);
+        }
+    }
+}
+
 /// Marks a sandbox busy for as long as it lives.
 pub(crate) struct BusyGuard<'a> {
     engine: &'a Engine,
@@ -112,6 +126,18 @@ impl Engine {
             berth_runtime::spec::check_target(&target).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
         Ok(())
+    }
+
+    /// Hold `name` for a sandbox being made (released when the guard drops): free among sandboxes and other
+    /// creates in progress.
+    pub(crate) async fn reserve_name(&self, name: &str) -> Result<NameGuard<'_>, EngineError> {
+        self.check_name_free(name).await?;
+        let mut reserved =
+            self.reserved_names.lock().map_err(|_| EngineError::Conflict("the engine's state was poisoned".into()))?;
+        if !reserved.insert(name.to_string()) {
+            return Err(EngineError::NameTaken { name: name.to_string(), id: "(being created)".into() });
+        }
+        Ok(NameGuard { engine: self, name: name.to_string() })
     }
 
     pub(crate) async fn check_name_free(&self, name: &str) -> Result<(), EngineError> {

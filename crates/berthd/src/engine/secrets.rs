@@ -36,8 +36,18 @@ fn secret_err(e: berth_secrets::SecretError) -> EngineError {
     }
 }
 
-/// `NAME` or `NAME@HOST`.
-fn parse_decl(decl: &str) -> Result<(String, Option<berth_egress::Rule>), EngineError> {
+/// How a declared secret reaches where it is used.
+#[derive(Clone)]
+enum Delivery {
+    /// An environment variable with the value.
+    Env,
+    /// A placeholder in the sandbox; the proxy puts the value into requests to `rule`'s hosts: inside
+    /// intercepted TLS (`https`), or in plain HTTP only when asked for with `NAME@http://HOST`.
+    Proxy { rule: berth_egress::Rule, https: bool },
+}
+
+/// `NAME`, `NAME@HOST` (HTTPS) or `NAME@http://HOST` (plain HTTP).
+fn parse_decl(decl: &str) -> Result<(String, Delivery), EngineError> {
     let (name, host) = match decl.split_once('@') {
         Some((n, h)) => (n, Some(h)),
         None => (decl, None),
@@ -49,13 +59,19 @@ fn parse_decl(decl: &str) -> Result<(String, Option<berth_egress::Rule>), Engine
             "a secret cannot be named {name}: berth sets that variable itself (BERTH_*, *_PROXY, PATH)"
         )));
     }
-    let rule = match host {
+    let delivery = match host {
+        None => Delivery::Env,
         Some(h) => {
-            Some(h.parse::<berth_egress::Rule>().map_err(|e| EngineError::invalid(format!("secret {decl:?}: {e}")))?)
+            let (https, h) = match h.strip_prefix("http://") {
+                Some(plain) => (false, plain),
+                None => (true, h.strip_prefix("https://").unwrap_or(h)),
+            };
+            let rule =
+                h.parse::<berth_egress::Rule>().map_err(|e| EngineError::invalid(format!("secret {decl:?}: {e}")))?;
+            Delivery::Proxy { rule, https }
         }
-        None => None,
     };
-    Ok((name.to_string(), rule))
+    Ok((name.to_string(), delivery))
 }
 
 impl Engine {
@@ -135,10 +151,10 @@ impl Engine {
         let vault = self.vault()?;
         let mut values = Vec::new();
         for d in decls {
-            let (name, host) = parse_decl(d)?;
+            let (name, delivery) = parse_decl(d)?;
             // A running sandbox already holds its plain secrets: those are what to redact, whatever the
             // vault says now (a value changed or removed since it started).
-            if let (None, Some(held)) = (&host, env.and_then(|e| e.get(&name))) {
+            if let (Delivery::Env, Some(held)) = (&delivery, env.and_then(|e| e.get(&name))) {
                 values.push((name.clone(), held.as_bytes().to_vec()));
                 out.env.push((name, held.clone()));
                 continue;
@@ -150,15 +166,15 @@ impl Engine {
                 ))
             })?;
             values.push((name.clone(), value.to_vec()));
-            match host {
-                None => out.env.push((name, text)),
-                Some(_) if text.chars().any(char::is_control) => {
+            match delivery {
+                Delivery::Env => out.env.push((name, text)),
+                Delivery::Proxy { .. } if text.chars().any(char::is_control) => {
                     return Err(EngineError::invalid(format!(
                         "secret {name} holds a line break or another control character, which cannot go into a request \
                          header: set it again without one"
                     )));
                 }
-                Some(rule) => {
+                Delivery::Proxy { rule, https } => {
                     let placeholder = match env.and_then(|e| e.get(&name)) {
                         Some(p) => p.clone(),
                         None => format!(
@@ -173,7 +189,7 @@ impl Engine {
                         placeholder,
                         value: text,
                         header: None,
-                        intercept_tls: true,
+                        intercept_tls: https,
                     });
                 }
             }
