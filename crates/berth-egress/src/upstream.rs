@@ -5,6 +5,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -69,8 +70,30 @@ pub(crate) async fn open(
     Err(Failure::Error(502, kind, format!("could not connect to {dest} ({ip}): {e}")))
 }
 
+/// Most host-name lookups in progress at once, across every proxy of the process. A lookup blocks a thread of
+/// the blocking pool the daemon also does its file work on, and goes on after its caller gives up: each holds
+/// a permit until the resolver answers, so a sandbox asking for names whose servers never answer cannot take
+/// that pool over.
+const MAX_LOOKUPS: usize = 64;
+
+fn lookups() -> Arc<tokio::sync::Semaphore> {
+    static LOOKUPS: std::sync::OnceLock<Arc<tokio::sync::Semaphore>> = std::sync::OnceLock::new();
+    Arc::clone(LOOKUPS.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(MAX_LOOKUPS))))
+}
+
+async fn lookup(name: &str, port: u16) -> io::Result<Vec<std::net::SocketAddr>> {
+    let permit = lookups().acquire_owned().await.map_err(io::Error::other)?;
+    let name = name.to_string();
+    tokio::task::spawn_blocking(move || {
+        let _held = permit;
+        std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port)).map(Iterator::collect)
+    })
+    .await
+    .map_err(io::Error::other)?
+}
+
 async fn resolve(name: &str, port: u16, deadline: Instant, timeout: Duration) -> Result<Vec<IpAddr>, Failure> {
-    match tokio::time::timeout_at(deadline, tokio::net::lookup_host((name, port))).await {
+    match tokio::time::timeout_at(deadline, lookup(name, port)).await {
         Err(_) => {
             let why = format!("resolving {name} took longer than {} ms", timeout.as_millis());
             Err(Failure::Error(504, "dns_timeout", why))
