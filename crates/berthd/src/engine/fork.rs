@@ -60,7 +60,7 @@ impl Engine {
                 booted
             }
         });
-        let results = futures_join_all(boots).await;
+        let results = futures_util::future::join_all(boots).await;
         let mut sandboxes = Vec::new();
         let mut failed = None;
         for r in results {
@@ -143,30 +143,4 @@ impl Engine {
         self.store.remove_volume(name)?;
         Ok(vol)
     }
-}
-/// Await every future, concurrently, in order.
-async fn futures_join_all<F: Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let futs: Vec<_> = futs.into_iter().map(Box::pin).collect();
-    let mut out = Vec::with_capacity(futs.len());
-    // Polled together by tokio's join on a set of pinned futures.
-    let mut pending: Vec<_> = futs.into_iter().map(Some).collect();
-    let mut results: Vec<Option<F::Output>> = (0..pending.len()).map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut all_done = true;
-        for (i, slot) in pending.iter_mut().enumerate() {
-            if let Some(f) = slot {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => {
-                        results[i] = Some(v);
-                        *slot = None;
-                    }
-                    std::task::Poll::Pending => all_done = false,
-                }
-            }
-        }
-        if all_done { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
-    })
-    .await;
-    out.extend(results.into_iter().flatten());
-    out
 }

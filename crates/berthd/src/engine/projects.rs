@@ -140,13 +140,12 @@ impl Engine {
         Ok(NameGuard { engine: self, name: name.to_string() })
     }
 
+    /// Every sandbox not removed, running or stopped, has its row: one query, not a listing, on each create.
     pub(crate) async fn check_name_free(&self, name: &str) -> Result<(), EngineError> {
-        for s in self.list().await {
-            if s.name == name {
-                return Err(EngineError::NameTaken { name: name.to_string(), id: s.id });
-            }
+        match self.store.id_named(name)? {
+            Some(id) => Err(EngineError::NameTaken { name: name.to_string(), id }),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// A stopped sandbox's record, by id or name.

@@ -26,6 +26,14 @@ impl Store {
         Ok(text.flatten().and_then(|t| serde_json::from_str(&t).ok()))
     }
 
+    /// The sandbox not removed (running or stopped) that has this name, if one has.
+    pub fn id_named(&self, name: &str) -> Result<Option<String>, StoreError> {
+        self.with(|c| {
+            c.query_row("SELECT id FROM sandboxes WHERE name = ?1 AND gone_at_ms IS NULL LIMIT 1", [name], |r| r.get(0))
+                .optional()
+        })
+    }
+
     /// Sandboxes not removed whose record says they are stopped.
     pub fn stopped(&self) -> Result<Vec<berth_api::Sandbox>, StoreError> {
         let records: Vec<String> = self.with(|c| {
