@@ -137,15 +137,13 @@ fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<(), RuntimeEr
             mount::set_attr(target, Attrs { readonly: true, nosuid: true, nodev: true, ..Attrs::default() }, false)?;
         }
         Step::Seal { target } => mount::set_attr(target, Attrs { readonly: true, ..Attrs::default() }, false)?,
-        Step::Mask { target } => {
-            if target.is_dir() {
-                mount::mount_fs(
-                    "tmpfs",
-                    target,
-                    "tmpfs",
-                    Flags::RDONLY | Flags::NOSUID | Flags::NODEV | Flags::NOEXEC,
-                    "size=0,mode=555",
-                )?;
+        Step::Mask { target } => mask(target)?,
+        Step::MaskEach { parent, prefix, leaf } => {
+            let entries = fs::read_dir(parent).map_err(|e| SysError::new(format!("list {}", parent.display()), e))?;
+            for entry in entries.flatten() {
+                if entry.file_name().to_str().is_some_and(|n| n.starts_with(prefix)) {
+                    mask(&entry.path().join(leaf))?;
+                }
             }
         }
         Step::Mkdir { path, mode } => {
@@ -165,6 +163,20 @@ fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<(), RuntimeEr
             symlink(to, link).map_err(|e| SysError::new(format!("create the link {}", link.display()), e))?
         }
         Step::Pivot { new_root } => mount::pivot_into(new_root)?,
+    }
+    Ok(())
+}
+
+/// Cover a directory with an empty read-only tmpfs; nothing to do if it is missing.
+fn mask(target: &Path) -> Result<(), RuntimeError> {
+    if target.is_dir() {
+        mount::mount_fs(
+            "tmpfs",
+            target,
+            "tmpfs",
+            Flags::RDONLY | Flags::NOSUID | Flags::NODEV | Flags::NOEXEC,
+            "size=0,mode=555",
+        )?;
     }
     Ok(())
 }

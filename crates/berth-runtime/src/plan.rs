@@ -136,6 +136,12 @@ pub enum Step {
     Mask {
         target: PathBuf,
     },
+    /// [`Mask`](Step::Mask) `parent/NAME/leaf` for every entry NAME of `parent` that starts with `prefix`.
+    MaskEach {
+        parent: PathBuf,
+        prefix: &'static str,
+        leaf: &'static str,
+    },
     Mkdir {
         path: PathBuf,
         mode: u32,
@@ -168,10 +174,30 @@ pub struct Plan {
     pub hostname: String,
 }
 
-/// Files in /proc that reveal or change host state, covered with /dev/null.
-const PROC_MASKED_FILES: [&str; 6] = ["kcore", "keys", "timer_list", "sched_debug", "latency_stats", "sysrq-trigger"];
+/// Files in /proc that reveal or change host state, covered with /dev/null. `interrupts` counts the host's
+/// interrupts per CPU, a side channel on other tenants; `config.gz` names every piece of code built into
+/// the host's kernel.
+const PROC_MASKED_FILES: [&str; 9] = [
+    "kcore",
+    "keys",
+    "timer_list",
+    "timer_stats",
+    "sched_debug",
+    "latency_stats",
+    "sysrq-trigger",
+    "interrupts",
+    "config.gz",
+];
 /// Directories in /proc that reveal host hardware, covered with an empty tmpfs.
 const PROC_MASKED_DIRS: [&str; 3] = ["acpi", "scsi", "asound"];
+/// Directories in /sys covered with an empty tmpfs: firmware tables (ACPI, DMI, EFI variables, the memory
+/// map), the machine's identity as its hypervisor set it (DMI serials and UUID, Xen's `/sys/hypervisor`,
+/// Hyper-V's VMBus channels), power-capping counters (energy readings are a side channel), and SELinux's
+/// interface.
+const SYS_MASKED_DIRS: [&str; 6] =
+    ["firmware", "devices/virtual/powercap", "devices/virtual/dmi", "hypervisor", "bus/vmbus", "fs/selinux"];
+/// Files in /sys covered with /dev/null: the physical address of the host's crash-dump notes.
+const SYS_MASKED_FILES: [&str; 1] = ["kernel/vmcoreinfo"];
 /// Directories in /proc that would change the host if written, made read-only.
 const PROC_READONLY: [&str; 4] = ["sys", "bus", "fs", "irq"];
 /// The device nodes a sandbox gets, bound from the host.
@@ -256,6 +282,14 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
         flags: nosuid_nodev_noexec | Flags::RDONLY,
         data: String::new(),
     });
+    for d in SYS_MASKED_DIRS {
+        steps.push(Step::Mask { target: at(&format!("/sys/{d}")) });
+    }
+    for f in SYS_MASKED_FILES {
+        steps.push(Step::BindFile { source: "/dev/null".into(), target: at(&format!("/sys/{f}")), optional: true });
+    }
+    // Per-CPU thermal throttling counters, a side channel on other tenants' load (as Docker masks them).
+    steps.push(Step::MaskEach { parent: at("/sys/devices/system/cpu"), prefix: "cpu", leaf: "thermal_throttle" });
     steps.push(Step::Mount {
         fstype: "tmpfs",
         target: at("/dev"),
@@ -435,8 +469,18 @@ mod tests {
         let proc_at = plan.steps.iter().position(|s| matches!(s, Step::Mount { fstype: "proc", .. })).unwrap();
         let kcore_at = plan.steps.iter().position(|s| *s == kcore).unwrap();
         assert!(proc_at < kcore_at, "masks must come after /proc is mounted");
-        assert!(plan.steps.iter().any(|s| matches!(s,
-            Step::Mount { fstype: "sysfs", flags, .. } if flags.contains(Flags::RDONLY))));
+        let sys_at = plan
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::Mount { fstype: "sysfs", flags, .. } if flags.contains(Flags::RDONLY)))
+            .unwrap();
+        let firmware = plan.steps.iter().position(|s| *s == Step::Mask { target: "/s/rootfs/sys/firmware".into() });
+        assert!(sys_at < firmware.unwrap(), "masks must come after /sys is mounted");
+        assert!(plan.steps.contains(&Step::MaskEach {
+            parent: "/s/rootfs/sys/devices/system/cpu".into(),
+            prefix: "cpu",
+            leaf: "thermal_throttle"
+        }));
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! A seccomp-BPF denylist, written as data and compiled by hand into a classic BPF program.
 //!
 //! What it is for: narrowing the kernel's attack surface inside the sandbox. Syscalls an agent's tools have
-//! no business making (loading kernel modules, `bpf`, `perf_event_open`, `userfaultfd`, the keyring, mount
-//! and namespace manipulation, setting the clock, rebooting, injecting terminal input) fail with `EPERM`.
-//! Everything else is allowed.
+//! no business making (loading kernel modules, `bpf`, `perf_event_open`, `userfaultfd`, `io_uring`, the
+//! keyring, mount and namespace manipulation, setting the clock, rebooting, injecting terminal input) fail
+//! with `EPERM`, and sockets of families other than unix, IPv4, IPv6 and netlink (routing and socket
+//! diagnostics only) cannot be created. Everything else is allowed. The policy itself is in [`policy`].
 //!
 //! What it is not: the sandbox boundary. It is a denylist, so a syscall nobody thought of is allowed; the
 //! boundary is the namespaces, mounts, Landlock rules and dropped privileges set up elsewhere. The filter
@@ -13,7 +14,7 @@
 //! 1. `seccomp_data.arch` must be the native audit arch, or the process is killed (on x86_64 this catches
 //!    i386 syscalls made through `int 0x80`, whose numbers mean different calls).
 //! 2. On x86_64, any number with the x32 bit set gets `EPERM` (x32 numbers would bypass the rules below).
-//! 3. One block per rule: compare the number, then (optionally) the low 32 bits of one argument.
+//! 3. One block per rule: compare the number, then (optionally) the low 32 bits of one or more arguments.
 //! 4. Allow.
 //!
 //! Conditional jumps in classic BPF have 8-bit offsets. Every conditional jump this compiler emits goes at
@@ -23,6 +24,10 @@
 use std::io;
 
 use crate::error::{Context, SysError, SysResult};
+
+mod policy;
+
+pub use policy::{IOCTLS_DENIED, NETLINK_PROTOCOLS, SOCKET_FAMILIES};
 
 #[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_endian = "little"))))]
 compile_error!("berth's seccomp filter supports x86_64 and little-endian aarch64 only");
@@ -72,8 +77,8 @@ pub enum Arg {
 }
 
 /// A test on the low 32 bits of one argument. Only the low half is read: for every argument this policy
-/// looks at (`clone`/`unshare` flags, the `ioctl` request, the `personality` value) that is what the kernel
-/// uses, so a caller setting high bits cannot slip past.
+/// looks at (`clone`/`unshare` flags, the `ioctl` request, the `personality` value, the socket family and
+/// protocol) that is what the kernel uses, so a caller setting high bits cannot slip past.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArgTest {
     /// Matches when any of these bits is set.
@@ -84,7 +89,7 @@ pub enum ArgTest {
     NoneOf(Vec<u32>),
 }
 
-/// A denied syscall: when `nr` is called (and `when`, if given, matches) it fails with `errno`.
+/// A denied syscall: when `nr` is called (and every test in `when` matches) it fails with `errno`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeccompRule {
     /// The syscall's name, for people reading the policy.
@@ -93,11 +98,12 @@ pub struct SeccompRule {
     pub nr: u32,
     /// Returned to the caller; the kernel caps it at 4095.
     pub errno: u16,
-    /// Deny only when this argument test matches; `None` denies every call.
-    pub when: Option<(Arg, ArgTest)>,
+    /// Deny only when all of these argument tests match; an empty list denies every call.
+    pub when: Vec<(Arg, ArgTest)>,
 }
 
-/// A seccomp denylist as data. The default action is allow; each rule denies one syscall.
+/// A seccomp denylist as data. The default action is allow; each rule denies one syscall (a syscall may
+/// have several rules, each with its own errno).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SeccompPolicy {
     pub rules: Vec<SeccompRule>,
@@ -105,96 +111,7 @@ pub struct SeccompPolicy {
 
 const EPERM: u16 = libc::EPERM as u16;
 
-/// Syscalls denied outright with `EPERM`. (`stime` exists on neither supported arch, so it is not here.)
-const DENIED: &[(&str, libc::c_long)] = &[
-    ("kexec_load", libc::SYS_kexec_load),
-    ("kexec_file_load", libc::SYS_kexec_file_load),
-    ("init_module", libc::SYS_init_module),
-    ("finit_module", libc::SYS_finit_module),
-    ("delete_module", libc::SYS_delete_module),
-    ("bpf", libc::SYS_bpf),
-    ("perf_event_open", libc::SYS_perf_event_open),
-    ("userfaultfd", libc::SYS_userfaultfd),
-    ("keyctl", libc::SYS_keyctl),
-    ("add_key", libc::SYS_add_key),
-    ("request_key", libc::SYS_request_key),
-    ("open_by_handle_at", libc::SYS_open_by_handle_at),
-    ("name_to_handle_at", libc::SYS_name_to_handle_at),
-    ("swapon", libc::SYS_swapon),
-    ("swapoff", libc::SYS_swapoff),
-    ("reboot", libc::SYS_reboot),
-    ("settimeofday", libc::SYS_settimeofday),
-    ("clock_settime", libc::SYS_clock_settime),
-    ("clock_adjtime", libc::SYS_clock_adjtime),
-    ("adjtimex", libc::SYS_adjtimex),
-    ("acct", libc::SYS_acct),
-    ("quotactl", libc::SYS_quotactl),
-    ("quotactl_fd", libc::SYS_quotactl_fd),
-    #[cfg(target_arch = "x86_64")]
-    ("iopl", libc::SYS_iopl),
-    #[cfg(target_arch = "x86_64")]
-    ("ioperm", libc::SYS_ioperm),
-    ("mount", libc::SYS_mount),
-    ("umount2", libc::SYS_umount2),
-    ("pivot_root", libc::SYS_pivot_root),
-    ("move_mount", libc::SYS_move_mount),
-    ("open_tree", libc::SYS_open_tree),
-    ("fsopen", libc::SYS_fsopen),
-    ("fsconfig", libc::SYS_fsconfig),
-    ("fsmount", libc::SYS_fsmount),
-    ("fspick", libc::SYS_fspick),
-    ("mount_setattr", libc::SYS_mount_setattr),
-    ("lookup_dcookie", libc::SYS_lookup_dcookie),
-    ("nfsservctl", libc::SYS_nfsservctl),
-    ("vhangup", libc::SYS_vhangup),
-    ("syslog", libc::SYS_syslog),
-    #[cfg(target_arch = "x86_64")]
-    ("uselib", libc::SYS_uselib),
-    // Sandboxed processes must not join namespaces they were not put in.
-    ("setns", libc::SYS_setns),
-];
-
-/// `personality` values still allowed: `PER_LINUX`, `PER_LINUX32` and the query `0xffffffff`. The rest
-/// (e.g. `ADDR_NO_RANDOMIZE`, `READ_IMPLIES_EXEC`) weaken the process's own hardening.
-const PERSONALITY_ALLOWED: [u32; 3] = [0, 8, 0xffff_ffff];
-
-fn rule(name: &str, nr: libc::c_long, errno: u16, when: Option<(Arg, ArgTest)>) -> SeccompRule {
-    SeccompRule { name: name.to_owned(), nr: nr as u32, errno, when }
-}
-
 impl SeccompPolicy {
-    /// The policy berth installs in every sandbox.
-    pub fn sandbox_default() -> SeccompPolicy {
-        let newuser = libc::CLONE_NEWUSER as u32;
-        let mut rules: Vec<SeccompRule> = DENIED.iter().map(|&(name, nr)| rule(name, nr, EPERM, None)).collect();
-        rules.extend([
-            // New user namespaces hand out a full set of capabilities over fresh kernel objects, which is
-            // where much of the kernel's privilege-escalation surface lives. clone's flags are arg0 on both
-            // x86_64 and aarch64.
-            rule("unshare", libc::SYS_unshare, EPERM, Some((Arg::A0, ArgTest::AnyBitSet(newuser)))),
-            rule("clone", libc::SYS_clone, EPERM, Some((Arg::A0, ArgTest::AnyBitSet(newuser)))),
-            // clone3 passes its flags in memory, which BPF cannot read. ENOSYS makes libc fall back to clone,
-            // which the rule above filters.
-            rule("clone3", libc::SYS_clone3, libc::ENOSYS as u16, None),
-            // TIOCSTI pushes bytes into a terminal's input queue, so a sandboxed process sharing the
-            // terminal could type commands into the shell outside (CVE-2017-5226, bubblewrap). TIOCLINUX
-            // can do the same through the console's selection buffer.
-            rule(
-                "ioctl",
-                libc::SYS_ioctl,
-                EPERM,
-                Some((Arg::A1, ArgTest::OneOf(vec![libc::TIOCSTI as u32, libc::TIOCLINUX as u32]))),
-            ),
-            rule(
-                "personality",
-                libc::SYS_personality,
-                EPERM,
-                Some((Arg::A0, ArgTest::NoneOf(PERSONALITY_ALLOWED.to_vec()))),
-            ),
-        ]);
-        SeccompPolicy { rules }
-    }
-
     /// The syscall names this policy has rules for, in rule order.
     pub fn rule_names(&self) -> Vec<&str> {
         self.rules.iter().map(|r| r.name.as_str()).collect()
@@ -287,27 +204,61 @@ fn skip_unless_equal(p: &mut Vec<libc::sock_filter>, k: u32, len: usize) {
 
 /// The instructions run once a rule's syscall number matched. They end with the accumulator holding the
 /// syscall number again (or with a return), and jump no further than their own end.
+///
+/// Each argument test falls through when it matches and otherwise jumps (with a 32-bit `BPF_JA`) to the
+/// reload of the number at the end; when all match, the body returns the rule's errno.
 fn rule_body(r: &SeccompRule) -> Vec<libc::sock_filter> {
     let deny = stmt(RET_K, ret_errno(r.errno));
-    let Some((arg, test)) = &r.when else {
+    if r.when.is_empty() {
         return vec![deny];
-    };
-    let mut b = vec![stmt(LD_W_ABS, OFF_ARGS + 8 * (*arg as u32))];
-    match test {
-        ArgTest::AnyBitSet(bits) => b.extend([jump(JMP_JSET_K, *bits, 0, 1), deny]),
-        ArgTest::OneOf(values) => {
-            for &v in values {
-                b.extend([jump(JMP_JEQ_K, v, 0, 1), deny]);
+    }
+    let mut b = Vec::new();
+    // Indices of `BPF_JA` instructions to point at the end (test failed) or past the current test (matched).
+    let (mut to_end, mut to_next) = (Vec::new(), Vec::new());
+    for (arg, test) in &r.when {
+        b.push(stmt(LD_W_ABS, OFF_ARGS + 8 * (*arg as u32)));
+        match test {
+            ArgTest::AnyBitSet(bits) => {
+                b.push(jump(JMP_JSET_K, *bits, 1, 0));
+                to_end.push(b.len());
+                b.push(stmt(JMP_JA, 0));
+            }
+            ArgTest::OneOf(values) => match u8::try_from(values.len()) {
+                // Each equal value jumps over the rest of the list and the final JA.
+                Ok(n) => {
+                    for i in 0..n {
+                        b.push(jump(JMP_JEQ_K, values[usize::from(i)], n - i, 0));
+                    }
+                    to_end.push(b.len());
+                    b.push(stmt(JMP_JA, 0));
+                }
+                Err(_) => {
+                    for &v in values {
+                        b.push(jump(JMP_JEQ_K, v, 0, 1));
+                        to_next.push(b.len());
+                        b.push(stmt(JMP_JA, 0));
+                    }
+                    to_end.push(b.len());
+                    b.push(stmt(JMP_JA, 0));
+                }
+            },
+            ArgTest::NoneOf(values) => {
+                for &v in values {
+                    b.push(jump(JMP_JEQ_K, v, 0, 1));
+                    to_end.push(b.len());
+                    b.push(stmt(JMP_JA, 0));
+                }
             }
         }
-        ArgTest::NoneOf(values) => {
-            // Each allowed value jumps (with a 32-bit JA) to the reload of the number at the end.
-            for (i, &v) in values.iter().enumerate() {
-                let rest = 2 * (values.len() - i - 1) + 1;
-                b.extend([jump(JMP_JEQ_K, v, 0, 1), stmt(JMP_JA, rest as u32)]);
-            }
-            b.push(deny);
+        let next = b.len();
+        for i in to_next.drain(..) {
+            b[i].k = (next - i - 1) as u32;
         }
+    }
+    b.push(deny);
+    let end = b.len();
+    for i in to_end {
+        b[i].k = (end - i - 1) as u32;
     }
     b.push(stmt(LD_W_ABS, OFF_NR));
     b
@@ -318,6 +269,10 @@ fn rule_body(r: &SeccompRule) -> Vec<libc::sock_filter> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::unnecessary_cast)]
 mod tests {
     use super::*;
+
+    fn rule(name: &str, nr: libc::c_long, errno: u16, when: Vec<(Arg, ArgTest)>) -> SeccompRule {
+        SeccompRule { name: name.to_owned(), nr: nr as u32, errno, when }
+    }
 
     /// Run a classic BPF program over a `seccomp_data`, the way the kernel would.
     fn run(prog: &[libc::sock_filter], data: &[u8; 64]) -> u32 {
@@ -384,6 +339,13 @@ mod tests {
             (libc::SYS_ioctl, [0, libc::TCGETS as u64, 0, 0, 0, 0]),
             (libc::SYS_personality, [0xffff_ffff, 0, 0, 0, 0, 0]),
             (libc::SYS_personality, [0, 0, 0, 0, 0, 0]),
+            (libc::SYS_socket, [libc::AF_UNIX as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0]),
+            (libc::SYS_socket, [libc::AF_INET6 as u64, libc::SOCK_DGRAM as u64, 0, 0, 0, 0]),
+            (libc::SYS_socket, [libc::AF_NETLINK as u64, libc::SOCK_RAW as u64, libc::NETLINK_ROUTE as u64, 0, 0, 0]),
+            (libc::SYS_socket, [libc::AF_NETLINK as u64, 2, libc::NETLINK_SOCK_DIAG as u64, 0, 0, 0]),
+            // Other families' protocol numbers are not netlink's.
+            (libc::SYS_socket, [libc::AF_INET as u64, libc::SOCK_RAW as u64, libc::NETLINK_NETFILTER as u64, 0, 0, 0]),
+            (libc::SYS_socketpair, [libc::AF_UNIX as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0]),
         ];
         for &(nr, args) in allowed {
             assert_eq!(verdict(&p, nr, args), RET_ALLOW, "syscall {nr} {args:x?}");
@@ -395,6 +357,8 @@ mod tests {
             (libc::SYS_ioctl, [0, libc::TIOCSTI as u64, 0, 0, 0, 0]),
             (libc::SYS_ioctl, [0, 0xffff_ffff_0000_5412, 0, 0, 0, 0]),
             (libc::SYS_ioctl, [0, libc::TIOCLINUX as u64, 0, 0, 0, 0]),
+            (libc::SYS_ioctl, [0, libc::TIOCSETD as u64, 0, 0, 0, 0]),
+            (libc::SYS_io_uring_setup, [0; 6]),
             (libc::SYS_personality, [libc::ADDR_NO_RANDOMIZE as u64, 0, 0, 0, 0, 0]),
             (libc::SYS_mount, [0; 6]),
             (libc::SYS_setns, [0; 6]),
@@ -403,6 +367,19 @@ mod tests {
             assert_eq!(verdict(&p, nr, args), EPERM_RET, "syscall {nr} {args:x?}");
         }
         assert_eq!(verdict(&p, libc::SYS_clone3, [0; 6]), libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+        let eafnosupport = libc::SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32;
+        let eprotonosupport = libc::SECCOMP_RET_ERRNO | libc::EPROTONOSUPPORT as u32;
+        for family in [libc::AF_VSOCK, libc::AF_ALG, libc::AF_PACKET, libc::AF_KEY, libc::AF_TIPC, 0, 255] {
+            let family = family as u64;
+            assert_eq!(verdict(&p, libc::SYS_socket, [family, 1, 0, 0, 0, 0]), eafnosupport, "family {family}");
+            assert_eq!(verdict(&p, libc::SYS_socketpair, [family, 1, 0, 0, 0, 0]), eafnosupport, "pair {family}");
+        }
+        // High bits of the family are ignored by the kernel, and so by the filter.
+        assert_eq!(verdict(&p, libc::SYS_socket, [1 << 32 | libc::AF_VSOCK as u64, 1, 0, 0, 0, 0]), eafnosupport);
+        for protocol in [libc::NETLINK_NETFILTER, libc::NETLINK_GENERIC, libc::NETLINK_AUDIT, libc::NETLINK_XFRM] {
+            let args = [libc::AF_NETLINK as u64, libc::SOCK_RAW as u64, protocol as u64, 0, 0, 0];
+            assert_eq!(verdict(&p, libc::SYS_socket, args), eprotonosupport, "netlink {protocol}");
+        }
         // 0x40000003 is AUDIT_ARCH_I386 (`int 0x80`), where 5 is open: a foreign arch is killed, whatever the number.
         assert_eq!(run(&p, &data(0x4000_0003, 5, [0; 6])), RET_KILL_PROCESS);
         assert_eq!(run(&p, &data(0, libc::SYS_read as u32, [0; 6])), RET_KILL_PROCESS);
@@ -416,21 +393,23 @@ mod tests {
     fn every_unconditional_rule_denies() {
         let policy = SeccompPolicy::sandbox_default();
         let p = policy.compile();
-        for r in policy.rules.iter().filter(|r| r.when.is_none()) {
+        for r in policy.rules.iter().filter(|r| r.when.is_empty()) {
             let want = libc::SECCOMP_RET_ERRNO | u32::from(r.errno);
             assert_eq!(run(&p, &data(AUDIT_ARCH_NATIVE, r.nr, [0; 6])), want, "{}", r.name);
         }
         let mut expected: Vec<&str> = "\
             kexec_load kexec_file_load init_module finit_module delete_module bpf perf_event_open \
-            userfaultfd keyctl add_key request_key open_by_handle_at name_to_handle_at swapon \
-            swapoff reboot settimeofday clock_settime clock_adjtime adjtimex acct quotactl \
-            quotactl_fd mount umount2 pivot_root move_mount open_tree fsopen fsconfig fsmount fspick \
-            mount_setattr lookup_dcookie nfsservctl vhangup syslog setns unshare clone clone3 ioctl \
-            personality"
+            userfaultfd io_uring_setup io_uring_enter io_uring_register fanotify_init vmsplice keyctl add_key \
+            request_key open_by_handle_at name_to_handle_at swapon swapoff reboot settimeofday clock_settime \
+            clock_adjtime adjtimex acct quotactl quotactl_fd mount umount2 pivot_root move_mount open_tree \
+            open_tree_attr fsopen fsconfig fsmount fspick mount_setattr lookup_dcookie nfsservctl vhangup \
+            syslog setns get_mempolicy set_mempolicy set_mempolicy_home_node mbind migrate_pages move_pages \
+            kcmp pidfd_getfd process_madvise lsm_get_self_attr lsm_set_self_attr lsm_list_modules \
+            ioctl socket socket socketpair clone unshare personality clone3"
             .split_whitespace()
             .collect();
         if cfg!(target_arch = "x86_64") {
-            expected.extend(["iopl", "ioperm", "uselib"]);
+            expected.extend(["iopl", "ioperm", "uselib", "sysfs", "ustat"]);
         }
         let mut names = policy.rule_names();
         names.sort_unstable();
@@ -443,9 +422,16 @@ mod tests {
         let values: Vec<u32> = (100..500).collect();
         let policy = SeccompPolicy {
             rules: vec![
-                rule("personality", libc::SYS_personality, EPERM, Some((Arg::A0, ArgTest::NoneOf(values.clone())))),
-                rule("ioctl", libc::SYS_ioctl, EPERM, Some((Arg::A1, ArgTest::OneOf(values)))),
-                rule("bpf", libc::SYS_bpf, EPERM, None),
+                rule("personality", libc::SYS_personality, EPERM, vec![(Arg::A0, ArgTest::NoneOf(values.clone()))]),
+                rule("ioctl", libc::SYS_ioctl, EPERM, vec![(Arg::A1, ArgTest::OneOf(values.clone()))]),
+                // Two tests, the first with a list too long for short jumps.
+                rule(
+                    "socket",
+                    libc::SYS_socket,
+                    EPERM,
+                    vec![(Arg::A0, ArgTest::OneOf(values)), (Arg::A2, ArgTest::AnyBitSet(1))],
+                ),
+                rule("bpf", libc::SYS_bpf, EPERM, vec![]),
             ],
         };
         let p = policy.compile();
@@ -455,6 +441,8 @@ mod tests {
         {
             assert_eq!(verdict(&p, libc::SYS_personality, [v, 0, 0, 0, 0, 0]), personality, "personality {v}");
             assert_eq!(verdict(&p, libc::SYS_ioctl, [0, v, 0, 0, 0, 0]), ioctl, "ioctl {v}");
+            assert_eq!(verdict(&p, libc::SYS_socket, [v, 0, 1, 0, 0, 0]), ioctl, "socket {v}");
+            assert_eq!(verdict(&p, libc::SYS_socket, [v, 0, 2, 0, 0, 0]), RET_ALLOW, "socket {v}, 2");
         }
         assert_eq!(verdict(&p, libc::SYS_bpf, [0; 6]), EPERM_RET);
         assert_eq!(verdict(&p, libc::SYS_read, [0; 6]), RET_ALLOW);

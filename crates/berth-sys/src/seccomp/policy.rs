@@ -1,0 +1,170 @@
+//! The policy berth installs in every sandbox, as data. docs/security.md compares it, call by call, with
+//! Docker's default profile, the containers-common profile crun and podman use, and gVisor.
+
+use super::{Arg, ArgTest, SeccompPolicy, SeccompRule};
+
+const EPERM: u16 = libc::EPERM as u16;
+const ENOSYS: u16 = libc::ENOSYS as u16;
+const EAFNOSUPPORT: u16 = libc::EAFNOSUPPORT as u16;
+const EPROTONOSUPPORT: u16 = libc::EPROTONOSUPPORT as u16;
+
+// Numbers the libc crate does not name yet. Both supported arches share the numbering above 423.
+const SYS_LSM_GET_SELF_ATTR: libc::c_long = 459;
+const SYS_LSM_SET_SELF_ATTR: libc::c_long = 460;
+const SYS_LSM_LIST_MODULES: libc::c_long = 461;
+const SYS_OPEN_TREE_ATTR: libc::c_long = 467;
+
+/// Syscalls denied outright with `EPERM`. (`stime` exists on neither supported arch, so it is not here.)
+const DENIED: &[(&str, libc::c_long)] = &[
+    // Loading code into the kernel, or replacing it.
+    ("kexec_load", libc::SYS_kexec_load),
+    ("kexec_file_load", libc::SYS_kexec_file_load),
+    ("init_module", libc::SYS_init_module),
+    ("finit_module", libc::SYS_finit_module),
+    ("delete_module", libc::SYS_delete_module),
+    ("bpf", libc::SYS_bpf),
+    // Large kernel interfaces that are a frequent source of privilege escalations and that an agent's tools
+    // do without: perf counters, userfaultfd (used to win races in kernel exploits), io_uring (refused by
+    // Docker since 25.0 and by containers-common, off by default in gVisor), fanotify.
+    ("perf_event_open", libc::SYS_perf_event_open),
+    ("userfaultfd", libc::SYS_userfaultfd),
+    ("io_uring_setup", libc::SYS_io_uring_setup),
+    ("io_uring_enter", libc::SYS_io_uring_enter),
+    ("io_uring_register", libc::SYS_io_uring_register),
+    ("fanotify_init", libc::SYS_fanotify_init),
+    ("vmsplice", libc::SYS_vmsplice),
+    // The kernel keyring is not namespaced.
+    ("keyctl", libc::SYS_keyctl),
+    ("add_key", libc::SYS_add_key),
+    ("request_key", libc::SYS_request_key),
+    // File handles bypass path-based checks (the "shocker" escape).
+    ("open_by_handle_at", libc::SYS_open_by_handle_at),
+    ("name_to_handle_at", libc::SYS_name_to_handle_at),
+    ("swapon", libc::SYS_swapon),
+    ("swapoff", libc::SYS_swapoff),
+    ("reboot", libc::SYS_reboot),
+    // The clocks are not namespaced (there is no time namespace either).
+    ("settimeofday", libc::SYS_settimeofday),
+    ("clock_settime", libc::SYS_clock_settime),
+    ("clock_adjtime", libc::SYS_clock_adjtime),
+    ("adjtimex", libc::SYS_adjtimex),
+    ("acct", libc::SYS_acct),
+    ("quotactl", libc::SYS_quotactl),
+    ("quotactl_fd", libc::SYS_quotactl_fd),
+    #[cfg(target_arch = "x86_64")]
+    ("iopl", libc::SYS_iopl),
+    #[cfg(target_arch = "x86_64")]
+    ("ioperm", libc::SYS_ioperm),
+    // The mount API, old and new.
+    ("mount", libc::SYS_mount),
+    ("umount2", libc::SYS_umount2),
+    ("pivot_root", libc::SYS_pivot_root),
+    ("move_mount", libc::SYS_move_mount),
+    ("open_tree", libc::SYS_open_tree),
+    ("open_tree_attr", SYS_OPEN_TREE_ATTR),
+    ("fsopen", libc::SYS_fsopen),
+    ("fsconfig", libc::SYS_fsconfig),
+    ("fsmount", libc::SYS_fsmount),
+    ("fspick", libc::SYS_fspick),
+    ("mount_setattr", libc::SYS_mount_setattr),
+    ("lookup_dcookie", libc::SYS_lookup_dcookie),
+    ("nfsservctl", libc::SYS_nfsservctl),
+    ("vhangup", libc::SYS_vhangup),
+    ("syslog", libc::SYS_syslog),
+    #[cfg(target_arch = "x86_64")]
+    ("uselib", libc::SYS_uselib),
+    // Obsolete calls that report on every file system of the host.
+    #[cfg(target_arch = "x86_64")]
+    ("sysfs", libc::SYS_sysfs),
+    #[cfg(target_arch = "x86_64")]
+    ("ustat", libc::SYS_ustat),
+    // Sandboxed processes must not join namespaces they were not put in.
+    ("setns", libc::SYS_setns),
+    // NUMA placement: memory policy and moving pages between nodes act on the host's physical memory
+    // layout. Docker refuses these without CAP_SYS_NICE; libnuma reads a refusal as "no NUMA".
+    ("get_mempolicy", libc::SYS_get_mempolicy),
+    ("set_mempolicy", libc::SYS_set_mempolicy),
+    ("set_mempolicy_home_node", libc::SYS_set_mempolicy_home_node),
+    ("mbind", libc::SYS_mbind),
+    ("migrate_pages", libc::SYS_migrate_pages),
+    ("move_pages", libc::SYS_move_pages),
+    // Reaching into another process beyond ptrace (which stays allowed, for debuggers): comparing kernel
+    // objects, stealing descriptors, advising on another's memory. Docker refuses these without
+    // CAP_SYS_PTRACE.
+    ("kcmp", libc::SYS_kcmp),
+    ("pidfd_getfd", libc::SYS_pidfd_getfd),
+    ("process_madvise", libc::SYS_process_madvise),
+    // Linux security module attributes (Docker refuses these without CAP_SYS_ADMIN).
+    ("lsm_get_self_attr", SYS_LSM_GET_SELF_ATTR),
+    ("lsm_set_self_attr", SYS_LSM_SET_SELF_ATTR),
+    ("lsm_list_modules", SYS_LSM_LIST_MODULES),
+];
+
+/// `personality` values still allowed: `PER_LINUX`, `PER_LINUX32` and the query `0xffffffff`. The rest
+/// (e.g. `ADDR_NO_RANDOMIZE`, `READ_IMPLIES_EXEC`) weaken the process's own hardening.
+const PERSONALITY_ALLOWED: [u32; 3] = [0, 8, 0xffff_ffff];
+
+/// The address families `socket` and `socketpair` may create. Everything else (`AF_VSOCK`, which reaches
+/// the hypervisor; `AF_ALG`; `AF_PACKET`; and the rarely used families whose modules the kernel would load
+/// on demand) fails with `EAFNOSUPPORT`, as on a kernel built without them.
+pub const SOCKET_FAMILIES: [u32; 4] =
+    [libc::AF_UNIX as u32, libc::AF_INET as u32, libc::AF_INET6 as u32, libc::AF_NETLINK as u32];
+
+/// The netlink protocols a sandbox may open: routing (`ip`, `getifaddrs`) and socket diagnostics (`ss`).
+/// The rest (netfilter, generic netlink, xfrm, audit, uevents, the connector, crypto, rdma, ...) fail with
+/// `EPROTONOSUPPORT`, as for a protocol the kernel lacks.
+pub const NETLINK_PROTOCOLS: [u32; 2] = [libc::NETLINK_ROUTE as u32, libc::NETLINK_SOCK_DIAG as u32];
+
+/// `ioctl` requests refused on every descriptor.
+pub const IOCTLS_DENIED: [u32; 3] = [libc::TIOCSTI as u32, libc::TIOCLINUX as u32, libc::TIOCSETD as u32];
+
+fn rule(name: &str, nr: libc::c_long, errno: u16, when: Vec<(Arg, ArgTest)>) -> SeccompRule {
+    SeccompRule { name: name.to_owned(), nr: nr as u32, errno, when }
+}
+
+impl SeccompPolicy {
+    /// The policy berth installs in every sandbox.
+    ///
+    /// The rules with argument tests come first: the kernel caches an "allowed" verdict per syscall
+    /// number when the filter never reads an argument for it, so only the calls named by those rules
+    /// (`ioctl`, `socket`, `clone`, ...) run the filter at all, and they find their rule in a few
+    /// instructions.
+    pub fn sandbox_default() -> SeccompPolicy {
+        let newuser = libc::CLONE_NEWUSER as u32;
+        let families = || ArgTest::NoneOf(SOCKET_FAMILIES.to_vec());
+        let mut rules = vec![
+            // TIOCSTI pushes bytes into a terminal's input queue, so a sandboxed process sharing the
+            // terminal could type commands into the shell outside (CVE-2017-5226, bubblewrap). TIOCLINUX
+            // can do the same through the console's selection buffer. TIOCSETD changes a terminal's line
+            // discipline, which reaches rarely used kernel code (n_gsm, n_hdlc) from any pty.
+            rule("ioctl", libc::SYS_ioctl, EPERM, vec![(Arg::A1, ArgTest::OneOf(IOCTLS_DENIED.to_vec()))]),
+            rule("socket", libc::SYS_socket, EAFNOSUPPORT, vec![(Arg::A0, families())]),
+            rule(
+                "socket",
+                libc::SYS_socket,
+                EPROTONOSUPPORT,
+                vec![
+                    (Arg::A0, ArgTest::OneOf(vec![libc::AF_NETLINK as u32])),
+                    (Arg::A2, ArgTest::NoneOf(NETLINK_PROTOCOLS.to_vec())),
+                ],
+            ),
+            rule("socketpair", libc::SYS_socketpair, EAFNOSUPPORT, vec![(Arg::A0, families())]),
+            // New user namespaces hand out a full set of capabilities over fresh kernel objects, which is
+            // where much of the kernel's privilege-escalation surface lives. clone's flags are arg0 on both
+            // x86_64 and aarch64.
+            rule("clone", libc::SYS_clone, EPERM, vec![(Arg::A0, ArgTest::AnyBitSet(newuser))]),
+            rule("unshare", libc::SYS_unshare, EPERM, vec![(Arg::A0, ArgTest::AnyBitSet(newuser))]),
+            rule(
+                "personality",
+                libc::SYS_personality,
+                EPERM,
+                vec![(Arg::A0, ArgTest::NoneOf(PERSONALITY_ALLOWED.to_vec()))],
+            ),
+            // clone3 passes its flags in memory, which BPF cannot read. ENOSYS makes libc fall back to clone,
+            // which the rule above filters.
+            rule("clone3", libc::SYS_clone3, ENOSYS, vec![]),
+        ];
+        rules.extend(DENIED.iter().map(|&(name, nr)| rule(name, nr, EPERM, vec![])));
+        SeccompPolicy { rules }
+    }
+}
