@@ -405,7 +405,7 @@ mod tests {
             open_tree_attr fsopen fsconfig fsmount fspick mount_setattr lookup_dcookie nfsservctl vhangup \
             syslog setns get_mempolicy set_mempolicy set_mempolicy_home_node mbind migrate_pages move_pages \
             kcmp pidfd_getfd process_madvise lsm_get_self_attr lsm_set_self_attr lsm_list_modules \
-            ioctl socket socket socketpair clone unshare personality clone3"
+            ioctl socket socket socketpair clone unshare personality clone3 file_getattr file_setattr"
             .split_whitespace()
             .collect();
         if cfg!(target_arch = "x86_64") {

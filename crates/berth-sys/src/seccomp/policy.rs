@@ -13,6 +13,8 @@ const SYS_LSM_GET_SELF_ATTR: libc::c_long = 459;
 const SYS_LSM_SET_SELF_ATTR: libc::c_long = 460;
 const SYS_LSM_LIST_MODULES: libc::c_long = 461;
 const SYS_OPEN_TREE_ATTR: libc::c_long = 467;
+const SYS_FILE_GETATTR: libc::c_long = 468;
+const SYS_FILE_SETATTR: libc::c_long = 469;
 
 /// Syscalls denied outright with `EPERM`. (`stime` exists on neither supported arch, so it is not here.)
 const DENIED: &[(&str, libc::c_long)] = &[
@@ -165,6 +167,13 @@ impl SeccompPolicy {
             rule("clone3", libc::SYS_clone3, ENOSYS, vec![]),
         ];
         rules.extend(DENIED.iter().map(|&(name, nr)| rule(name, nr, EPERM, vec![])));
+        // Path-based forms (Linux 6.17) of the FS_IOC_FSGETXATTR and FS_IOC_FSSETXATTR ioctls, which Docker's,
+        // containers-common's and gVisor's defaults do not know. ENOSYS, as from an older kernel, makes
+        // callers fall back to the ioctls.
+        rules.extend([
+            rule("file_getattr", SYS_FILE_GETATTR, ENOSYS, vec![]),
+            rule("file_setattr", SYS_FILE_SETATTR, ENOSYS, vec![]),
+        ]);
         SeccompPolicy { rules }
     }
 }
