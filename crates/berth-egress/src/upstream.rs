@@ -74,7 +74,7 @@ pub(crate) async fn open(
 /// the blocking pool the daemon also does its file work on, and goes on after its caller gives up: each holds
 /// a permit until the resolver answers, so a sandbox asking for names whose servers never answer cannot take
 /// that pool over.
-const MAX_LOOKUPS: usize = 64;
+pub const MAX_LOOKUPS: usize = 64;
 
 fn lookups() -> Arc<tokio::sync::Semaphore> {
     static LOOKUPS: std::sync::OnceLock<Arc<tokio::sync::Semaphore>> = std::sync::OnceLock::new();

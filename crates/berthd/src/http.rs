@@ -68,6 +68,7 @@ pub(crate) type Api = State<Arc<Engine>>;
 pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/healthz"),
     ("GET", "/v1/openapi.json"),
+    ("GET", "/v1/info"),
     ("GET", "/v1/sandboxes"),
     ("POST", "/v1/sandboxes"),
     ("GET", "/v1/sandboxes/{id}"),
@@ -193,6 +194,7 @@ fn routes() -> Router<Arc<Engine>> {
     Router::new()
         .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
         .route("/v1/openapi.json", get(openapi))
+        .route("/v1/info", get(info))
         .route("/v1/sandboxes", get(list).post(create))
         .route("/v1/sandboxes/{id}", get(inspect).delete(remove))
         .route("/v1/sandboxes/{id}/execs", get(execs).post(exec))
@@ -205,6 +207,11 @@ fn routes() -> Router<Arc<Engine>> {
         .merge(crate::projects_http::routes())
         .fallback(|| async { Failure(ErrorCode::NotFound, "no such route".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+}
+
+/// The daemon's version and the bounds it keeps.
+async fn info(State(e): Api) -> Json<berth_api::DaemonInfo> {
+    Json(e.info())
 }
 
 /// The OpenAPI 3.1 description of this API.
@@ -410,9 +417,14 @@ async fn log(
 }
 
 /// Serve the API on a unix socket until the process is stopped; reap expired sandboxes meanwhile.
-pub async fn serve(root: &Path, socket: &Path, listen: Option<std::net::SocketAddr>) -> Result<(), EngineError> {
+pub async fn serve(
+    root: &Path,
+    socket: &Path,
+    listen: Option<std::net::SocketAddr>,
+    bounds: crate::Bounds,
+) -> Result<(), EngineError> {
     let io = |action: &str, e: std::io::Error| berth_sys::SysError::new(format!("{action} {}", socket.display()), e);
-    let engine = Engine::open(root).await?;
+    let engine = Engine::open_with(root, bounds).await?;
     if let Some(dir) = socket.parent() {
         tokio::fs::create_dir_all(dir).await.map_err(|e| io("create the directory of", e))?;
     }
@@ -442,6 +454,7 @@ pub async fn serve(root: &Path, socket: &Path, listen: Option<std::net::SocketAd
         "listening",
         serde_json::json!({"socket": socket, "tcp": listen.map(|a| a.to_string()), "version": env!("CARGO_PKG_VERSION")}),
     );
+    crate::bounds::log_table(&bounds);
     axum::serve(listener, app(engine)).await.map_err(|e| io("serve on", e))?;
     Ok(())
 }

@@ -233,7 +233,7 @@ impl Engine {
                     duration_ms: a.duration_ms,
                 };
                 let args = serde_json::json!({"host": record.host, "port": record.port, "method": record.method});
-                live.note_as("sandbox", "egress", args, serde_json::to_value(&record).unwrap_or_default());
+                live.note_egress(args, serde_json::to_value(&record).unwrap_or_default());
             }
         });
         live.keep_task(task);
@@ -299,12 +299,9 @@ impl Engine {
         if !path.exists() {
             return Err(EngineError::NoSandbox(id.to_string()));
         }
-        let records = crate::journal::read(&path).map_err(EngineError::Log)?;
-        Ok(records
-            .into_iter()
-            .filter(|r| r.action == "egress")
-            .filter_map(|r| serde_json::from_value(r.result).ok())
-            .collect())
+        // Only the egress records are held, one line read at a time (they keep to their share of the journal).
+        let records = crate::journal::read_actions(&path, |a| a == "egress").map_err(EngineError::Log)?;
+        Ok(records.into_iter().filter_map(|r| serde_json::from_value(r.result).ok()).collect())
     }
 
     /// The smallest allowlist that would have let through what the sandbox reached: record with
@@ -428,7 +425,7 @@ impl Engine {
                 .map_err(|e| EngineError::Storage(format!("the sandbox's proxy authority: {e}")))?;
         }
         let live = Arc::new(
-            Live::new(&self.root, a.record, a.env, a.session, Arc::new(proxy), resolved.redactor)
+            Live::new(&self.root, &self.bounds, a.record, a.env, a.session, Arc::new(proxy), resolved.redactor)
                 .map_err(EngineError::Log)?,
         );
         Self::log_egress(&live, attempts);
