@@ -413,7 +413,14 @@ impl Engine {
             super::secrets::Resolved::default()
         });
         let (tx, attempts) = mpsc::unbounded_channel();
+        let limits = berth_egress::Limits {
+            max_connections: self.bounds.max_proxy_connections,
+            max_pending: self.bounds.max_proxy_pending,
+            max_lookups: self.bounds.max_lookups,
+            ..berth_egress::Limits::default()
+        };
         let mut proxy = berth_egress::Proxy::new(policy_of(&a.record.network)?)
+            .with_limits(limits)
             .with_events(tx)
             .with_injections(resolved.injections)
             .map_err(|e| EngineError::invalid(e.to_string()))?;
