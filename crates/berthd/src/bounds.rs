@@ -79,7 +79,7 @@ pub fn size(bytes: u64) -> String {
     for (unit, scale) in [("GiB", 1u64 << 30), ("MiB", MIB), ("KiB", 1 << 10)] {
         if bytes >= scale {
             let whole = bytes / scale;
-            return if bytes % scale == 0 {
+            return if bytes.is_multiple_of(scale) {
                 format!("{whole} {unit}")
             } else {
                 format!("{:.1} {unit}", bytes as f64 / scale as f64)
