@@ -354,7 +354,19 @@ async fn journal(
     UrlPath(id): UrlPath<String>,
     axum::extract::Query(q): axum::extract::Query<JournalQuery>,
 ) -> Result<Response, Failure> {
-    Ok(Json(e.journal(&id, q.verify).await?).into_response())
+    if q.verify {
+        return Ok(Json(e.journal_verify(&id).await?).into_response());
+    }
+    // Streamed a line at a time: however long the journal, the daemon holds one chunk of it.
+    let path = e.journal_file(&id).await?;
+    let file = std::fs::File::open(&path).map_err(|err| Failure::from(EngineError::Log(err)))?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    tokio::task::spawn_blocking(move || {
+        let send = |chunk: Vec<u8>| tx.blocking_send(Ok(Bytes::from(chunk))).is_ok();
+        crate::journal::write_array(file, 64 * 1024, send)
+    });
+    let body = Body::from_stream(ReceiverStream::new(rx));
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 async fn execs(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
@@ -376,7 +388,7 @@ struct LogQuery {
     follow: bool,
 }
 
-/// An exec's whole output, streamed from its log; with `follow`, kept open and fed until the exec ends.
+/// An exec's log (its output within the log's bound), streamed; with `follow`, kept open and fed until the exec ends.
 async fn log(
     State(e): Api,
     UrlPath((id, exec)): UrlPath<(String, String)>,

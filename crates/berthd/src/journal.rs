@@ -240,6 +240,31 @@ pub fn read_actions(path: &Path, keep: impl Fn(&str) -> bool) -> std::io::Result
     Ok(out)
 }
 
+/// A journal file as one JSON array of its records, handed to `send` in chunks of about `chunk` bytes, read a
+/// line at a time (lines that are not records are left out, as [`read`] does). Stops when `send` returns
+/// false.
+pub fn write_array(file: std::fs::File, chunk: usize, mut send: impl FnMut(Vec<u8>) -> bool) {
+    let mut out = Vec::with_capacity(chunk + 4096);
+    out.push(b'[');
+    let mut first = true;
+    for line in std::io::BufReader::new(file).lines() {
+        let Ok(line) = line else { break };
+        if serde_json::from_str::<Record>(&line).is_err() {
+            continue;
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        out.extend_from_slice(line.as_bytes());
+        if out.len() >= chunk && !send(std::mem::replace(&mut out, Vec::with_capacity(chunk + 4096))) {
+            return;
+        }
+    }
+    out.push(b']');
+    send(out);
+}
+
 /// Check a journal file's chain from its first record to its last.
 pub fn verify(path: &Path) -> std::io::Result<Verdict> {
     let f = std::fs::File::open(path)?;
@@ -327,6 +352,30 @@ mod tests {
         let (args, result) = attempt(0);
         assert!(again.append_egress("sandbox", args, result).unwrap().is_none());
         assert_eq!(read_actions(&path, |a| a == EGRESS_FULL).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_journal_streams_as_one_array_of_its_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = sample(dir.path());
+        let mut body = Vec::new();
+        let mut chunks = 0;
+        write_array(std::fs::File::open(&path).unwrap(), 10, |c| {
+            chunks += 1;
+            body.extend(c);
+            true
+        });
+        assert!(chunks > 1, "sent in pieces");
+        let records: Vec<Record> = serde_json::from_slice(&body).unwrap();
+        assert_eq!(records, read(&path).unwrap());
+        let empty = dir.path().join("empty.jsonl");
+        std::fs::write(&empty, "").unwrap();
+        let mut body = Vec::new();
+        write_array(std::fs::File::open(&empty).unwrap(), 10, |c| {
+            body.extend(c);
+            true
+        });
+        assert_eq!(body, b"[]");
     }
 
     #[test]
