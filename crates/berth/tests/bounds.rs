@@ -67,6 +67,22 @@ fn an_exec_log_past_its_bound_keeps_its_head_a_marker_and_its_tail() {
 }
 
 #[test]
+fn a_shell_log_is_bounded_the_same_way() {
+    let d = Daemon::start_with(&["--max-log-bytes", "4K"]);
+    let id = d.create(&[]);
+    let out = d.shell(&[&id, "--cmd", "seq 1 5000"], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let log = std::fs::read(d.root().join("logs").join(&id).join("x1.log")).unwrap();
+    let log = text(&log);
+    assert!(log.len() < 4096 + 200, "{} bytes", log.len());
+    assert!(log.starts_with("1\r\n2\r\n"), "the head is kept: {}", &log[..20]);
+    assert!(log.trim_end().ends_with("4999\r\n5000"), "the tail is kept: {}", &log[log.len() - 40..]);
+    assert!(log.contains(" bytes dropped: this log keeps the first 3072 and the last 1024 bytes"), "{log}");
+    let record = d.execs(&id).into_iter().find(|e| e["exec_id"] == "x1").unwrap();
+    assert!(record["result"]["log_bytes_dropped"].as_u64().unwrap() > 20_000, "{record}");
+}
+
+#[test]
 fn only_the_newest_finished_exec_records_and_their_logs_are_kept() {
     let d = Daemon::start_with(&["--max-exec-records", "3"]);
     let id = d.create(&[]);
