@@ -55,7 +55,7 @@ pub enum Command {
     Rm(RmArgs),
     /// Run a command in a sandbox and stream its output; exits with the command's exit code.
     Exec(ExecArgs),
-    /// Print everything an exec wrote.
+    /// Print what an exec's log kept of its output (all of it within the log's bound).
     Logs(LogsArgs),
     /// Kill an exec and everything it started.
     Kill(KillArgs),
