@@ -157,8 +157,26 @@ pub fn table(b: &Bounds) -> Vec<Bound> {
         row(
             "running execs",
             "none of their own".into(),
-            "create --pids",
-            "each exec is a process in the sandbox: its process limit (pids) bounds how many run at once",
+            "berth create --pids (pids)",
+            "each exec is a process in the sandbox: its process limit bounds how many run at once",
+        ),
+        row(
+            "memory",
+            "none unless asked for".into(),
+            "berth create --memory (memory_bytes)",
+            "a sandbox created without it has no memory limit of its own",
+        ),
+        row(
+            "processes",
+            "none unless asked for".into(),
+            "berth create --pids (pids)",
+            "a sandbox created without it has no process limit of its own",
+        ),
+        row(
+            "CPU",
+            "none unless asked for".into(),
+            "berth create --cpus (cpus)",
+            "a sandbox created without it may use every core",
         ),
     ]
 }
