@@ -188,6 +188,7 @@ fn egress_records_past_their_share_are_counted_and_the_count_is_recorded() {
         .map(|r| r["result"]["count"].as_u64().unwrap())
         .sum();
     assert_eq!(written as u64 + dropped, 200, "every attempt is written or counted");
+    assert!(records.iter().filter(|r| r["action"] == "egress_dropped").all(|r| r["actor"] == "sandbox"));
     assert!(d.berth(&["journal", &id, "--verify"]).status.success());
     let log = d.berth(&["net", "log", &id, "--json"]);
     assert_eq!(serde_json::from_slice::<Value>(&log.stdout).unwrap().as_array().unwrap().len(), written);

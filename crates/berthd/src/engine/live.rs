@@ -86,9 +86,9 @@ impl Live {
 
     pub(super) fn note_as(&self, actor: &str, action: &str, args: serde_json::Value, result: serde_json::Value) {
         let (args, result) = self.clean(args, result);
-        // Egress attempts left out since the last record are counted before it, so the count sits in time order.
+        // The sandbox's egress attempts left out since the last record are counted before it, in time order.
         let written = self.journal.lock().map_err(|_| std::io::Error::other("poisoned")).and_then(|mut j| {
-            j.flush_dropped(actor)?;
+            j.flush_dropped("sandbox")?;
             j.append(actor, action, args, result)
         });
         if let Err(e) = written {
