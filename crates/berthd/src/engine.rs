@@ -423,29 +423,6 @@ impl Engine {
         Ok((info, (!req.detach).then_some(running.frames)))
     }
 
-    /// A sandbox's journal file (also after the sandbox is gone).
-    pub async fn journal_file(&self, id: &str) -> Result<PathBuf, EngineError> {
-        let sid = match self.get(id).await {
-            Ok(record) => record.id,
-            Err(_) if id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit()) => id.to_string(),
-            Err(e) => return Err(e),
-        };
-        let path = journal_path(&self.root, &sid);
-        if !path.exists() {
-            return Err(EngineError::NoSandbox(id.to_string()));
-        }
-        Ok(path)
-    }
-
-    /// The verdict of checking a sandbox's journal (read a line at a time).
-    pub async fn journal_verify(&self, id: &str) -> Result<journal::Verdict, EngineError> {
-        let path = self.journal_file(id).await?;
-        tokio::task::spawn_blocking(move || journal::verify(&path))
-            .await
-            .map_err(|e| EngineError::Log(std::io::Error::other(e)))?
-            .map_err(EngineError::Log)
-    }
-
     /// Run `op` once per idempotency key: a retry with the same key gets the first call's result.
     pub async fn idempotent<F>(&self, key: Option<String>, op: F) -> Result<(u16, serde_json::Value), EngineError>
     where
