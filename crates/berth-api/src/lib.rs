@@ -126,8 +126,11 @@ pub struct ExecRequest {
     pub workdir: Option<String>,
     /// Server-side: the exec's whole process tree is killed when it runs out (exit code 124).
     pub timeout_seconds: Option<f64>,
-    /// Bytes of output sent to the client (default 64 KiB); the full output is always in the exec's log.
+    /// Bytes of output sent to the client (default 64 KiB); the exec's log keeps more (`max_log_bytes`).
     pub max_output_bytes: Option<u64>,
+    /// Bytes of output kept in the exec's log: its head and tail, with a marker where the middle was dropped.
+    /// Default and most: the daemon's `--max-log-bytes` (16 MiB).
+    pub max_log_bytes: Option<u64>,
     /// Return at once with the exec's id; read its output later from its log.
     pub detach: bool,
     /// Data for the command's standard input, which is closed after it (without this, stdin is /dev/null).
@@ -176,6 +179,9 @@ pub struct ExecResult {
     pub killed: bool,
     pub bytes_dropped: u64,
     pub output_bytes: u64,
+    /// Bytes dropped from the middle of the exec's log (past `max_log_bytes`); a marker line stands there.
+    #[serde(default)]
+    pub log_bytes_dropped: u64,
     /// Why the command could not start, when it could not.
     pub error: Option<String>,
 }
@@ -235,6 +241,27 @@ pub struct MintedToken {
     pub name: String,
     /// Send as `Authorization: Bearer <token>` to the TCP listener.
     pub token: String,
+}
+
+/// `GET /v1/info`: the daemon, and what it bounds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DaemonInfo {
+    pub version: String,
+    /// Each host resource a sandbox can consume, its bound on this daemon, and how to change it.
+    pub bounds: Vec<Bound>,
+}
+
+/// One row of [`DaemonInfo::bounds`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bound {
+    /// What is consumed, e.g. `exec log`.
+    pub resource: String,
+    /// The bound in force, e.g. `16 MiB per exec`, or `none` where nothing bounds it.
+    pub bound: String,
+    /// Where the bound comes from: the daemon flag or request field that changes it, or `fixed`.
+    pub set_by: String,
+    /// What happens when it is reached, or why it is not bounded.
+    pub note: String,
 }
 
 /// A token as `GET /v1/tokens` lists it (never its secret).

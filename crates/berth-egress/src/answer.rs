@@ -25,12 +25,14 @@ pub(crate) fn failed(status: u16, dest: Option<&str>, error: &str, reason: &str)
         408 => "Request Timeout",
         431 => "Request Header Fields Too Large",
         502 => "Bad Gateway",
+        503 => "Service Unavailable",
         504 => "Gateway Timeout",
         _ => "Error",
     };
     let egress = format!("error; reason=\"{}\"", quoted(reason));
     let body = match dest {
         Some(dest) => format!("berth: egress to {} failed: {}", line(dest), line(reason)),
+        None if status == 503 => format!("berth: the proxy refused the connection: {}", line(reason)),
         None => format!("berth: bad proxy request: {}", line(reason)),
     };
     response(status, phrase, error, &egress, reason, &body)

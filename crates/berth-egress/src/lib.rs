@@ -67,3 +67,4 @@ pub use policy::{Decision, Mode, ModeError, Policy};
 pub use proxy::{Limits, OpenConnection, Proxy};
 pub use rule::{Host, Rule, RuleError, Target};
 pub use tls::{CertificateAuthority, TlsError};
+pub use upstream::MAX_LOOKUPS;

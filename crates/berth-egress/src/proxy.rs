@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -39,6 +39,12 @@ pub struct Limits {
     pub max_client_hello: usize,
     /// Time for a ClientHello to arrive in full once it has started (refused after it).
     pub hello_timeout: Duration,
+    /// Most client connections served at once (answered with 503 beyond it).
+    pub max_connections: usize,
+    /// Most client connections still sending their request head (answered with 503 beyond it).
+    pub max_pending: usize,
+    /// Most host-name lookups in progress at once for this proxy (further ones wait their turn).
+    pub max_lookups: usize,
 }
 
 impl Default for Limits {
@@ -49,6 +55,9 @@ impl Default for Limits {
             connect_timeout: Duration::from_secs(10),
             max_client_hello: 16 * 1024,
             hello_timeout: Duration::from_secs(10),
+            max_connections: 128,
+            max_pending: 32,
+            max_lookups: 8,
         }
     }
 }
@@ -77,6 +86,27 @@ pub struct Proxy {
     pub(crate) injections: Vec<Injection>,
     pub(crate) tls: Option<Interceptor>,
     next_id: AtomicU64,
+    /// Client connections being served, and those of them still sending their request head.
+    serving: Arc<AtomicUsize>,
+    pending: Arc<AtomicUsize>,
+    /// This proxy's share of the process's host-name lookups.
+    lookups: Arc<tokio::sync::Semaphore>,
+}
+
+/// One place of a counted, bounded number (a connection served, a head awaited), given back when dropped.
+struct Place(Arc<AtomicUsize>);
+
+impl Place {
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<Place> {
+        let taken = count.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
+        taken.ok().map(|_| Place(Arc::clone(count)))
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 struct State {
@@ -126,10 +156,14 @@ impl Proxy {
             injections: Vec::new(),
             tls: None,
             next_id: AtomicU64::new(1),
+            serving: Arc::new(AtomicUsize::new(0)),
+            pending: Arc::new(AtomicUsize::new(0)),
+            lookups: Arc::new(tokio::sync::Semaphore::new(Limits::default().max_lookups)),
         }
     }
 
     pub fn with_limits(mut self, limits: Limits) -> Proxy {
+        self.lookups = Arc::new(tokio::sync::Semaphore::new(limits.max_lookups));
         self.limits = limits;
         self
     }
@@ -225,6 +259,11 @@ impl Proxy {
         closed
     }
 
+    /// Client connections being served now, and how many of them are still sending their request head.
+    pub fn clients(&self) -> (usize, usize) {
+        (self.serving.load(Ordering::Acquire), self.pending.load(Ordering::Acquire))
+    }
+
     /// The connections open now.
     pub fn open_connections(&self) -> Vec<OpenConnection> {
         let state = self.lock();
@@ -265,7 +304,16 @@ impl Proxy {
             duration_ms: 0,
             client_port: client.peer_addr().map(|a| a.port()).unwrap_or(0),
         };
-        let linger = self.handle(&mut client, &mut attempt, &counters).await;
+        let linger = match Place::take(&self.serving, self.limits.max_connections) {
+            Some(_serving) => self.handle(&mut client, &mut attempt, &counters).await,
+            None => {
+                let why = format!(
+                    "the sandbox has {} connections open through its proxy, the most it may have",
+                    self.limits.max_connections
+                );
+                self.over(&mut client, &mut attempt, why).await
+            }
+        };
         attempt.bytes_up = counters.up.load(Ordering::Relaxed);
         attempt.bytes_down = counters.down.load(Ordering::Relaxed);
         attempt.duration_ms = millis(started.elapsed());
@@ -277,9 +325,25 @@ impl Proxy {
         }
     }
 
+    /// Answer a connection past one of the proxy's bounds with a 503 (and record why).
+    async fn over(&self, client: &mut TcpStream, a: &mut Attempt, why: String) -> bool {
+        a.reason = why;
+        answer(client, &answer::failed(503, None, "connection_limit_reached", &a.reason)).await;
+        true
+    }
+
     /// Returns true when the proxy answered the client itself and should read out what it still sends.
     async fn handle(&self, client: &mut TcpStream, a: &mut Attempt, counters: &Arc<Counters>) -> bool {
-        let (head, early) = match head::read_head(client, self.limits.max_head, self.limits.head_timeout).await {
+        let Some(waiting) = Place::take(&self.pending, self.limits.max_pending) else {
+            let why = format!(
+                "the sandbox has {} connections still sending their request head to its proxy, the most it may have",
+                self.limits.max_pending
+            );
+            return self.over(client, a, why).await;
+        };
+        let read = head::read_head(client, self.limits.max_head, self.limits.head_timeout).await;
+        drop(waiting);
+        let (head, early) = match read {
             Ok(read) => read,
             Err(e) => {
                 a.reason = e.reason();
@@ -333,7 +397,8 @@ impl Proxy {
             refuse(client, a, &dest, decision).await;
             return None;
         }
-        let (stream, address, check) = match upstream::open(&policy, host, port, self.limits.connect_timeout).await {
+        let opened = upstream::open(&policy, host, port, self.limits.connect_timeout, &self.lookups).await;
+        let (stream, address, check) = match opened {
             Ok(opened) => opened,
             Err(Failure::Denied(d)) => {
                 refuse(client, a, &dest, d).await;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::policy::{Decision, Policy};
@@ -30,13 +31,14 @@ pub(crate) async fn open(
     host: &Host,
     port: u16,
     timeout: Duration,
+    own_lookups: &Arc<Semaphore>,
 ) -> Result<(TcpStream, IpAddr, Decision), Failure> {
     let deadline = Instant::now() + timeout;
     let dest = host.with_port(port);
     let addrs = match (host, policy.mapped(host)) {
         (Host::Ip(ip), _) => vec![*ip],
         (_, Some(ip)) => vec![ip],
-        (Host::Name(name), None) => resolve(name, port, deadline, timeout).await?,
+        (Host::Name(name), None) => resolve(name, port, deadline, timeout, own_lookups).await?,
     };
     let mut passed = None;
     for &ip in &addrs {
@@ -73,27 +75,46 @@ pub(crate) async fn open(
 /// Most host-name lookups in progress at once, across every proxy of the process. A lookup blocks a thread of
 /// the blocking pool the daemon also does its file work on, and goes on after its caller gives up: each holds
 /// a permit until the resolver answers, so a sandbox asking for names whose servers never answer cannot take
-/// that pool over.
-const MAX_LOOKUPS: usize = 64;
+/// that pool over. Each proxy (each sandbox) has a share of these too (`Limits::max_lookups`), taken first,
+/// so that one sandbox's lookups that never end cannot hold every place and delay the others'.
+pub const MAX_LOOKUPS: usize = 64;
 
-fn lookups() -> Arc<tokio::sync::Semaphore> {
-    static LOOKUPS: std::sync::OnceLock<Arc<tokio::sync::Semaphore>> = std::sync::OnceLock::new();
-    Arc::clone(LOOKUPS.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(MAX_LOOKUPS))))
+fn lookups() -> Arc<Semaphore> {
+    static LOOKUPS: std::sync::OnceLock<Arc<Semaphore>> = std::sync::OnceLock::new();
+    Arc::clone(LOOKUPS.get_or_init(|| Arc::new(Semaphore::new(MAX_LOOKUPS))))
 }
 
-async fn lookup(name: &str, port: u16) -> io::Result<Vec<std::net::SocketAddr>> {
-    let permit = lookups().acquire_owned().await.map_err(io::Error::other)?;
+async fn lookup(name: &str, port: u16, own: &Arc<Semaphore>) -> io::Result<Vec<std::net::SocketAddr>> {
     let name = name.to_string();
+    run_lookup(own, move || std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port)).map(Iterator::collect))
+        .await?
+}
+
+/// Run `work` (a blocking lookup) holding a place of the proxy's own share and one of the whole; both are
+/// held until it returns, even if its caller has stopped waiting.
+async fn run_lookup<T: Send + 'static>(
+    own: &Arc<Semaphore>,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<T> {
+    // Its own share first: a sandbox waiting on its share holds none of the whole meanwhile.
+    let mine = Arc::clone(own).acquire_owned().await.map_err(io::Error::other)?;
+    let all = lookups().acquire_owned().await.map_err(io::Error::other)?;
     tokio::task::spawn_blocking(move || {
-        let _held = permit;
-        std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port)).map(Iterator::collect)
+        let _held = (mine, all);
+        work()
     })
     .await
-    .map_err(io::Error::other)?
+    .map_err(io::Error::other)
 }
 
-async fn resolve(name: &str, port: u16, deadline: Instant, timeout: Duration) -> Result<Vec<IpAddr>, Failure> {
-    match tokio::time::timeout_at(deadline, lookup(name, port)).await {
+async fn resolve(
+    name: &str,
+    port: u16,
+    deadline: Instant,
+    timeout: Duration,
+    own: &Arc<Semaphore>,
+) -> Result<Vec<IpAddr>, Failure> {
+    match tokio::time::timeout_at(deadline, lookup(name, port, own)).await {
         Err(_) => {
             let why = format!("resolving {name} took longer than {} ms", timeout.as_millis());
             Err(Failure::Error(504, "dns_timeout", why))
@@ -108,5 +129,45 @@ async fn resolve(name: &str, port: u16, deadline: Instant, timeout: Duration) ->
             }
             Ok(addrs)
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_proxy_stuck_on_its_share_of_lookups_does_not_hold_up_another() {
+        let (other, hostile) = (Arc::new(Semaphore::new(2)), Arc::new(Semaphore::new(2)));
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let held = Arc::new(std::sync::Mutex::new(held));
+        // Two lookups that do not end until released take all of the hostile proxy's share.
+        let mut blocked = Vec::new();
+        for _ in 0..2 {
+            let (sem, held) = (Arc::clone(&hostile), Arc::clone(&held));
+            blocked.push(tokio::spawn(async move {
+                run_lookup(&sem, move || {
+                    let _ = held.lock().unwrap().recv();
+                })
+                .await
+            }));
+        }
+        while hostile.available_permits() > 0 {
+            tokio::task::yield_now().await;
+        }
+        // Its third waits for its own share …
+        let sem = Arc::clone(&hostile);
+        let third = tokio::spawn(async move { run_lookup(&sem, || 3).await });
+        // … while another proxy's lookup goes through.
+        assert_eq!(run_lookup(&other, || 7).await.unwrap(), 7);
+        assert!(!third.is_finished(), "the hostile proxy's third lookup waits for its own share");
+        assert_eq!(hostile.available_permits(), 0);
+        release.send(()).unwrap();
+        release.send(()).unwrap();
+        for b in blocked {
+            b.await.unwrap().unwrap();
+        }
+        assert_eq!(third.await.unwrap().unwrap(), 3);
     }
 }

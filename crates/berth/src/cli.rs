@@ -55,7 +55,7 @@ pub enum Command {
     Rm(RmArgs),
     /// Run a command in a sandbox and stream its output; exits with the command's exit code.
     Exec(ExecArgs),
-    /// Print everything an exec wrote.
+    /// Print what an exec's log kept of its output (all of it within the log's bound).
     Logs(LogsArgs),
     /// Kill an exec and everything it started.
     Kill(KillArgs),
@@ -158,6 +158,37 @@ pub struct DaemonArgs {
     /// Also serve the API over TCP at ADDR:PORT; every request there needs a bearer token.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<std::net::SocketAddr>,
+    /// Most output one exec or shell keeps in its log: head and tail, the middle dropped with a marker.
+    #[arg(long, value_parser = parse_size, value_name = "SIZE", default_value = "16M")]
+    pub max_log_bytes: u64,
+    /// Most finished execs (with their logs) kept per sandbox; the oldest go first.
+    #[arg(long, value_parser = parse_count_usize, value_name = "N", default_value = "128")]
+    pub max_exec_records: usize,
+    /// Most bytes of one sandbox's journal (egress records may take half).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE", default_value = "64M")]
+    pub max_journal_bytes: u64,
+    /// Most connections one sandbox may have open through its egress proxy.
+    #[arg(long, value_parser = parse_count_usize, value_name = "N", default_value = "128")]
+    pub max_proxy_connections: usize,
+    /// Most proxy connections of one sandbox still sending their request head.
+    #[arg(long, value_parser = parse_count_usize, value_name = "N", default_value = "32")]
+    pub max_proxy_pending: usize,
+    /// Most host-name lookups one sandbox may have in progress (at most 64, the daemon's whole).
+    #[arg(long, value_parser = parse_count_usize, value_name = "N", default_value = "8")]
+    pub max_lookups: usize,
+}
+
+impl DaemonArgs {
+    pub fn bounds(&self) -> berthd::Bounds {
+        berthd::Bounds {
+            max_log_bytes: self.max_log_bytes,
+            max_exec_records: self.max_exec_records,
+            max_journal_bytes: self.max_journal_bytes,
+            max_proxy_connections: self.max_proxy_connections,
+            max_proxy_pending: self.max_proxy_pending,
+            max_lookups: self.max_lookups,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

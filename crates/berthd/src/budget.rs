@@ -20,8 +20,18 @@ pub struct Budget {
 impl Budget {
     /// A budget of `max` bytes: a quarter (at most 16 KiB) is kept for the tail, the rest streams live.
     pub fn new(max: u64) -> Budget {
-        let tail_cap = (max / 4).min(16 * 1024);
+        Budget::with_tail(max, 16 * 1024)
+    }
+
+    /// A budget of `max` bytes whose tail (held in memory until the end) is a quarter, at most `tail_max`.
+    pub fn with_tail(max: u64, tail_max: u64) -> Budget {
+        let tail_cap = (max / 4).min(tail_max);
         Budget { head_left: max - tail_cap, tail_cap, tail: VecDeque::new(), tail_len: 0, dropped: 0 }
+    }
+
+    /// Bytes kept at the head and at the tail.
+    pub fn shape(&self) -> (u64, u64) {
+        (self.head_left, self.tail_cap)
     }
 
     /// Account for `data`; returns what may be sent now.

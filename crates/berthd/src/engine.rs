@@ -29,6 +29,7 @@ mod network;
 mod projects;
 mod receipt;
 mod recovery;
+mod retain;
 mod secrets;
 mod sessions;
 
@@ -36,6 +37,7 @@ pub(crate) use attach::AttachedExec;
 use events::Events;
 pub use live::{ACTOR, actor, journal_path};
 use live::{ExecEntry, Live};
+pub use network::MAX_CONNECTIONS;
 
 pub struct Engine {
     root: PathBuf,
@@ -60,6 +62,8 @@ pub struct Engine {
     child_creates: Mutex<()>,
     /// The engine itself, for the tasks that serve a sandbox's API connections.
     this: std::sync::OnceLock<std::sync::Weak<Engine>>,
+    /// What one sandbox may take of the host (see `bounds`).
+    pub(crate) bounds: crate::bounds::Bounds,
 }
 
 pub fn now_ms() -> u64 {
@@ -67,8 +71,14 @@ pub fn now_ms() -> u64 {
 }
 
 impl Engine {
-    /// Open the engine on a data root: adopt the sandboxes whose shims survived a previous daemon.
+    /// Open the engine on a data root with the default bounds.
     pub async fn open(root: &Path) -> Result<Arc<Engine>, EngineError> {
+        Engine::open_with(root, crate::bounds::Bounds::default()).await
+    }
+
+    /// Open the engine on a data root: adopt the sandboxes whose shims survived a previous daemon.
+    pub async fn open_with(root: &Path, bounds: crate::bounds::Bounds) -> Result<Arc<Engine>, EngineError> {
+        bounds.check().map_err(EngineError::invalid)?;
         let exe = std::env::current_exe().map_err(EngineError::SpawnShim)?;
         // Logs, journals and shim sockets are the sandboxes' business and root's: nobody else may read them.
         for dir in [shim::shims_dir(root), root.join("logs"), root.join("journal")] {
@@ -93,6 +103,7 @@ impl Engine {
             this: std::sync::OnceLock::new(),
             reserved_names: std::sync::Mutex::new(std::collections::HashSet::new()),
             child_creates: Mutex::new(()),
+            bounds,
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
@@ -320,12 +331,22 @@ impl Engine {
         if max_output < 64 {
             return Err(EngineError::invalid("max_output_bytes must be at least 64"));
         }
+        let max_log = req.max_log_bytes.unwrap_or(self.bounds.max_log_bytes);
+        if max_log < crate::bounds::MIN_LOG_BYTES || max_log > self.bounds.max_log_bytes {
+            return Err(EngineError::invalid(format!(
+                "max_log_bytes must be between {} and this daemon's bound of {} (berth daemon --max-log-bytes), \
+                 not {max_log}",
+                crate::bounds::MIN_LOG_BYTES,
+                self.bounds.max_log_bytes
+            )));
+        }
         let live = self.live(id).await?;
         let sid = {
             let mut r = live.record.lock().await;
             r.last_activity_ms = now_ms();
             r.id.clone()
         };
+        self.admit_exec(&live, &sid).await?;
         let mut env: BTreeMap<String, String> =
             berth_runtime::spec::BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         env.insert("PWD".into(), workdir.clone());
@@ -345,6 +366,7 @@ impl Engine {
             timeout: req.timeout_seconds.map(Duration::from_secs_f64),
             max_output,
             log: logs.join(format!("{exec_id}.log")),
+            max_log,
             stdin: req.stdin.clone(),
             redactor: live.redactor.clone().filter(|r| !r.is_empty()),
             cgroup: match &self.cgroups {
@@ -358,7 +380,7 @@ impl Engine {
         let env_names: Vec<&String> = live.env.keys().chain(req.env.keys()).collect();
         let args = serde_json::json!({
             "exec_id": exec_id, "argv": req.argv, "workdir": plan.workdir, "env_names": env_names,
-            "timeout_seconds": req.timeout_seconds, "max_output_bytes": max_output, "detach": req.detach, "stdin_bytes": req.stdin.as_ref().map(String::len),
+            "timeout_seconds": req.timeout_seconds, "max_output_bytes": max_output, "max_log_bytes": max_log, "detach": req.detach, "stdin_bytes": req.stdin.as_ref().map(String::len),
         });
         let running = exec::start(Arc::clone(&live.session), plan).await?;
         live.note("exec", args, serde_json::json!({"started": true}));
@@ -401,25 +423,6 @@ impl Engine {
         Ok((info, (!req.detach).then_some(running.frames)))
     }
 
-    /// A sandbox's journal (also after the sandbox is gone): its records, or the verdict of checking them.
-    pub async fn journal(&self, id: &str, verify: bool) -> Result<serde_json::Value, EngineError> {
-        let sid = match self.get(id).await {
-            Ok(record) => record.id,
-            Err(_) if id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit()) => id.to_string(),
-            Err(e) => return Err(e),
-        };
-        let path = journal_path(&self.root, &sid);
-        if !path.exists() {
-            return Err(EngineError::NoSandbox(id.to_string()));
-        }
-        let value = if verify {
-            serde_json::to_value(journal::verify(&path).map_err(EngineError::Log)?)
-        } else {
-            serde_json::to_value(journal::read(&path).map_err(EngineError::Log)?)
-        };
-        value.map_err(|e| EngineError::Log(std::io::Error::other(e)))
-    }
-
     /// Run `op` once per idempotency key: a retry with the same key gets the first call's result.
     pub async fn idempotent<F>(&self, key: Option<String>, op: F) -> Result<(u16, serde_json::Value), EngineError>
     where
@@ -442,6 +445,14 @@ impl Engine {
         if let Ok(live) = self.live(id).await {
             live.record.lock().await.last_activity_ms = now_ms();
             live.note(action, args, serde_json::json!({"ok": true}));
+        }
+    }
+
+    /// The daemon's version and its bounds.
+    pub fn info(&self) -> berth_api::DaemonInfo {
+        berth_api::DaemonInfo {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            bounds: crate::bounds::table(&self.bounds),
         }
     }
 

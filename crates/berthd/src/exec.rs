@@ -1,5 +1,5 @@
-//! One exec: start it through init, pump its output through the budget to the client and in full to its
-//! log, enforce its timeout on the server, and report how it ended.
+//! One exec: start it through init, pump its output through the budget to the client and through a larger
+//! one to its log, enforce its timeout on the server, and report how it ended.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
@@ -16,6 +16,7 @@ use berth_runtime::cgroup::Cgroup;
 
 use crate::EngineError;
 use crate::budget::Budget;
+use crate::exec_log::ExecLog;
 use crate::launch::{self, Outcome, kill_tree};
 use crate::session::Session;
 
@@ -34,6 +35,8 @@ pub struct ExecPlan {
     pub timeout: Option<Duration>,
     pub max_output: u64,
     pub log: PathBuf,
+    /// Most bytes of output its log keeps (head and tail; a marker where the middle was dropped).
+    pub max_log: u64,
     /// The exec's own cgroup (inside the sandbox's): its whole tree, whatever sessions or process groups
     /// it makes, is killed through it.
     pub cgroup: Option<Cgroup>,
@@ -100,6 +103,7 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
                 killed: false,
                 bytes_dropped: 0,
                 output_bytes: 0,
+                log_bytes_dropped: 0,
                 error: Some(message),
             };
             let _ = tokio::fs::write(&plan.log, b"").await;
@@ -121,7 +125,7 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
             return Err(EngineError::Log(e));
         }
     };
-    let log = tokio::io::BufWriter::with_capacity(LOG_BUFFER, file);
+    let log = ExecLog::new(file, plan.max_log);
     tokio::spawn(supervise(session, num, events, plan, (out_r, err_r), log, frames_tx, kill_rx, done_tx, started_at));
     Ok(Running { frames, kill, done })
 }
@@ -143,7 +147,7 @@ async fn supervise(
     mut events: mpsc::UnboundedReceiver<Event>,
     plan: ExecPlan,
     (mut out, mut err): (pipe::Receiver, pipe::Receiver),
-    mut log: tokio::io::BufWriter<tokio::fs::File>,
+    mut log: ExecLog,
     frames: mpsc::Sender<ExecFrame>,
     mut kill_rx: watch::Receiver<bool>,
     done: watch::Sender<Option<ExecResult>>,
@@ -204,7 +208,7 @@ async fn supervise(
             }
             None => raw,
         };
-        let _ = log.write_all(data).await;
+        let _ = log.write(stream, data).await;
         // A read that did not fill the buffer means the command paused: make the log current (for `logs`
         // and followers). A command writing flat out fills every read, and the log is written in big blocks.
         if n < READ_CHUNK {
@@ -228,7 +232,7 @@ async fn supervise(
         for stream in [Stream::Stdout, Stream::Stderr] {
             let tail = r[Utf8Carry::slot(stream)].finish();
             if !tail.is_empty() {
-                let _ = log.write_all(&tail).await;
+                let _ = log.write(stream, &tail).await;
                 if let Some(live) = budget.push(stream, &tail)
                     && let Some(tx) = &client
                 {
@@ -239,7 +243,7 @@ async fn supervise(
             }
         }
     }
-    let _ = log.flush().await;
+    let log_bytes_dropped = log.finish().await;
     let dropped = budget.dropped();
     if let Some(tx) = &client {
         if dropped > 0 {
@@ -263,6 +267,7 @@ async fn supervise(
         killed,
         bytes_dropped: dropped,
         output_bytes: total,
+        log_bytes_dropped,
         error: None,
     };
     if let Some(tx) = &client {
@@ -274,8 +279,6 @@ async fn supervise(
     launch::release_cgroup(plan.cgroup, timed_out || killed).await;
 }
 
-/// Bytes buffered before the exec's log is written.
-const LOG_BUFFER: usize = 1 << 20;
 /// The most read from an output pipe at once.
 const READ_CHUNK: usize = 256 * 1024;
 

@@ -68,6 +68,7 @@ pub(crate) type Api = State<Arc<Engine>>;
 pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/healthz"),
     ("GET", "/v1/openapi.json"),
+    ("GET", "/v1/info"),
     ("GET", "/v1/sandboxes"),
     ("POST", "/v1/sandboxes"),
     ("GET", "/v1/sandboxes/{id}"),
@@ -193,6 +194,7 @@ fn routes() -> Router<Arc<Engine>> {
     Router::new()
         .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
         .route("/v1/openapi.json", get(openapi))
+        .route("/v1/info", get(info))
         .route("/v1/sandboxes", get(list).post(create))
         .route("/v1/sandboxes/{id}", get(inspect).delete(remove))
         .route("/v1/sandboxes/{id}/execs", get(execs).post(exec))
@@ -205,6 +207,11 @@ fn routes() -> Router<Arc<Engine>> {
         .merge(crate::projects_http::routes())
         .fallback(|| async { Failure(ErrorCode::NotFound, "no such route".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+}
+
+/// The daemon's version and the bounds it keeps.
+async fn info(State(e): Api) -> Json<berth_api::DaemonInfo> {
+    Json(e.info())
 }
 
 /// The OpenAPI 3.1 description of this API.
@@ -347,7 +354,19 @@ async fn journal(
     UrlPath(id): UrlPath<String>,
     axum::extract::Query(q): axum::extract::Query<JournalQuery>,
 ) -> Result<Response, Failure> {
-    Ok(Json(e.journal(&id, q.verify).await?).into_response())
+    if q.verify {
+        return Ok(Json(e.journal_verify(&id).await?).into_response());
+    }
+    // Streamed a line at a time: however long the journal, the daemon holds one chunk of it.
+    let path = e.journal_file(&id).await?;
+    let file = std::fs::File::open(&path).map_err(|err| Failure::from(EngineError::Log(err)))?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    tokio::task::spawn_blocking(move || {
+        let send = |chunk: Vec<u8>| tx.blocking_send(Ok(Bytes::from(chunk))).is_ok();
+        crate::journal::write_array(file, 64 * 1024, send)
+    });
+    let body = Body::from_stream(ReceiverStream::new(rx));
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 async fn execs(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
@@ -369,7 +388,7 @@ struct LogQuery {
     follow: bool,
 }
 
-/// An exec's whole output, streamed from its log; with `follow`, kept open and fed until the exec ends.
+/// An exec's log (its output within the log's bound), streamed; with `follow`, kept open and fed until the exec ends.
 async fn log(
     State(e): Api,
     UrlPath((id, exec)): UrlPath<(String, String)>,
@@ -410,9 +429,14 @@ async fn log(
 }
 
 /// Serve the API on a unix socket until the process is stopped; reap expired sandboxes meanwhile.
-pub async fn serve(root: &Path, socket: &Path, listen: Option<std::net::SocketAddr>) -> Result<(), EngineError> {
+pub async fn serve(
+    root: &Path,
+    socket: &Path,
+    listen: Option<std::net::SocketAddr>,
+    bounds: crate::Bounds,
+) -> Result<(), EngineError> {
     let io = |action: &str, e: std::io::Error| berth_sys::SysError::new(format!("{action} {}", socket.display()), e);
-    let engine = Engine::open(root).await?;
+    let engine = Engine::open_with(root, bounds).await?;
     if let Some(dir) = socket.parent() {
         tokio::fs::create_dir_all(dir).await.map_err(|e| io("create the directory of", e))?;
     }
@@ -442,6 +466,7 @@ pub async fn serve(root: &Path, socket: &Path, listen: Option<std::net::SocketAd
         "listening",
         serde_json::json!({"socket": socket, "tcp": listen.map(|a| a.to_string()), "version": env!("CARGO_PKG_VERSION")}),
     );
+    crate::bounds::log_table(&bounds);
     axum::serve(listener, app(engine)).await.map_err(|e| io("serve on", e))?;
     Ok(())
 }

@@ -8,10 +8,12 @@
 //! directly over the init's control socket, which the shim hands over.
 #![forbid(unsafe_code)]
 
+pub mod bounds;
 mod budget;
 mod engine;
 mod error;
 mod exec;
+mod exec_log;
 pub mod files;
 mod http;
 pub mod journal;
@@ -24,6 +26,7 @@ pub mod shim;
 pub mod store;
 pub mod tokens;
 
+pub use bounds::Bounds;
 pub use engine::Engine;
 pub use error::EngineError;
 pub use http::ROUTES;

@@ -34,10 +34,10 @@ use axum::routing::get;
 use berth_api::{ErrorCode, ExecResult, FileKind};
 use berth_init::protocol::Event;
 use serde::Deserialize;
-use tokio::io::AsyncWriteExt;
 use tokio::io::unix::AsyncFd;
 
 use crate::engine::AttachedExec;
+use crate::exec_log::ExecLog;
 use crate::files::{FileError, SandboxFs};
 use crate::http::Failure;
 use crate::launch::{self, Outcome};
@@ -155,7 +155,7 @@ async fn run(
         Outcome::Failed { code, message } => {
             let (code, message) = (*code, message.clone());
             let _ = tokio::fs::write(&x.log, b"").await;
-            let _ = x.done.send(Some(result(&x, code, None, false, 0, Some(message.clone()))));
+            let _ = x.done.send(Some(result(&x, code, None, false, (0, 0), Some(message.clone()))));
             send_exit(&mut socket, code, None, Some(message)).await;
             launch::release_cgroup(x.cgroup.take(), false).await;
             return;
@@ -163,7 +163,7 @@ async fn run(
     };
     let started = serde_json::json!({"started": {"exec_id": x.exec_id, "pid": pid}});
     let mut client = socket.send(Message::Text(started.to_string().into())).await.is_ok();
-    let mut log = tokio::fs::File::create(&x.log).await.ok();
+    let mut log = tokio::fs::File::create(&x.log).await.ok().map(|f| ExecLog::new(f, x.max_log));
     let master = match terminal(master) {
         Ok(m) => Some(m),
         Err(_) => {
@@ -175,9 +175,10 @@ async fn run(
     if let Some(master) = master {
         client = pump.run(&mut x, &master, &mut socket, client, &mut log).await;
     }
-    if let Some(log) = &mut log {
-        let _ = log.flush().await;
-    }
+    let log_dropped = match log {
+        Some(log) => log.finish().await,
+        None => 0,
+    };
     // The client went away first: the master is closed by now (the terminal hung up). Give the command a
     // moment to take the hint, then kill what is left.
     if pump.exit.is_none() {
@@ -191,7 +192,7 @@ async fn run(
     x.session.unregister(x.num);
     let (code, signal) = pump.exit.unwrap_or((None, Some(9)));
     let exit_code = launch::exit_code(code, signal);
-    let _ = x.done.send(Some(result(&x, exit_code, signal, pump.killed, pump.total, None)));
+    let _ = x.done.send(Some(result(&x, exit_code, signal, pump.killed, (pump.total, log_dropped), None)));
     if client {
         send_exit(&mut socket, exit_code, signal, None).await;
     }
@@ -220,7 +221,7 @@ fn result(
     exit_code: i32,
     signal: Option<i32>,
     killed: bool,
-    output_bytes: u64,
+    (output_bytes, log_bytes_dropped): (u64, u64),
     error: Option<String>,
 ) -> ExecResult {
     ExecResult {
@@ -232,6 +233,7 @@ fn result(
         killed,
         bytes_dropped: 0,
         output_bytes,
+        log_bytes_dropped,
         error,
     }
 }
@@ -264,7 +266,7 @@ impl Pump {
         master: &AsyncFd<OwnedFd>,
         socket: &mut WebSocket,
         mut client: bool,
-        log: &mut Option<tokio::fs::File>,
+        log: &mut Option<ExecLog>,
     ) -> bool {
         let mut buf = vec![0u8; 16 * 1024];
         // Keystrokes not yet written: the terminal's input queue is full while the command does not read.
@@ -347,9 +349,9 @@ impl Pump {
 }
 
 /// Terminal output to the log and (while it is there) the client; returns whether the client still is.
-async fn emit(bytes: &[u8], socket: &mut WebSocket, client: bool, log: &mut Option<tokio::fs::File>) -> bool {
+async fn emit(bytes: &[u8], socket: &mut WebSocket, client: bool, log: &mut Option<ExecLog>) -> bool {
     if let Some(f) = log.as_mut()
-        && f.write_all(bytes).await.is_err()
+        && f.write(berth_api::Stream::Stdout, bytes).await.is_err()
     {
         *log = None;
     }

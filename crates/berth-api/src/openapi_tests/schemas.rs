@@ -24,6 +24,7 @@ fn result_sample() -> ExecResult {
         killed: true,
         bytes_dropped: 4096,
         output_bytes: 70000,
+        log_bytes_dropped: 2048,
         error: Some("cannot run sh: no such file".into()),
     }
 }
@@ -172,6 +173,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         workdir: Some("/workspace/project".into()),
         timeout_seconds: Some(30.5),
         max_output_bytes: Some(65536),
+        max_log_bytes: Some(1 << 20),
         detach: true,
         stdin: Some("input\n".into()),
     };
@@ -224,6 +226,18 @@ fn full_samples() -> Vec<(&'static str, Value)> {
             "TokenInfo",
             to_value(&TokenInfo { id: "a1b2c3".into(), name: "ci".into(), created_at_ms: 1_700_000_000_000 }),
         ),
+        (
+            "DaemonInfo",
+            to_value(&DaemonInfo {
+                version: "0.1.0".into(),
+                bounds: vec![Bound {
+                    resource: "exec log".into(),
+                    bound: "16 MiB per exec or shell".into(),
+                    set_by: "berth daemon --max-log-bytes".into(),
+                    note: "the middle is dropped, with a marker".into(),
+                }],
+            }),
+        ),
         ("MintedToken", to_value(&MintedToken { id: "a1b2c3".into(), name: "ci".into(), token: "berth_00ff".into() })),
     ];
     samples.extend(frame_samples().iter().map(|f| ("ExecFrame", to_value(f))));
@@ -263,6 +277,7 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
         killed: false,
         bytes_dropped: 0,
         output_bytes: 0,
+        log_bytes_dropped: 0,
         error: None,
     };
     let info =

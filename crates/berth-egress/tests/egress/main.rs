@@ -9,4 +9,5 @@ mod common;
 mod connect;
 mod http;
 mod intercept;
+mod limits;
 mod live;

@@ -137,9 +137,13 @@ pub struct ExecArgs {
     /// Kill the command and everything it started after this long (exit code 124).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub timeout: Option<Duration>,
-    /// Most bytes of output to send back (the middle is dropped beyond it; the exec's log has it all).
+    /// Most bytes of output to send back (the middle is dropped beyond it; the exec's log keeps more).
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub max_output: Option<u64>,
+    /// Most bytes of output the exec's log keeps (head and tail; a marker says how much of the middle was
+    /// dropped). Default and most: the daemon's --max-log-bytes.
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub max_log_bytes: Option<u64>,
     /// Set an environment variable (repeatable).
     #[arg(long = "env", short = 'e', value_parser = parse_env, value_name = "KEY=VALUE")]
     pub env: Vec<(String, String)>,

@@ -4,15 +4,21 @@ use std::path::Path;
 
 use anyhow::Context;
 
-pub fn daemon(root: &Path, socket: &Path, listen: Option<std::net::SocketAddr>) -> anyhow::Result<i32> {
+pub fn daemon(
+    root: &Path,
+    socket: &Path,
+    listen: Option<std::net::SocketAddr>,
+    bounds: berthd::Bounds,
+) -> anyhow::Result<i32> {
     if !rustix::process::geteuid().is_root() {
         anyhow::bail!("berth daemon needs root (it creates sandboxes with their own host id ranges)");
     }
+    bounds.check().map_err(anyhow::Error::msg)?;
     // Checks the data root and the cgroup layout, and sweeps what crashed runs left, before serving.
     berth_runtime::Runtime::open(root)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("start the async runtime")?;
     rt.block_on(async {
-        let serve = berthd::serve(root, socket, listen);
+        let serve = berthd::serve(root, socket, listen, bounds);
         tokio::select! {
             r = serve => r.map_err(anyhow::Error::from),
             _ = tokio::signal::ctrl_c() => Ok(()),

@@ -17,6 +17,7 @@ pub fn exec(socket: &Path, args: ExecArgs) -> anyhow::Result<i32> {
         workdir: args.workdir,
         timeout_seconds: args.timeout.map(output::seconds),
         max_output_bytes: args.max_output,
+        max_log_bytes: args.max_log_bytes,
         detach: args.detach,
         stdin: if args.interactive {
             let mut data = String::new();

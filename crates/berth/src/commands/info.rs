@@ -5,7 +5,7 @@ use std::path::Path;
 use berth_runtime::Runtime;
 use berth_runtime::cgroup::Version;
 
-pub fn info(root: &Path) -> anyhow::Result<i32> {
+pub fn info(root: &Path, socket: &Path) -> anyhow::Result<i32> {
     let runtime = Runtime::open(root)?;
     let cgroups = match runtime.hierarchy().version() {
         Version::V1 => "v1",
@@ -23,6 +23,15 @@ pub fn info(root: &Path) -> anyhow::Result<i32> {
         }),
         Err(e) => serde_json::json!({"error": e.to_string()}),
     };
+    // What one sandbox may take of the host: as the daemon at --socket keeps it, or the defaults when none
+    // answers there.
+    let (bounds_from, bounds) = match daemon_info(socket) {
+        Some(d) => (format!("the daemon at {}", socket.display()), d.bounds),
+        None => (
+            format!("defaults (no daemon answers at {}; its flags may change them)", socket.display()),
+            berthd::bounds::table(&berthd::Bounds::default()),
+        ),
+    };
     let info = serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "root": root,
@@ -30,7 +39,15 @@ pub fn info(root: &Path) -> anyhow::Result<i32> {
         "landlock_abi": landlock,
         "storage": storage,
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+        "bounds_from": bounds_from,
+        "bounds": bounds,
     });
     println!("{}", serde_json::to_string_pretty(&info)?);
     Ok(0)
+}
+
+fn daemon_info(socket: &Path) -> Option<berth_api::DaemonInfo> {
+    let client = crate::client::Client::connect(socket).ok()?;
+    let (_, body) = client.get("/v1/info").ok()?;
+    serde_json::from_slice(&body).ok()
 }

@@ -31,6 +31,8 @@ pub struct AttachedExec {
     pub cgroup: Option<Cgroup>,
     /// Where its output goes, for `berth logs`.
     pub log: PathBuf,
+    /// Most bytes of output its log keeps (head and tail, a marker between).
+    pub max_log: u64,
     pub kill: watch::Receiver<bool>,
     pub done: watch::Sender<Option<ExecResult>>,
     pub started_at: std::time::Instant,
@@ -58,6 +60,7 @@ impl Engine {
             r.last_activity_ms = now_ms();
             r.id.clone()
         };
+        self.admit_exec(&live, &sid).await?;
         let workdir = "/workspace".to_string();
         let mut full: BTreeMap<String, String> = BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         full.insert("PWD".into(), workdir.clone());
@@ -119,6 +122,7 @@ impl Engine {
             outcome: launched.outcome,
             cgroup,
             log,
+            max_log: self.bounds.max_log_bytes,
             kill,
             done,
             started_at,

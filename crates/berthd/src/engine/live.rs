@@ -47,14 +47,16 @@ pub(super) struct ExecEntry {
 impl Live {
     pub(super) fn new(
         root: &Path,
+        bounds: &crate::bounds::Bounds,
         record: Sandbox,
         env: BTreeMap<String, String>,
         session: Arc<Session>,
         egress: Arc<berth_egress::Proxy>,
         redactor: Option<berth_secrets::Redactor>,
     ) -> std::io::Result<Live> {
-        let journal = Journal::open(&journal_path(root, &record.id))?;
+        let journal = Journal::open_bounded(&journal_path(root, &record.id), bounds.egress_journal_bytes())?;
         let sid = record.id.clone();
+        prune_logs(root, &sid, bounds.max_exec_records);
         Ok(Live {
             journal: std::sync::Mutex::new(journal),
             record: Mutex::new(record),
@@ -83,41 +85,83 @@ impl Live {
     }
 
     pub(super) fn note_as(&self, actor: &str, action: &str, args: serde_json::Value, result: serde_json::Value) {
-        let actor = actor.to_string();
-        // A secret's value never reaches the journal (an argv that spells one out, an error that quotes one).
-        let (args, result) = match &self.redactor {
+        let (args, result) = self.clean(args, result);
+        // The sandbox's egress attempts left out since the last record are counted before it, in time order.
+        let written = self.journal.lock().map_err(|_| std::io::Error::other("poisoned")).and_then(|mut j| {
+            j.flush_dropped("sandbox")?;
+            j.append(actor, action, args, result)
+        });
+        if let Err(e) = written {
+            crate::log::warn("cannot write the journal", serde_json::json!({"error": e.to_string(), "action": action}));
+        }
+    }
+
+    /// Record an egress attempt, within the egress records' share of the journal (past it, counted).
+    pub(super) fn note_egress(&self, args: serde_json::Value, result: serde_json::Value) {
+        let (args, result) = self.clean(args, result);
+        let written = self
+            .journal
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))
+            .and_then(|mut j| j.append_egress("sandbox", args, result));
+        if let Err(e) = written {
+            crate::log::warn(
+                "cannot write the journal",
+                serde_json::json!({"error": e.to_string(), "action": "egress"}),
+            );
+        }
+    }
+
+    /// Bytes in the sandbox's journal.
+    pub(super) fn journal_bytes(&self) -> u64 {
+        self.journal.lock().map(|j| j.bytes()).unwrap_or(u64::MAX)
+    }
+
+    /// A secret's value never reaches the journal (an argv that spells one out, an error that quotes one).
+    fn clean(&self, args: serde_json::Value, result: serde_json::Value) -> (serde_json::Value, serde_json::Value) {
+        match &self.redactor {
             Some(r) if !r.is_empty() => {
                 let clean = |v: serde_json::Value| serde_json::from_str(&r.redact_str(&v.to_string())).unwrap_or(v);
                 (clean(args), clean(result))
             }
             _ => (args, result),
-        };
-        let written = self
-            .journal
-            .lock()
-            .map_err(|_| std::io::Error::other("poisoned"))
-            .and_then(|mut j| j.append(&actor, action, args, result));
-        if let Err(e) = written {
-            crate::log::warn("cannot write the journal", serde_json::json!({"error": e.to_string(), "action": action}));
         }
     }
 }
 
-/// The next exec number of sandbox `id`: after the highest whose log a previous daemon left, so that exec ids
-/// (and their logs and cgroups) are never reused.
-fn next_exec_number(root: &Path, id: &str) -> u64 {
-    let highest = std::fs::read_dir(root.join("logs").join(id))
+/// The numbers of the exec logs a previous daemon left for sandbox `id`.
+fn log_numbers(root: &Path, id: &str) -> Vec<u64> {
+    std::fs::read_dir(root.join("logs").join(id))
         .map(|d| {
             d.flatten()
                 .filter_map(|e| {
                     let name = e.file_name().to_string_lossy().into_owned();
                     name.strip_prefix('x')?.strip_suffix(".log")?.parse::<u64>().ok()
                 })
-                .max()
-                .unwrap_or(0)
+                .collect()
         })
-        .unwrap_or(0);
-    highest + 1
+        .unwrap_or_default()
+}
+
+/// The next exec number of sandbox `id`: after the highest whose log a previous daemon left, so that exec ids
+/// (and their logs and cgroups) are never reused.
+fn next_exec_number(root: &Path, id: &str) -> u64 {
+    log_numbers(root, id).into_iter().max().unwrap_or(0) + 1
+}
+
+/// Keep only the newest `keep` logs a previous daemon left (it kept no more records than that either). The
+/// highest stays whatever `keep` is: it holds the next exec number.
+fn prune_logs(root: &Path, id: &str, keep: usize) {
+    let mut numbers = log_numbers(root, id);
+    numbers.sort_unstable_by(|a, b| b.cmp(a));
+    for n in numbers.into_iter().skip(keep.max(1)) {
+        let _ = std::fs::remove_file(root.join("logs").join(id).join(format!("x{n}.log")));
+    }
+}
+
+/// The number of exec id `x<N>`, for ordering (`x10` comes after `x9`).
+pub(super) fn exec_number(exec_id: &str) -> u64 {
+    exec_id.strip_prefix('x').and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 tokio::task_local! {

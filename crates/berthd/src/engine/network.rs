@@ -233,7 +233,7 @@ impl Engine {
                     duration_ms: a.duration_ms,
                 };
                 let args = serde_json::json!({"host": record.host, "port": record.port, "method": record.method});
-                live.note_as("sandbox", "egress", args, serde_json::to_value(&record).unwrap_or_default());
+                live.note_egress(args, serde_json::to_value(&record).unwrap_or_default());
             }
         });
         live.keep_task(task);
@@ -299,12 +299,9 @@ impl Engine {
         if !path.exists() {
             return Err(EngineError::NoSandbox(id.to_string()));
         }
-        let records = crate::journal::read(&path).map_err(EngineError::Log)?;
-        Ok(records
-            .into_iter()
-            .filter(|r| r.action == "egress")
-            .filter_map(|r| serde_json::from_value(r.result).ok())
-            .collect())
+        // Only the egress records are held, one line read at a time (they keep to their share of the journal).
+        let records = crate::journal::read_actions(&path, |a| a == "egress").map_err(EngineError::Log)?;
+        Ok(records.into_iter().filter_map(|r| serde_json::from_value(r.result).ok()).collect())
     }
 
     /// The smallest allowlist that would have let through what the sandbox reached: record with
@@ -416,7 +413,14 @@ impl Engine {
             super::secrets::Resolved::default()
         });
         let (tx, attempts) = mpsc::unbounded_channel();
+        let limits = berth_egress::Limits {
+            max_connections: self.bounds.max_proxy_connections,
+            max_pending: self.bounds.max_proxy_pending,
+            max_lookups: self.bounds.max_lookups,
+            ..berth_egress::Limits::default()
+        };
         let mut proxy = berth_egress::Proxy::new(policy_of(&a.record.network)?)
+            .with_limits(limits)
             .with_events(tx)
             .with_injections(resolved.injections)
             .map_err(|e| EngineError::invalid(e.to_string()))?;
@@ -428,7 +432,7 @@ impl Engine {
                 .map_err(|e| EngineError::Storage(format!("the sandbox's proxy authority: {e}")))?;
         }
         let live = Arc::new(
-            Live::new(&self.root, a.record, a.env, a.session, Arc::new(proxy), resolved.redactor)
+            Live::new(&self.root, &self.bounds, a.record, a.env, a.session, Arc::new(proxy), resolved.redactor)
                 .map_err(EngineError::Log)?,
         );
         Self::log_egress(&live, attempts);

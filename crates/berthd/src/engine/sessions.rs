@@ -21,7 +21,7 @@ impl Engine {
         };
         let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         match (method, parts.as_slice()) {
-            ("GET", ["healthz"]) | ("GET", ["v1", "openapi.json"]) => Ok(()),
+            ("GET", ["healthz"]) | ("GET", ["v1", "openapi.json"]) | ("GET", ["v1", "info"]) => Ok(()),
             ("POST", ["v1", "sandboxes"]) => Ok(()),
             (_, ["v1", "sandboxes", target, rest @ ..]) => {
                 // Removed children keep their records (for their journal and receipt).

@@ -1,0 +1,213 @@
+//! The default bounds on what one sandbox can take of the host: its exec logs, its journal and egress log,
+//! the exec records kept of it, its connections through the egress proxy and its pending host-name lookups.
+//!
+//! One place holds them (set by `berth daemon` flags) and one place lists them, [`table`], which the daemon
+//! logs at start and serves at `GET /v1/info` for `berth info`. A resource nothing bounds is listed too, with
+//! why: what the table does not say is bounded is not.
+
+use berth_api::Bound;
+
+const MIB: u64 = 1 << 20;
+
+/// The daemon's bounds. Every field has a default and a `berth daemon` flag of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Bytes of output one exec (or shell) keeps in its log: its head and tail, the middle dropped with a
+    /// marker. An exec may ask for less (`max_log_bytes`), not more.
+    pub max_log_bytes: u64,
+    /// Finished execs whose records (and logs) a sandbox keeps; the oldest go first. Running ones are kept.
+    pub max_exec_records: usize,
+    /// Bytes of one sandbox's journal. Egress records may take half; past that they are counted, not
+    /// written. Past the whole, new execs and shells are refused (nothing runs unrecorded).
+    pub max_journal_bytes: u64,
+    /// Connections one sandbox may have open through its egress proxy at once.
+    pub max_proxy_connections: usize,
+    /// Of those, connections still sending their request head (each has `head_timeout` to finish it).
+    pub max_proxy_pending: usize,
+    /// Host-name lookups one sandbox may have in progress at once (of the process's 64).
+    pub max_lookups: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Bounds {
+        Bounds {
+            max_log_bytes: 16 * MIB,
+            max_exec_records: 128,
+            max_journal_bytes: 64 * MIB,
+            max_proxy_connections: 128,
+            max_proxy_pending: 32,
+            max_lookups: 8,
+        }
+    }
+}
+
+/// The smallest exec log bound accepted (room for a head, a marker and a tail).
+pub const MIN_LOG_BYTES: u64 = 1024;
+/// The smallest journal bound accepted (room for a sandbox's lifecycle records).
+pub const MIN_JOURNAL_BYTES: u64 = 64 * 1024;
+
+impl Bounds {
+    /// Check bounds given on the command line; a sentence naming the flag when one cannot work.
+    pub fn check(&self) -> Result<(), String> {
+        let at_least = |flag: &str, min: u64, got: u64| {
+            if got < min { Err(format!("--{flag} must be at least {min}, not {got}")) } else { Ok(()) }
+        };
+        at_least("max-log-bytes", MIN_LOG_BYTES, self.max_log_bytes)?;
+        at_least("max-journal-bytes", MIN_JOURNAL_BYTES, self.max_journal_bytes)?;
+        at_least("max-exec-records", 1, self.max_exec_records as u64)?;
+        at_least("max-proxy-connections", 1, self.max_proxy_connections as u64)?;
+        at_least("max-proxy-pending", 1, self.max_proxy_pending as u64)?;
+        at_least("max-lookups", 1, self.max_lookups as u64)?;
+        if self.max_lookups > berth_egress::MAX_LOOKUPS {
+            return Err(format!(
+                "--max-lookups cannot exceed the {} lookups the whole daemon has, not {}",
+                berth_egress::MAX_LOOKUPS,
+                self.max_lookups
+            ));
+        }
+        Ok(())
+    }
+
+    /// The egress records' share of the journal.
+    pub fn egress_journal_bytes(&self) -> u64 {
+        self.max_journal_bytes / 2
+    }
+}
+
+/// A size for people: `16 MiB`, `1.5 KiB`, `900 bytes`.
+pub fn size(bytes: u64) -> String {
+    for (unit, scale) in [("GiB", 1u64 << 30), ("MiB", MIB), ("KiB", 1 << 10)] {
+        if bytes >= scale {
+            let whole = bytes / scale;
+            return if bytes.is_multiple_of(scale) {
+                format!("{whole} {unit}")
+            } else {
+                format!("{:.1} {unit}", bytes as f64 / scale as f64)
+            };
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+fn row(resource: &str, bound: String, set_by: &str, note: &str) -> Bound {
+    Bound { resource: resource.into(), bound, set_by: set_by.into(), note: note.into() }
+}
+
+/// Every host resource a sandbox can consume, its bound and where it comes from. Rows for further
+/// resources are added here, so that the daemon's start-up log and `berth info` list them all.
+pub fn table(b: &Bounds) -> Vec<Bound> {
+    vec![
+        row(
+            "exec log",
+            format!("{} per exec or shell", size(b.max_log_bytes)),
+            "berth daemon --max-log-bytes; lower per exec: max_log_bytes (berth exec --max-log-bytes)",
+            "the log keeps the head and the last quarter (at most 1 MiB); a line says how many bytes were dropped \
+             between them; the exec's result counts them (log_bytes_dropped)",
+        ),
+        row(
+            "exec records",
+            format!(
+                "{} finished execs per sandbox (their logs at most {} together)",
+                b.max_exec_records,
+                size(b.max_log_bytes.saturating_mul(b.max_exec_records as u64))
+            ),
+            "berth daemon --max-exec-records",
+            "the oldest finished exec and its log are removed when a new exec starts past it; running execs \
+             are never removed; the journal keeps every exec's record",
+        ),
+        row(
+            "journal",
+            format!("{} per sandbox", size(b.max_journal_bytes)),
+            "berth daemon --max-journal-bytes",
+            "past it, new execs and shells are refused (409 conflict) so that nothing runs unrecorded; \
+             other actions, ending the sandbox among them, are still recorded",
+        ),
+        row(
+            "egress log",
+            format!("{} per sandbox (half the journal)", size(b.egress_journal_bytes())),
+            "berth daemon --max-journal-bytes",
+            "past it, attempts are counted, not written: one egress_log_full record marks the point, and an \
+             egress_dropped record before the next other record says how many were left out and when",
+        ),
+        row(
+            "proxy connections",
+            format!("{} open at once per sandbox", b.max_proxy_connections),
+            "berth daemon --max-proxy-connections",
+            "further ones are answered 503 with X-Berth-Egress: error; reason=\"...\" and journaled",
+        ),
+        row(
+            "proxy request heads",
+            format!("{} connections sending their request head at once per sandbox, 10 s each", b.max_proxy_pending),
+            "berth daemon --max-proxy-pending",
+            "further ones are answered 503 and journaled; a head not complete in 10 s is answered 408",
+        ),
+        row(
+            "sandbox connections",
+            format!("{} open at once per sandbox (proxy and API together)", crate::engine::MAX_CONNECTIONS),
+            "fixed",
+            "further connections are closed at once",
+        ),
+        row(
+            "host-name lookups",
+            format!("{} in progress per sandbox, {} in the whole daemon", b.max_lookups, berth_egress::MAX_LOOKUPS),
+            "berth daemon --max-lookups",
+            "a further lookup waits for one of the sandbox's own to end; a lookup that never answers keeps its \
+             place until the resolver gives up",
+        ),
+        row(
+            "running execs",
+            "none of their own".into(),
+            "berth create --pids (pids)",
+            "each exec is a process in the sandbox: its process limit bounds how many run at once",
+        ),
+        row(
+            "memory",
+            "none unless asked for".into(),
+            "berth create --memory (memory_bytes)",
+            "a sandbox created without it has no memory limit of its own",
+        ),
+        row(
+            "processes",
+            "none unless asked for".into(),
+            "berth create --pids (pids)",
+            "a sandbox created without it has no process limit of its own",
+        ),
+        row(
+            "CPU",
+            "none unless asked for".into(),
+            "berth create --cpus (cpus)",
+            "a sandbox created without it may use every core",
+        ),
+    ]
+}
+
+/// The table as the daemon logs it at start.
+pub fn log_table(b: &Bounds) {
+    for r in table(b) {
+        crate::log::info(
+            "bound",
+            serde_json::json!({"resource": r.resource, "bound": r.bound, "set_by": r.set_by, "note": r.note}),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(size(16 << 20), "16 MiB");
+        assert_eq!(size(1536), "1.5 KiB");
+        assert_eq!(size(900), "900 bytes");
+    }
+
+    #[test]
+    fn the_defaults_pass_their_own_check_and_bad_flags_are_named() {
+        assert_eq!(Bounds::default().check(), Ok(()));
+        let small = Bounds { max_log_bytes: 10, ..Bounds::default() };
+        assert!(small.check().is_err_and(|e| e.contains("--max-log-bytes")));
+        let many = Bounds { max_lookups: 65, ..Bounds::default() };
+        assert!(many.check().is_err_and(|e| e.contains("--max-lookups")));
+    }
+}
