@@ -62,7 +62,9 @@ pub(crate) async fn handle(
                     return Err((Verdict::Error, "TLS interception is not configured".to_string()));
                 };
                 let limits = &proxy.limits;
-                intercept::serve(tls, limits, client, bytes, &mut stream, host, port, &intercepting, counters).await
+                let held: Vec<&Injection> = proxy.injections.iter().filter(|i| i.applies_to(host, port)).collect();
+                intercept::serve(tls, limits, client, bytes, &mut stream, host, port, &intercepting, &held, counters)
+                    .await
             }
             First::Forward { bytes, .. } => {
                 let forwarded = async {
@@ -83,6 +85,7 @@ pub(crate) async fn handle(
         },
         Ok(decision) = &mut closed => closed_by_change(a, decision),
     }
+    crate::http::note_reflected(a, counters);
     drop(upstream.registration);
     false
 }

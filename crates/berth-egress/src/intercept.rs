@@ -15,6 +15,7 @@ use crate::head::{self, authority};
 use crate::http::{Dest, framing, origin_head};
 use crate::inject::Injection;
 use crate::proxy::Limits;
+use crate::reflect::Reflect;
 use crate::relay::{Counters, exchange};
 use crate::rule::Host;
 use crate::tls::{Interceptor, Replay};
@@ -23,7 +24,8 @@ use crate::tls::{Interceptor, Replay};
 pub(crate) type Ended = Result<(), (Verdict, String)>;
 
 /// Serves one HTTPS request inside a CONNECT tunnel. `hello` is what the client has sent so far (its
-/// ClientHello, already checked against the tunnel's host).
+/// ClientHello, already checked against the tunnel's host). `injections` go into the request; the values of
+/// `held` (every secret the host receives, over HTTPS or not) are taken out of the response.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve(
     tls: &Interceptor,
@@ -34,6 +36,7 @@ pub(crate) async fn serve(
     host: &Host,
     port: u16,
     injections: &[&Injection],
+    held: &[&Injection],
     counters: &Counters,
 ) -> Ended {
     let error = |why: String| (Verdict::Error, why);
@@ -87,8 +90,9 @@ pub(crate) async fn serve(
         Ok(Ok(stream)) => stream,
     };
     let dest = Dest { host, port, authority: &shown, path: &req.target };
-    let head = origin_head(&req, &dest, injections);
-    exchange(inside, early, outside, &head, framing, counters)
+    let reflect = Reflect::new(held, &req.method, req.minor_version, &shown);
+    let head = origin_head(&req, &dest, injections, reflect.is_some());
+    exchange(inside, early, outside, &head, framing, reflect, counters)
         .await
         .map_err(|e| (Verdict::Allowed, format!("the exchange ended with an error: {e}")))
 }
