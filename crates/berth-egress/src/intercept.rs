@@ -15,7 +15,7 @@ use crate::head::{self, authority};
 use crate::http::{Dest, framing, origin_head};
 use crate::inject::Injection;
 use crate::proxy::Limits;
-use crate::reflect::Reflect;
+use crate::reflect::{self, Reflect};
 use crate::relay::{Counters, exchange};
 use crate::rule::Host;
 use crate::tls::{Interceptor, Replay};
@@ -84,7 +84,8 @@ pub(crate) async fn serve(
             return Err(fail(&mut inside, 504, &shown, "tls_protocol_error", why).await);
         }
         Ok(Err(e)) => {
-            let why = format!("the TLS handshake with {shown} failed: {e}");
+            // The error can quote the server's certificate (the names it is valid for), which the server chose.
+            let why = reflect::redactor(held).redact_str(&format!("the TLS handshake with {shown} failed: {e}"));
             return Err(fail(&mut inside, 502, &shown, "tls_certificate_error", why).await);
         }
         Ok(Ok(stream)) => stream,

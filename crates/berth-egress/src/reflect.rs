@@ -47,10 +47,8 @@ impl Reflect {
         if injections.is_empty() {
             return None;
         }
-        let pairs: Vec<(Vec<u8>, Vec<u8>)> =
-            injections.iter().map(|i| (i.placeholder.clone().into_bytes(), i.value.clone().into_bytes())).collect();
         Some(Reflect {
-            redactor: Redactor::with_replacements(&pairs),
+            redactor: redactor(injections),
             head_request: method.eq_ignore_ascii_case("HEAD"),
             client_chunked: client_minor >= 1,
             dest: dest.to_string(),
@@ -64,6 +62,13 @@ impl Reflect {
         out.extend_from_slice(&self.redactor.finish());
         out
     }
+}
+
+/// A redactor that replaces the values of `injections`, in every form it knows, with their placeholders.
+pub(crate) fn redactor(injections: &[&Injection]) -> Redactor {
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> =
+        injections.iter().map(|i| (i.placeholder.clone().into_bytes(), i.value.clone().into_bytes())).collect();
+    Redactor::with_replacements(&pairs)
 }
 
 /// How the response body is delimited.
@@ -117,8 +122,12 @@ where
             client.shutdown().await
         }
         Err(Failure::Io(e)) => Err(e),
-        Err(Failure::Refused(Refusal(_, why))) if r.committed => Err(io::Error::other(why)),
         Err(Failure::Refused(Refusal(kind, why))) => {
+            // A reason can quote what the server sent (a header's value): it is searched like the response.
+            let why = r.redactor.redact_str(&why);
+            if r.committed {
+                return Err(io::Error::other(why));
+            }
             let answer = answer::failed(502, Some(&r.dest), kind, &why);
             client.write_all(&answer).await?;
             counters.down.fetch_add(answer.len() as u64, Ordering::Relaxed);
@@ -220,6 +229,9 @@ fn framing(head: &Head, head_request: bool) -> Result<Body, Failure> {
     }
     let codings = head.items("content-encoding");
     if let Some(c) = codings.iter().find(|c| c.as_str() != "identity") {
+        // The server's own words are quoted only when they are a coding's name.
+        let known = ["gzip", "x-gzip", "deflate", "br", "zstd", "compress", "x-compress", "dcb", "dcz"];
+        let c = if known.contains(&c.as_str()) { c.as_str() } else { "unknown-coding" };
         return Err(refused(
             "http_response_content_coding",
             format!(
@@ -233,11 +245,8 @@ fn framing(head: &Head, head_request: bool) -> Result<Body, Failure> {
         if transfer.iter().any(|t| t != "chunked") || transfer.len() > 1 {
             return Err(refused(
                 "http_response_transfer_coding",
-                format!(
-                    "the server's response uses the transfer coding {:?}, which the proxy cannot check for the \
-                     secret's value",
-                    transfer.join(", ")
-                ),
+                "the server's response uses a transfer coding other than chunked, which the proxy cannot check for \
+                 the secret's value",
             ));
         }
         return Ok(Body::Chunked);

@@ -265,3 +265,20 @@ async fn interim_responses_head_requests_and_what_follows_the_response() {
     let (out, ended, _) = get(format!("HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n{VALUE}").as_bytes()).await;
     assert!(ended.is_err() && !contains(&out, VALUE.as_bytes()) && !out.ends_with(b"0\r\n\r\n"));
 }
+
+#[tokio::test]
+async fn a_refusal_does_not_quote_the_value() {
+    for head in [
+        format!("HTTP/1.1 200 OK\r\nContent-Length: {VALUE}\r\n\r\n"),
+        format!("HTTP/1.1 200 OK\r\nContent-Encoding: {VALUE}\r\n\r\n"),
+        format!("HTTP/1.1 200 OK\r\nContent-Encoding: {}\r\n\r\n", VALUE.to_uppercase()),
+        format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: {VALUE}, chunked\r\n\r\n"),
+    ] {
+        let (out, ended, _) = get(head.as_bytes()).await;
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 502 "), "{text}");
+        assert!(!contains(&out, VALUE.as_bytes()) && !contains(&out, VALUE.to_uppercase().as_bytes()), "{text}");
+        let why = ended.unwrap_err().to_string();
+        assert!(!why.contains(VALUE), "{why}");
+    }
+}
