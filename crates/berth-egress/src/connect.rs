@@ -62,8 +62,8 @@ pub(crate) async fn handle(
                     return Err((Verdict::Error, "TLS interception is not configured".to_string()));
                 };
                 let limits = &proxy.limits;
-                let held: Vec<&Injection> = proxy.injections.iter().filter(|i| i.applies_to(host, port)).collect();
-                intercept::serve(tls, limits, client, bytes, &mut stream, host, port, &intercepting, &held, counters)
+                let searcher = proxy.searcher(host, port);
+                intercept::serve(tls, limits, client, bytes, &mut stream, host, port, &intercepting, searcher, counters)
                     .await
             }
             First::Forward { bytes, .. } => {

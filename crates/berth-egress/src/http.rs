@@ -74,9 +74,10 @@ pub(crate) async fn handle(
     let (mut stream, mut closed) = (upstream.stream, upstream.closed);
     // A secret meant for HTTPS (injected inside intercepted TLS) never goes out in the clear; but the
     // response of every host a secret goes to is searched for its value, which the host may have kept.
-    let held: Vec<&Injection> = proxy.injections.iter().filter(|i| i.applies_to(dest.host, dest.port)).collect();
-    let injections: Vec<&Injection> = held.iter().copied().filter(|i| !i.intercept_tls).collect();
-    let reflect = Reflect::new(&held, &req.method, req.minor_version, &shown);
+    let injections: Vec<&Injection> =
+        proxy.injections.iter().filter(|i| !i.intercept_tls && i.applies_to(dest.host, dest.port)).collect();
+    let searcher = proxy.searcher(dest.host, dest.port);
+    let reflect = searcher.map(|r| Reflect::new(r, &req.method, req.minor_version, &shown));
     let head = origin_head(req, &dest, &injections, reflect.is_some());
     let work = exchange(&mut *client, early, &mut stream, &head, framing, reflect, counters);
     tokio::select! {

@@ -19,7 +19,7 @@ use std::io;
 use std::sync::atomic::Ordering;
 
 use berth_secrets::Redactor;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 
 use crate::answer;
 use crate::inject::Injection;
@@ -27,6 +27,9 @@ use crate::relay::Counters;
 
 /// Largest response head (status line and headers, or a trailer section) read from a server.
 pub(crate) const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// How much is read from the server at once.
+const READ_BUF: usize = 128 * 1024;
 
 /// What the response relay needs to know about the connection.
 pub(crate) struct Reflect {
@@ -42,18 +45,15 @@ pub(crate) struct Reflect {
 }
 
 impl Reflect {
-    /// A relay that replaces the values of `injections` with their placeholders; `None` when there are none.
-    pub(crate) fn new(injections: &[&Injection], method: &str, client_minor: u8, dest: &str) -> Option<Reflect> {
-        if injections.is_empty() {
-            return None;
-        }
-        Some(Reflect {
-            redactor: redactor(injections),
+    /// A relay that replaces what `redactor` finds (see [`redactor`]).
+    pub(crate) fn new(redactor: Redactor, method: &str, client_minor: u8, dest: &str) -> Reflect {
+        Reflect {
+            redactor,
             head_request: method.eq_ignore_ascii_case("HEAD"),
             client_chunked: client_minor >= 1,
             dest: dest.to_string(),
             committed: false,
-        })
+        }
     }
 
     /// Every form of the values in `bytes` replaced at once (a head, a trailer section).
@@ -113,7 +113,9 @@ where
     U: AsyncRead + Unpin,
     C: AsyncWrite + Unpin,
 {
-    let mut up = BufReader::with_capacity(16 * 1024, up);
+    let mut up = BufReader::with_capacity(READ_BUF, up);
+    // Writes are gathered, and sent whenever the proxy is about to wait for the server.
+    let client = &mut BufWriter::with_capacity(64 * 1024, client);
     let ended = relay_inner(&mut up, client, r, counters).await;
     counters.reflected.fetch_add(r.redactor.found(), Ordering::Relaxed);
     match ended {
@@ -131,6 +133,7 @@ where
             let answer = answer::failed(502, Some(&r.dest), kind, &why);
             client.write_all(&answer).await?;
             counters.down.fetch_add(answer.len() as u64, Ordering::Relaxed);
+            client.flush().await?;
             client.shutdown().await?;
             Err(io::Error::other(why))
         }
@@ -152,12 +155,18 @@ fn refused(kind: &'static str, why: impl Into<String>) -> Failure {
     Failure::Refused(Refusal(kind, why.into()))
 }
 
-async fn relay_inner<U, C>(up: &mut U, client: &mut C, r: &mut Reflect, counters: &Counters) -> Result<(), Failure>
+async fn relay_inner<U, C>(
+    up: &mut BufReader<U>,
+    client: &mut C,
+    r: &mut Reflect,
+    counters: &Counters,
+) -> Result<(), Failure>
 where
-    U: AsyncBufRead + Unpin,
+    U: AsyncRead + Unpin,
     C: AsyncWrite + Unpin,
 {
     let head = loop {
+        before_waiting(up, client, r, false, true, counters).await?;
         let Some(raw) = read_block(up, false).await? else {
             // The server closed without answering: so does the proxy, as it would without a secret.
             return Ok(());
@@ -195,13 +204,16 @@ where
         Body::Length(n) => copy(up, client, r, n, chunked, counters).await?,
         Body::UntilClose => copy(up, client, r, u64::MAX, chunked, counters).await?,
         Body::Chunked => loop {
+            before_waiting(up, client, r, chunked, true, counters).await?;
             let line = read_line(up).await?;
             let size = chunk_size(&line)?;
             if size == 0 {
+                before_waiting(up, client, r, chunked, true, counters).await?;
                 trailers = read_block(up, true).await?.unwrap_or_default();
                 break;
             }
             copy(up, client, r, size, chunked, counters).await?;
+            before_waiting(up, client, r, chunked, true, counters).await?;
             let end = read_line(up).await?;
             if end != b"\r\n" && end != b"\n" {
                 return Err(refused("http_protocol_error", "a chunk of the server's response is longer than its size"));
@@ -318,7 +330,7 @@ fn parse(raw: &[u8]) -> Result<Head, Failure> {
 
 /// Reads lines up to and including an empty one. `None` if the stream ended before the first byte (and
 /// `trailers` is false); for trailers, a stream that ends at once counts as an empty section.
-async fn read_block<U: AsyncBufRead + Unpin>(up: &mut U, trailers: bool) -> Result<Option<Vec<u8>>, Failure> {
+async fn read_block<U: AsyncRead + Unpin>(up: &mut BufReader<U>, trailers: bool) -> Result<Option<Vec<u8>>, Failure> {
     let mut block = Vec::new();
     loop {
         let room = (MAX_RESPONSE_HEAD + 1).saturating_sub(block.len()) as u64;
@@ -350,7 +362,7 @@ async fn read_block<U: AsyncBufRead + Unpin>(up: &mut U, trailers: bool) -> Resu
 
 /// Passes `n` body bytes (or everything until the server closes, for `u64::MAX`) through the redactor.
 async fn copy<U, C>(
-    up: &mut U,
+    up: &mut BufReader<U>,
     client: &mut C,
     r: &mut Reflect,
     mut n: u64,
@@ -358,10 +370,11 @@ async fn copy<U, C>(
     c: &Counters,
 ) -> Result<(), Failure>
 where
-    U: AsyncBufRead + Unpin,
+    U: AsyncRead + Unpin,
     C: AsyncWrite + Unpin,
 {
     while n > 0 {
+        before_waiting(up, client, r, chunked, false, c).await?;
         let data = up.fill_buf().await?;
         if data.is_empty() {
             if n == u64::MAX {
@@ -383,15 +396,42 @@ where
     Ok(())
 }
 
+/// When the next read would wait for the server (nothing, or no whole `line`, is buffered), sends what the
+/// client can have now: the body the redactor can let go of (all but a tail that could be the start of a
+/// value) and everything written so far. A response that arrives in pieces (events sent as they happen)
+/// reaches the client piece by piece.
+async fn before_waiting<U, C>(
+    up: &BufReader<U>,
+    client: &mut C,
+    r: &mut Reflect,
+    chunked: bool,
+    line: bool,
+    c: &Counters,
+) -> io::Result<()>
+where
+    U: AsyncRead + Unpin,
+    C: AsyncWrite + Unpin,
+{
+    let buffered = up.buffer();
+    if if line { buffered.contains(&b'\n') } else { !buffered.is_empty() } {
+        return Ok(());
+    }
+    let released = r.redactor.release();
+    emit(client, &released, chunked, c).await?;
+    client.flush().await
+}
+
 /// Sends body bytes, as one chunk when the body is chunked.
 async fn emit<C: AsyncWrite + Unpin>(client: &mut C, bytes: &[u8], chunked: bool, c: &Counters) -> io::Result<()> {
     if bytes.is_empty() {
         return Ok(());
     }
     if chunked {
-        send(client, format!("{:x}\r\n", bytes.len()).as_bytes(), c).await?;
-        send(client, bytes, c).await?;
-        send(client, b"\r\n", c).await
+        let mut frame = Vec::with_capacity(bytes.len() + 20);
+        frame.extend_from_slice(format!("{:x}\r\n", bytes.len()).as_bytes());
+        frame.extend_from_slice(bytes);
+        frame.extend_from_slice(b"\r\n");
+        send(client, &frame, c).await
     } else {
         send(client, bytes, c).await
     }
@@ -403,7 +443,7 @@ async fn send<C: AsyncWrite + Unpin>(client: &mut C, bytes: &[u8], c: &Counters)
     Ok(())
 }
 
-async fn read_line<U: AsyncBufRead + Unpin>(up: &mut U) -> Result<Vec<u8>, Failure> {
+async fn read_line<U: AsyncRead + Unpin>(up: &mut BufReader<U>) -> Result<Vec<u8>, Failure> {
     let mut line = Vec::new();
     let n = (&mut *up).take(4096).read_until(b'\n', &mut line).await?;
     if n == 0 || line.last() != Some(&b'\n') {

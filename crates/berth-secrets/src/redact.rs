@@ -52,6 +52,8 @@ pub struct Redactor {
     /// The searcher could not be built: output is withheld rather than shown unredacted.
     failed: bool,
     patterns: usize,
+    /// Every pattern, for [`Redactor::release`].
+    forms: std::sync::Arc<Vec<Vec<u8>>>,
     /// `[redacted:NAME]` for each secret; a pattern's label is an index into this.
     labels: Vec<Vec<u8>>,
     max_len: usize,
@@ -111,7 +113,18 @@ impl Redactor {
         let max_len = patterns.iter().map(|(p, _)| p.len()).max().unwrap_or(0);
         let searcher = if patterns.is_empty() { None } else { Searcher::new(&patterns) };
         let failed = !patterns.is_empty() && searcher.is_none();
-        Redactor { searcher, failed, patterns: patterns.len(), labels, max_len, held: Vec::new(), covered: 0, found: 0 }
+        let forms = std::sync::Arc::new(patterns.iter().map(|(p, _)| p.clone()).collect());
+        Redactor {
+            searcher,
+            failed,
+            patterns: patterns.len(),
+            forms,
+            labels,
+            max_len,
+            held: Vec::new(),
+            covered: 0,
+            found: 0,
+        }
     }
 
     /// True when there is nothing to redact (no secrets, or all too short): output passes through unchanged.
@@ -161,6 +174,28 @@ impl Redactor {
         let (done, found) = self.render(&buf, self.covered, keep_from, &mut out);
         self.covered = done - keep_from;
         self.found += found;
+        out
+    }
+
+    /// For a stream that pauses (a server sending events as they happen): returns, redacted, as much of what
+    /// is held as cannot be the start of a value, keeping only the longest tail that is the beginning of
+    /// some form of a value. Nothing that could still become a value is released, so the stream stays as
+    /// safe as with [`Redactor::push`] alone; only bytes that cannot are no longer kept waiting.
+    pub fn release(&mut self) -> Vec<u8> {
+        if self.failed || self.held.is_empty() {
+            return Vec::new();
+        }
+        let held = &self.held;
+        let could_grow = |p: usize| {
+            let tail = &held[p..];
+            self.forms.iter().any(|f| f.len() > tail.len() && f.starts_with(tail))
+        };
+        let keep = (self.covered..held.len()).find(|&p| could_grow(p)).unwrap_or(held.len());
+        let mut out = Vec::new();
+        let (done, found) = self.render(held, self.covered, keep, &mut out);
+        self.found += found;
+        self.held.drain(..keep);
+        self.covered = done - keep;
         out
     }
 

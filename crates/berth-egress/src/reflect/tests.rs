@@ -40,7 +40,7 @@ fn injection() -> Injection {
 /// What the client receives for `response`, read `step` bytes at a time, and how the relay ended.
 async fn relay_with(response: &[u8], method: &str, minor: u8, step: usize) -> (Vec<u8>, io::Result<()>, u64) {
     let inj = injection();
-    let mut r = Reflect::new(&[&inj], method, minor, "api.test:80").unwrap();
+    let mut r = Reflect::new(redactor(&[&inj]), method, minor, "api.test:80");
     let up = Trickle { data: response.to_vec(), pos: 0, step };
     let mut client = Vec::new();
     let counters = Counters::default();
@@ -201,7 +201,7 @@ async fn encoded_forms_are_found() {
     let value = "p@ss w/rd\"x\\y";
     let inj = Injection { value: value.into(), ..injection() };
     for form in ["p%40ss%20w%2Frd%22x%5Cy", "p%40ss+w%2Frd%22x%5Cy", "p%40ss%20w/rd%22x%5Cy", "p@ss w\\/rd\\\"x\\\\y"] {
-        let mut r = Reflect::new(&[&inj], "GET", 1, "api.test:80").unwrap();
+        let mut r = Reflect::new(redactor(&[&inj]), "GET", 1, "api.test:80");
         let response = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n[{form}]", form.len() + 2);
         let mut out = Vec::new();
         relay(response.as_bytes(), &mut out, &mut r, &Counters::default()).await.unwrap();
@@ -281,4 +281,45 @@ async fn a_refusal_does_not_quote_the_value() {
         let why = ended.unwrap_err().to_string();
         assert!(!why.contains(VALUE), "{why}");
     }
+}
+
+#[tokio::test]
+async fn a_paused_stream_is_passed_on_as_it_comes_but_never_a_start_of_the_value() {
+    let (mut server, up) = tokio::io::duplex(64 * 1024);
+    let (client, mut sandbox) = tokio::io::duplex(64 * 1024);
+    let relaying = tokio::spawn(async move {
+        let inj = injection();
+        let mut r = Reflect::new(redactor(&[&inj]), "GET", 1, "api.test:80");
+        let mut client = client;
+        relay(up, &mut client, &mut r, &Counters::default()).await
+    });
+    server.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: one\n\n").await.unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    let first = async {
+        while !contains(&seen, b"data: one\n\n") {
+            let n = sandbox.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            seen.extend_from_slice(&buf[..n]);
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), first).await.unwrap();
+    // The server pauses in the middle of the value: its start is held back, what came before is not.
+    server.write_all(format!("data: {}", &VALUE[..9]).as_bytes()).await.unwrap();
+    // Sent on as a chunk of its own while the server waits.
+    let released = async {
+        while !contains(&seen, b"\r\n6\r\ndata: \r\n") {
+            let n = sandbox.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            seen.extend_from_slice(&buf[..n]);
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), released).await.unwrap();
+    assert!(!contains(&seen, &VALUE.as_bytes()[..4]), "{}", String::from_utf8_lossy(&seen));
+    server.write_all(format!("{}\n\n", &VALUE[9..]).as_bytes()).await.unwrap();
+    drop(server);
+    relaying.await.unwrap().unwrap();
+    sandbox.read_to_end(&mut seen).await.unwrap();
+    let (_, body, _) = dechunk(&seen);
+    assert_eq!(String::from_utf8(body).unwrap(), format!("data: one\n\ndata: {PLACEHOLDER}\n\n"));
 }
