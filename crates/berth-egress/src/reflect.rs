@@ -29,7 +29,7 @@ use crate::relay::Counters;
 pub(crate) const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
 /// How much is read from the server at once.
-const READ_BUF: usize = 128 * 1024;
+const READ_BUF: usize = 64 * 1024;
 
 /// What the response relay needs to know about the connection.
 pub(crate) struct Reflect {
@@ -115,7 +115,7 @@ where
 {
     let mut up = BufReader::with_capacity(READ_BUF, up);
     // Writes are gathered, and sent whenever the proxy is about to wait for the server.
-    let client = &mut BufWriter::with_capacity(64 * 1024, client);
+    let client = &mut BufWriter::with_capacity(16 * 1024, client);
     let ended = relay_inner(&mut up, client, r, counters).await;
     counters.reflected.fetch_add(r.redactor.found(), Ordering::Relaxed);
     match ended {
