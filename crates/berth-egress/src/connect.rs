@@ -62,7 +62,9 @@ pub(crate) async fn handle(
                     return Err((Verdict::Error, "TLS interception is not configured".to_string()));
                 };
                 let limits = &proxy.limits;
-                intercept::serve(tls, limits, client, bytes, &mut stream, host, port, &intercepting, counters).await
+                let searcher = proxy.searcher(host, port);
+                intercept::serve(tls, limits, client, bytes, &mut stream, host, port, &intercepting, searcher, counters)
+                    .await
             }
             First::Forward { bytes, .. } => {
                 let forwarded = async {
@@ -83,6 +85,7 @@ pub(crate) async fn handle(
         },
         Ok(decision) = &mut closed => closed_by_change(a, decision),
     }
+    crate::http::note_reflected(a, counters);
     drop(upstream.registration);
     false
 }

@@ -14,6 +14,7 @@ use crate::head::{Request, authority};
 use crate::inject::{Injection, replace};
 use crate::policy::Decision;
 use crate::proxy::{Proxy, answer, closed_by_change, refuse};
+use crate::reflect::Reflect;
 use crate::relay::{Counters, Framing, exchange};
 use crate::rule::Host;
 
@@ -26,6 +27,11 @@ pub(crate) struct Dest<'a> {
     /// The request target in origin form.
     pub path: &'a str,
 }
+
+/// Headers dropped from a request whose response is searched for secrets: a compressed body could not be
+/// searched (the request asks for `identity` instead), and a range of the body could cut a value in pieces
+/// that no search recognises.
+const UNSEARCHABLE: [&str; 3] = ["accept-encoding", "range", "if-range"];
 
 /// Headers that describe the client's connection to the proxy, not the request: never forwarded.
 const HOP_BY_HOP: [&str; 7] =
@@ -66,11 +72,14 @@ pub(crate) async fn handle(
     let upstream = proxy.connect_upstream(client, a, dest.host, dest.port, Method::Http, counters).await;
     let Some(upstream) = upstream else { return true };
     let (mut stream, mut closed) = (upstream.stream, upstream.closed);
-    // A secret meant for HTTPS (injected inside intercepted TLS) never goes out in the clear.
+    // A secret meant for HTTPS (injected inside intercepted TLS) never goes out in the clear; but the
+    // response of every host a secret goes to is searched for its value, which the host may have kept.
     let injections: Vec<&Injection> =
         proxy.injections.iter().filter(|i| !i.intercept_tls && i.applies_to(dest.host, dest.port)).collect();
-    let head = origin_head(req, &dest, &injections);
-    let work = exchange(&mut *client, early, &mut stream, &head, framing, counters);
+    let searcher = proxy.searcher(dest.host, dest.port);
+    let reflect = searcher.map(|r| Reflect::new(r, &req.method, req.minor_version, &shown));
+    let head = origin_head(req, &dest, &injections, reflect.is_some());
+    let work = exchange(&mut *client, early, &mut stream, &head, framing, reflect, counters);
     tokio::select! {
         ended = work => {
             if let Err(e) = ended {
@@ -79,8 +88,21 @@ pub(crate) async fn handle(
         }
         Ok(decision) = &mut closed => closed_by_change(a, decision),
     }
+    note_reflected(a, counters);
     drop(upstream.registration);
     false
+}
+
+/// Says in the attempt's reason how often a secret's value came back in the response and was replaced.
+pub(crate) fn note_reflected(a: &mut Attempt, counters: &Counters) {
+    let n = counters.reflected.load(std::sync::atomic::Ordering::Relaxed);
+    if n > 0 {
+        let times = if n == 1 { "once".to_string() } else { format!("{n} times") };
+        a.reason = format!(
+            "{}; the response carried a secret's value back ({times}): replaced with its placeholder",
+            a.reason
+        );
+    }
 }
 
 /// How the request's body is delimited. Ambiguous framing (both headers, conflicting lengths), which two
@@ -123,8 +145,9 @@ pub(crate) fn framing(req: &Request) -> Result<Framing, String> {
 }
 
 /// The head sent upstream: origin form, hop-by-hop headers dropped, `Connection: close`, and any
-/// injections applied (never to the `Host` header, which chose the destination).
-pub(crate) fn origin_head(req: &Request, dest: &Dest<'_>, injections: &[&Injection]) -> Vec<u8> {
+/// injections applied (never to the `Host` header, which chose the destination). When the response will be
+/// `searched`, it asks for an uncompressed, whole body.
+pub(crate) fn origin_head(req: &Request, dest: &Dest<'_>, injections: &[&Injection], searched: bool) -> Vec<u8> {
     let inject = |bytes: &[u8]| {
         let mut out = bytes.to_vec();
         for i in injections {
@@ -145,7 +168,7 @@ pub(crate) fn origin_head(req: &Request, dest: &Dest<'_>, injections: &[&Injecti
     }
     for (name, value) in &req.headers {
         let lower = name.to_ascii_lowercase();
-        if HOP_BY_HOP.contains(&lower.as_str()) {
+        if HOP_BY_HOP.contains(&lower.as_str()) || (searched && UNSEARCHABLE.contains(&lower.as_str())) {
             continue;
         }
         head.extend_from_slice(name.as_bytes());
@@ -162,6 +185,9 @@ pub(crate) fn origin_head(req: &Request, dest: &Dest<'_>, injections: &[&Injecti
             head.extend_from_slice(format!("{name}: {}\r\n", i.value).as_bytes());
             added.push(name.clone());
         }
+    }
+    if searched {
+        head.extend_from_slice(b"Accept-Encoding: identity\r\n");
     }
     head.extend_from_slice(b"Connection: close\r\n\r\n");
     head
@@ -214,13 +240,24 @@ mod tests {
             header: Some("Authorization".into()),
             intercept_tls: false,
         };
-        let head = String::from_utf8(origin_head(&r, &dest, &[&injection])).unwrap();
+        let head = String::from_utf8(origin_head(&r, &dest, &[&injection], false)).unwrap();
         assert_eq!(
             head,
             "GET /v1?k=v4lue HTTP/1.1\r\nHost: api.test\r\nX-Key: v4lue\r\nAuthorization: v4lue\r\n\
              Connection: close\r\n\r\n"
         );
-        let plain = String::from_utf8(origin_head(&req("GET http://api.test/ HTTP/1.0\r\n\r\n"), &dest, &[])).unwrap();
+        let plain =
+            String::from_utf8(origin_head(&req("GET http://api.test/ HTTP/1.0\r\n\r\n"), &dest, &[], false)).unwrap();
         assert_eq!(plain, "GET /v1?k=SECRET_KEY HTTP/1.0\r\nHost: api.test\r\nConnection: close\r\n\r\n");
+        // A response to be searched is asked for whole and uncompressed.
+        let r = req(
+            "GET http://api.test/ HTTP/1.1\r\nAccept-Encoding: gzip, br\r\nRange: bytes=5-9\r\nIf-Range: x\r\n\r\n",
+        );
+        let searched = String::from_utf8(origin_head(&r, &dest, &[&injection], true)).unwrap();
+        assert_eq!(
+            searched,
+            "GET /v1?k=v4lue HTTP/1.1\r\nHost: api.test\r\nAuthorization: v4lue\r\nAccept-Encoding: identity\r\n\
+             Connection: close\r\n\r\n"
+        );
     }
 }

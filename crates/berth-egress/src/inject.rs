@@ -3,8 +3,8 @@
 //! The proxy replaces a placeholder with its value only in the head of a plain-HTTP request whose
 //! destination (already allowed by the policy, and the only host the request can reach) matches the
 //! injection's rule, and, for an injection that asks for it, in the head of an HTTPS request inside an
-//! intercepted tunnel to such a host. Responses are never touched: a server that echoes the value back
-//! hands it to the sandbox itself.
+//! intercepted tunnel to such a host. Responses from every host a secret goes to are searched for the value,
+//! which is replaced with the placeholder (see [`crate::reflect`]).
 
 use std::fmt;
 

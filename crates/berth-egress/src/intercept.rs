@@ -15,6 +15,9 @@ use crate::head::{self, authority};
 use crate::http::{Dest, framing, origin_head};
 use crate::inject::Injection;
 use crate::proxy::Limits;
+use berth_secrets::Redactor;
+
+use crate::reflect::Reflect;
 use crate::relay::{Counters, exchange};
 use crate::rule::Host;
 use crate::tls::{Interceptor, Replay};
@@ -23,7 +26,8 @@ use crate::tls::{Interceptor, Replay};
 pub(crate) type Ended = Result<(), (Verdict, String)>;
 
 /// Serves one HTTPS request inside a CONNECT tunnel. `hello` is what the client has sent so far (its
-/// ClientHello, already checked against the tunnel's host).
+/// ClientHello, already checked against the tunnel's host). `injections` go into the request; what `searcher`
+/// finds (every secret the host receives, over HTTPS or not) is taken out of the response.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve(
     tls: &Interceptor,
@@ -34,6 +38,7 @@ pub(crate) async fn serve(
     host: &Host,
     port: u16,
     injections: &[&Injection],
+    searcher: Option<Redactor>,
     counters: &Counters,
 ) -> Ended {
     let error = |why: String| (Verdict::Error, why);
@@ -81,14 +86,17 @@ pub(crate) async fn serve(
             return Err(fail(&mut inside, 504, &shown, "tls_protocol_error", why).await);
         }
         Ok(Err(e)) => {
+            // The error can quote the server's certificate (the names it is valid for), which the server chose.
             let why = format!("the TLS handshake with {shown} failed: {e}");
+            let why = searcher.as_ref().map_or(why.clone(), |r| r.redact_str(&why));
             return Err(fail(&mut inside, 502, &shown, "tls_certificate_error", why).await);
         }
         Ok(Ok(stream)) => stream,
     };
     let dest = Dest { host, port, authority: &shown, path: &req.target };
-    let head = origin_head(&req, &dest, injections);
-    exchange(inside, early, outside, &head, framing, counters)
+    let reflect = searcher.map(|r| Reflect::new(r, &req.method, req.minor_version, &shown));
+    let head = origin_head(&req, &dest, injections, reflect.is_some());
+    exchange(inside, early, outside, &head, framing, reflect, counters)
         .await
         .map_err(|e| (Verdict::Allowed, format!("the exchange ended with an error: {e}")))
 }

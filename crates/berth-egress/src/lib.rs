@@ -53,6 +53,7 @@ mod inject;
 mod intercept;
 mod policy;
 mod proxy;
+mod reflect;
 mod relay;
 mod rule;
 #[doc(hidden)]

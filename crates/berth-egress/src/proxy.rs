@@ -19,6 +19,8 @@ use crate::addr::special_kind;
 use crate::answer;
 use crate::attempt::{Attempt, Method, Verdict};
 use crate::head::{self, HeadError, Target};
+use berth_secrets::Redactor;
+
 use crate::inject::{Injection, InjectionError};
 use crate::policy::{Decision, Policy};
 use crate::relay::Counters;
@@ -84,6 +86,9 @@ pub struct Proxy {
     pub(crate) limits: Limits,
     sink: Option<Sink>,
     pub(crate) injections: Vec<Injection>,
+    /// Redactors for the sets of injections that apply to a destination, by their indices: building one
+    /// costs more than a small request, so each set is built once.
+    searchers: Mutex<HashMap<Vec<usize>, Redactor>>,
     pub(crate) tls: Option<Interceptor>,
     next_id: AtomicU64,
     /// Client connections being served, and those of them still sending their request head.
@@ -144,6 +149,8 @@ impl Drop for Registration<'_> {
 }
 
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many sets of injections keep a prepared redactor.
+const MAX_SEARCHERS: usize = 64;
 const LINGER: Duration = Duration::from_millis(500);
 
 impl Proxy {
@@ -154,6 +161,7 @@ impl Proxy {
             limits: Limits::default(),
             sink: None,
             injections: Vec::new(),
+            searchers: Mutex::new(HashMap::new()),
             tls: None,
             next_id: AtomicU64::new(1),
             serving: Arc::new(AtomicUsize::new(0)),
@@ -200,6 +208,27 @@ impl Proxy {
     ) -> Result<Proxy, TlsError> {
         self.tls = Some(Interceptor::new(ca, extra_roots)?);
         Ok(self)
+    }
+
+    /// A redactor for the values of every injection whose rule matches `host:port` (whether it goes over
+    /// HTTPS or plain HTTP): what responses from there are searched for. `None` when no secret goes there.
+    pub(crate) fn searcher(&self, host: &Host, port: u16) -> Option<Redactor> {
+        let held: Vec<usize> =
+            self.injections.iter().enumerate().filter(|(_, i)| i.applies_to(host, port)).map(|(n, _)| n).collect();
+        if held.is_empty() {
+            return None;
+        }
+        let mut cache = self.searchers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(r) = cache.get(&held) {
+            return Some(r.clone());
+        }
+        let injections: Vec<&Injection> = held.iter().map(|&n| &self.injections[n]).collect();
+        let built = crate::reflect::redactor(&injections);
+        // Glob rules could make many sets in principle; past a few, they are built each time.
+        if cache.len() < MAX_SEARCHERS {
+            cache.insert(held, built.clone());
+        }
+        Some(built)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

@@ -11,11 +11,15 @@ use std::io::Cursor;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-/// Bytes sent to the upstream (`up`) and to the client (`down`).
+use crate::reflect::{Reflect, relay};
+
+/// Bytes sent to the upstream (`up`) and to the client (`down`), and how many times a secret's value was
+/// found in a response and replaced (`reflected`).
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub up: AtomicU64,
     pub down: AtomicU64,
+    pub reflected: AtomicU64,
 }
 
 const MIN_BUF: usize = 8 * 1024;
@@ -52,13 +56,15 @@ pub(crate) async fn tunnel(client: &mut TcpStream, upstream: &mut TcpStream, cou
 
 /// One HTTP exchange: sends `head`, then the request body (starting with `early`, what the client sent
 /// after its head), while relaying the response back until the server closes. The exchange is over when
-/// the response is; a body the server did not wait for is dropped.
+/// the response is; a body the server did not wait for is dropped. With `reflect`, the response is read as
+/// HTTP and the secrets' values are taken out of it (see [`crate::reflect`]); without, it is copied as it is.
 pub(crate) async fn exchange<C, U>(
     client: C,
     early: Vec<u8>,
     upstream: U,
     head: &[u8],
     framing: Framing,
+    reflect: Option<Reflect>,
     counters: &Counters,
 ) -> io::Result<()>
 where
@@ -71,7 +77,12 @@ where
     counters.up.fetch_add(head.len() as u64, Ordering::Relaxed);
     let mut body_source = BufReader::new(Cursor::new(early).chain(client_read));
     let body = forward_body(&mut body_source, &mut up_write, framing, &counters.up);
-    let response = pump(&mut up_read, &mut client_write, &counters.down);
+    let response = async {
+        match reflect {
+            Some(mut r) => relay(up_read, &mut client_write, &mut r, counters).await,
+            None => pump(&mut up_read, &mut client_write, &counters.down).await,
+        }
+    };
     tokio::pin!(body, response);
     tokio::select! {
         biased;

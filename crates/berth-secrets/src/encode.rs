@@ -50,36 +50,61 @@ fn core(value: &[u8], offset: usize, alphabet: &[u8; 64]) -> Vec<u8> {
     (start.div_ceil(6)..end / 6).map(|i| sextet(value, 6 * i - start, alphabet)).collect()
 }
 
-/// URL percent-encodings of `value` (every byte but the unreserved `A-Z a-z 0-9 - . _ ~` as `%XX`), with
-/// upper- and lower-case hex digits; none when encoding changes nothing.
+/// URL percent-encodings of `value`: every byte but the unreserved `A-Z a-z 0-9 - . _ ~` as `%XX`, with upper-
+/// or lower-case hex digits, and, in each case, the two common variants of that: `/` left alone (a path, or
+/// Python's `quote`) and space as `+` (a form, or Python's `quote_plus`). Forms equal to the value are left out.
 pub(crate) fn percent_forms(value: &[u8]) -> Vec<Vec<u8>> {
     let unreserved = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~');
-    if value.iter().all(|&b| unreserved(b)) {
-        return Vec::new();
-    }
-    [b"0123456789ABCDEF", b"0123456789abcdef"]
-        .iter()
-        .map(|hex| {
+    let mut forms: Vec<Vec<u8>> = Vec::new();
+    for hex in [b"0123456789ABCDEF", b"0123456789abcdef"] {
+        for variant in 0..3 {
             let mut out = Vec::with_capacity(value.len() * 3);
             for &b in value {
-                if unreserved(b) {
-                    out.push(b);
-                } else {
-                    out.extend_from_slice(&[b'%', hex[usize::from(b >> 4)], hex[usize::from(b & 15)]]);
+                match (b, variant) {
+                    (b'/', 1) => out.push(b'/'),
+                    (b' ', 2) => out.push(b'+'),
+                    (b, _) if unreserved(b) => out.push(b),
+                    (b, _) => out.extend_from_slice(&[b'%', hex[usize::from(b >> 4)], hex[usize::from(b & 15)]]),
                 }
             }
-            out
-        })
-        .collect()
+            if out != value && !forms.contains(&out) {
+                forms.push(out);
+            }
+        }
+    }
+    forms
 }
 
-/// The value as it appears inside a JSON string (quotes, backslashes and control characters escaped), when
-/// that differs from the value: journal entries and API answers are JSON.
-pub(crate) fn json_form(value: &[u8]) -> Option<Vec<u8>> {
-    let text = std::str::from_utf8(value).ok()?;
-    let quoted = serde_json::to_string(text).ok()?;
-    let inner = quoted.strip_prefix('"')?.strip_suffix('"')?;
-    (inner != text).then(|| inner.as_bytes().to_vec())
+/// The value as it appears inside a JSON string, when that differs from the value: with quotes, backslashes
+/// and control characters escaped (journal entries and API answers are JSON), also with `/` escaped as `\/`,
+/// and with every non-ASCII character as `\uXXXX` (lower-case hex, surrogate pairs beyond the BMP: Python's
+/// `json.dumps` by default).
+pub(crate) fn json_forms(value: &[u8]) -> Vec<Vec<u8>> {
+    let Ok(text) = std::str::from_utf8(value) else { return Vec::new() };
+    let Some(inner) =
+        serde_json::to_string(text).ok().and_then(|q| Some(q.strip_prefix('"')?.strip_suffix('"')?.to_string()))
+    else {
+        return Vec::new();
+    };
+    let slashed = inner.replace('/', "\\/");
+    let mut ascii = String::with_capacity(inner.len());
+    for c in inner.chars() {
+        if c.is_ascii() {
+            ascii.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                ascii.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    let mut forms: Vec<Vec<u8>> = Vec::new();
+    for form in [inner, slashed, ascii] {
+        if form.as_bytes() != value && !forms.iter().any(|f| f == form.as_bytes()) {
+            forms.push(form.into_bytes());
+        }
+    }
+    forms
 }
 
 #[cfg(test)]
@@ -125,8 +150,12 @@ mod tests {
     #[test]
     fn percent_and_json() {
         assert!(percent_forms(b"abc-DEF_1.2~").is_empty());
-        assert_eq!(percent_forms(b"a b/\xff"), vec![b"a%20b%2F%FF".to_vec(), b"a%20b%2f%ff".to_vec()]);
-        assert_eq!(json_form(b"plain"), None);
-        assert_eq!(json_form(b"say \"hi\"\\\n"), Some(b"say \\\"hi\\\"\\\\\\n".to_vec()));
+        let forms: Vec<String> = percent_forms(b"a b/\xff").iter().map(|f| String::from_utf8_lossy(f).into()).collect();
+        assert_eq!(forms, ["a%20b%2F%FF", "a%20b/%FF", "a+b%2F%FF", "a%20b%2f%ff", "a%20b/%ff", "a+b%2f%ff"]);
+        assert!(json_forms(b"plain").is_empty());
+        assert_eq!(json_forms(b"say \"hi\"\\\n"), vec![b"say \\\"hi\\\"\\\\\\n".to_vec()]);
+        let forms: Vec<String> =
+            json_forms("a/\u{e9}\u{1f600}".as_bytes()).iter().map(|f| String::from_utf8_lossy(f).into()).collect();
+        assert_eq!(forms, ["a\\/\u{e9}\u{1f600}", "a/\\u00e9\\ud83d\\ude00"]);
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use crate::encode::{base64_forms, json_form, percent_forms};
+use crate::encode::{base64_forms, json_forms, percent_forms};
 use crate::search::Searcher;
 
 /// Values shorter than this are not redacted: a 1-3 byte value (`1`, `yes`, `dev`) occurs everywhere by chance,
@@ -26,11 +26,13 @@ const WITHHELD: &[u8] = b"[output withheld: the secrets could not be prepared fo
 ///   `echo $TOKEN | base64` with its newline, is caught); the one character at either end of such an
 ///   embedded form may stay visible, as it mixes in bits of the neighbouring bytes (at most 4 bits of the
 ///   value each);
-/// - URL percent-encoding of every byte outside `A-Z a-z 0-9 - . _ ~`, with upper- or lower-case hex;
-/// - the JSON string escaping of the value, when it has quotes, backslashes or control characters.
+/// - URL percent-encoding of every byte outside `A-Z a-z 0-9 - . _ ~`, with upper- or lower-case hex, and the
+///   same with `/` left alone or with `+` for space;
+/// - the JSON string escaping of the value, when it has quotes, backslashes, slashes or control characters
+///   (with `/` as it is and as `\/`), and with non-ASCII characters as `\uXXXX` escapes (lower-case hex).
 ///
 /// Not caught, among others: base64 broken across lines (`base64` wraps at 76 characters), partial
-/// percent-encoding (`/` or space left alone, `+` for space), hex, `\u` escapes of non-ASCII characters, other
+/// percent-encoding (a space left alone, other characters kept), hex, upper-case `\u` escapes, other
 /// quoting, compression, encryption, or any other transformation of a value, and a value printed a piece at a
 /// time with other bytes between. Redaction is defence in depth, not a guarantee: a program that holds a
 /// secret can always print it in a form no redactor recognises.
@@ -50,11 +52,15 @@ pub struct Redactor {
     /// The searcher could not be built: output is withheld rather than shown unredacted.
     failed: bool,
     patterns: usize,
+    /// Every pattern, for [`Redactor::release`].
+    forms: std::sync::Arc<Vec<Vec<u8>>>,
     /// `[redacted:NAME]` for each secret; a pattern's label is an index into this.
     labels: Vec<Vec<u8>>,
     max_len: usize,
     /// Bytes received but not yet output (at most `max_len - 1` between calls).
     held: Vec<u8>,
+    /// How many redactions `push` and `finish` have made.
+    found: u64,
     /// How many bytes at the start of `held` were already output as part of a redaction.
     covered: usize,
 }
@@ -73,7 +79,15 @@ impl Redactor {
     /// A redactor for the given `(name, value)` pairs. Values shorter than [`MIN_SECRET_LEN`] (empty ones
     /// included) are ignored; when two secrets share a value or a form, the first one given names it.
     pub fn new(secrets: &[(String, Vec<u8>)]) -> Redactor {
-        let labels: Vec<Vec<u8>> = secrets.iter().map(|(name, _)| format!("[redacted:{name}]").into_bytes()).collect();
+        let labelled: Vec<(Vec<u8>, Vec<u8>)> =
+            secrets.iter().map(|(name, value)| (format!("[redacted:{name}]").into_bytes(), value.clone())).collect();
+        Redactor::with_replacements(&labelled)
+    }
+
+    /// A redactor that writes its own text in place of each value: `(replacement, value)` pairs, looked for
+    /// exactly as [`Redactor::new`] does.
+    pub fn with_replacements(secrets: &[(Vec<u8>, Vec<u8>)]) -> Redactor {
+        let labels: Vec<Vec<u8>> = secrets.iter().map(|(label, _)| label.clone()).collect();
         let mut patterns: Vec<(Vec<u8>, usize)> = Vec::new();
         let mut seen = HashSet::new();
         let mut add = |pattern: Vec<u8>, label: usize| {
@@ -92,14 +106,25 @@ impl Redactor {
             {
                 add(form, i);
             }
-            for form in percent_forms(value).into_iter().chain(json_form(value)) {
+            for form in percent_forms(value).into_iter().chain(json_forms(value)) {
                 add(form, i);
             }
         }
         let max_len = patterns.iter().map(|(p, _)| p.len()).max().unwrap_or(0);
         let searcher = if patterns.is_empty() { None } else { Searcher::new(&patterns) };
         let failed = !patterns.is_empty() && searcher.is_none();
-        Redactor { searcher, failed, patterns: patterns.len(), labels, max_len, held: Vec::new(), covered: 0 }
+        let forms = std::sync::Arc::new(patterns.iter().map(|(p, _)| p.clone()).collect());
+        Redactor {
+            searcher,
+            failed,
+            patterns: patterns.len(),
+            forms,
+            labels,
+            max_len,
+            held: Vec::new(),
+            covered: 0,
+            found: 0,
+        }
     }
 
     /// True when there is nothing to redact (no secrets, or all too short): output passes through unchanged.
@@ -110,6 +135,12 @@ impl Redactor {
     /// The most bytes [`Redactor::push`] holds back between calls.
     pub fn hold_limit(&self) -> usize {
         self.max_len.saturating_sub(1)
+    }
+
+    /// How many redactions [`Redactor::push`] and [`Redactor::finish`] have made so far (a run of
+    /// overlapping occurrences counts once; one cut by the end of a chunk may count twice).
+    pub fn found(&self) -> u64 {
+        self.found
     }
 
     /// How many bytes are held back now, to be returned by a later `push` or by `finish`.
@@ -140,8 +171,31 @@ impl Redactor {
             return buf;
         }
         let mut out = Vec::with_capacity(keep_from + 64);
-        let done = self.render(&buf, self.covered, keep_from, &mut out);
+        let (done, found) = self.render(&buf, self.covered, keep_from, &mut out);
         self.covered = done - keep_from;
+        self.found += found;
+        out
+    }
+
+    /// For a stream that pauses (a server sending events as they happen): returns, redacted, as much of what
+    /// is held as cannot be the start of a value, keeping only the longest tail that is the beginning of
+    /// some form of a value. Nothing that could still become a value is released, so the stream stays as
+    /// safe as with [`Redactor::push`] alone; only bytes that cannot are no longer kept waiting.
+    pub fn release(&mut self) -> Vec<u8> {
+        if self.failed || self.held.is_empty() {
+            return Vec::new();
+        }
+        let held = &self.held;
+        let could_grow = |p: usize| {
+            let tail = &held[p..];
+            self.forms.iter().any(|f| f.len() > tail.len() && f.starts_with(tail))
+        };
+        let keep = (self.covered..held.len()).find(|&p| could_grow(p)).unwrap_or(held.len());
+        let mut out = Vec::new();
+        let (done, found) = self.render(held, self.covered, keep, &mut out);
+        self.found += found;
+        self.held.drain(..keep);
+        self.covered = done - keep;
         out
     }
 
@@ -151,7 +205,8 @@ impl Redactor {
             return WITHHELD.to_vec();
         }
         let mut out = Vec::with_capacity(self.held.len());
-        self.render(&self.held, self.covered, self.held.len(), &mut out);
+        let (_, found) = self.render(&self.held, self.covered, self.held.len(), &mut out);
+        self.found += found;
         self.held.clear();
         self.covered = 0;
         out
@@ -177,12 +232,13 @@ impl Redactor {
     /// Appends to `out` the redacted text of `buf[done..keep_from]`, where bytes before `done` were already
     /// output. A redaction that starts before `keep_from` is output whole even if it reaches past it; one that
     /// starts at or after it is left for later, as a longer match may still grow there. Returns how far `buf`
-    /// has been output, at least `keep_from`.
-    fn render(&self, buf: &[u8], mut done: usize, keep_from: usize, out: &mut Vec<u8>) -> usize {
+    /// has been output, at least `keep_from`, and how many redactions were written.
+    fn render(&self, buf: &[u8], mut done: usize, keep_from: usize, out: &mut Vec<u8>) -> (usize, u64) {
         let Some(searcher) = &self.searcher else {
             out.extend_from_slice(&buf[done.min(keep_from)..keep_from]);
-            return done.max(keep_from);
+            return (done.max(keep_from), 0);
         };
+        let mut found = 0;
         // Leftmost-longest search from each match's start + 1 visits every start position that has a match,
         // with the longest match there, so the union of what it reports is the union of all occurrences. When no
         // value appears this is one SIMD search over the buffer.
@@ -203,6 +259,7 @@ impl Redactor {
             }
             if let Some(r) = run.take() {
                 done = self.emit(buf, done, r, out);
+                found += 1;
             }
             if start >= keep_from {
                 break;
@@ -211,12 +268,13 @@ impl Redactor {
         }
         if let Some(r) = run {
             done = self.emit(buf, done, r, out);
+            found += 1;
         }
         if done < keep_from {
             out.extend_from_slice(&buf[done..keep_from]);
             done = keep_from;
         }
-        done
+        (done, found)
     }
 
     /// Outputs the text before a run, then the run's label; returns the run's end.

@@ -271,3 +271,41 @@ fn many_secrets() {
         assert_eq!(text(&stream(&r, sample.as_bytes(), &[cut])), whole, "cut at {cut}");
     }
 }
+
+#[test]
+fn release_lets_go_of_what_cannot_become_a_value() {
+    let r = redactor(&[("TOKEN", "0123456789abcdef")]);
+    let mut s = r.clone();
+    // Nothing held could start a value: all of it is released.
+    assert!(s.push(b"event: tick\n").is_empty());
+    assert_eq!(text(&s.release()), "event: tick\n");
+    assert_eq!(s.held(), 0);
+    // A tail that could be the start of the value (or of a form of it) stays.
+    assert!(s.push(b"data: 01234").is_empty());
+    assert_eq!(text(&s.release()), "data: ");
+    assert_eq!(s.held(), 5);
+    let mut out = s.push(b"56789abcdef done");
+    out.extend(s.release());
+    out.extend(s.finish());
+    assert_eq!(text(&out), "[redacted:TOKEN] done");
+    // A value whole in what is held is redacted on release, and a run that continues is still caught.
+    let mut s = r.clone();
+    let mut out = s.push(b"x 0123456789abcdef");
+    out.extend(s.release());
+    out.extend(s.push(b"0123456789abcdef y"));
+    out.extend(s.finish());
+    assert!(!text(&out).contains("0123"), "{}", text(&out));
+    // Released at every cut of a text with values in it, the stream shows no byte of a value.
+    let input = b"a 0123456789abcdef b MDEyMzQ1Njc4OWFiY2RlZg== c 0123456789abcdef0123456789abcdef d";
+    for cut in 1..input.len() {
+        let mut s = r.clone();
+        let mut out = s.push(&input[..cut]);
+        out.extend(s.release());
+        out.extend(s.push(&input[cut..]));
+        out.extend(s.release());
+        out.extend(s.finish());
+        let shown = text(&out);
+        assert!(!shown.contains("0123") && !shown.contains("MDEyMzQ1Njc4"), "cut {cut}: {shown}");
+        assert!(shown.starts_with("a [redacted:TOKEN] b [redacted:TOKEN]") && shown.ends_with(" d"), "{shown}");
+    }
+}

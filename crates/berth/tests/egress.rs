@@ -150,8 +150,14 @@ fn raw_sockets_udp_icmp_and_other_sandboxes_are_out_of_reach() {
     // B serves on its own loopback; A cannot reach it (each sandbox has its own network namespace).
     let _server =
         d.cmd(&["exec", "--detach", &b, "--", "python3", "-m", "http.server", "9000", "--bind", "127.0.0.1"]).output();
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(fetch(&d, &b, "http://127.0.0.1:9000/").split(' ').next(), Some("200"), "B reaches its own server");
+    // The server is up when B can reach it (python's start can take seconds on a loaded machine).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut got = fetch(&d, &b, "http://127.0.0.1:9000/");
+    while !got.starts_with("200") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        got = fetch(&d, &b, "http://127.0.0.1:9000/");
+    }
+    assert_eq!(got.split(' ').next(), Some("200"), "B reaches its own server: {got}");
     assert!(fetch(&d, &a, "http://127.0.0.1:9000/").starts_with("error"));
     let probe = r#"
 import socket

@@ -10,38 +10,10 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use common::daemon::Daemon;
+use common::secrets::{files_containing, set, tls_files};
 use common::text;
 
 const VALUE: &str = "s3cr3t-value-9f8e7d6c";
-
-fn set(d: &Daemon, name: &str, value: &str) {
-    let mut child = d.cmd(&["secret", "set", name]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(format!("{value}\n").as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-}
-
-/// Every file under `dir`, searched for `needle`.
-fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
-    let mut hits = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let p = e.path();
-            let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
-            if meta.is_dir() {
-                // The sandboxes' own files are the sandboxes' business.
-                if !p.ends_with("pool") {
-                    stack.push(p);
-                }
-            } else if meta.is_file() && std::fs::read(&p).is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle)) {
-                hits.push(p.display().to_string());
-            }
-        }
-    }
-    hits
-}
 
 #[test]
 fn a_secret_reaches_its_sandbox_and_nothing_berth_shows_or_keeps() {
@@ -143,59 +115,6 @@ fn an_injected_secret_reaches_its_host_only_and_never_enters_the_sandbox() {
         &format!("grep -rs '{VALUE}' /proc/self/environ /etc /workspace /tmp; echo done"),
     ]);
     assert_eq!(text(&grep.stdout), "done\n");
-}
-
-/// A certificate authority and a server certificate for `name`, made with the openssl command.
-fn tls_files(dir: &std::path::Path, name: &str) {
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().unwrap();
-        assert!(out.status.success(), "openssl {args:?}: {}", text(&out.stderr));
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=test upstream CA",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        &format!("/CN={name}"),
-    ]);
-    std::fs::write(dir.join("ext.cnf"), format!("subjectAltName=DNS:{name}\n")).unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ]);
 }
 
 /// An HTTPS server on the host's loopback: it records the Authorization header of each request.

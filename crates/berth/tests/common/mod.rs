@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod daemon;
+pub mod secrets;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
