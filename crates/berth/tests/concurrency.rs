@@ -86,3 +86,62 @@ fn twenty_creates_of_one_name_at_once_give_it_to_exactly_one() {
     let again = d.create(&["--name", "contested"]);
     assert_ne!(again, winner);
 }
+
+#[test]
+fn a_short_soak_ends_without_errors_or_leftovers() {
+    let d = Daemon::start();
+    let out = d.berth(&[
+        "bench",
+        "--soak",
+        "--clients",
+        "4",
+        "--loops",
+        "12",
+        "--duration",
+        "120s",
+        "--settle",
+        "0.5s",
+        "--json",
+    ]);
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("not JSON: {} {}", text(&out.stdout), text(&out.stderr)));
+    assert_eq!(report["errors"], 0, "{}", report["errors_by_kind"]);
+    assert_eq!(report["leftovers"], serde_json::json!([]), "{}", report["leftovers"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(report["loops"], 12);
+    // Ten execs a loop, and one more in each fork's child.
+    assert!(report["execs"].as_u64().unwrap() >= 120, "{report}");
+    // The first loop of the first client snapshots and forks: its snapshot and its fork's.
+    assert!(report["snapshots"].as_u64().unwrap() >= 2, "{report}");
+    assert!(d.ids().is_empty(), "sandboxes listed after the soak: {:?}", d.ids());
+    // A removed sandbox's journal and receipt are kept, one each.
+    let sandboxes = report["sandboxes"].as_u64().unwrap();
+    assert_eq!(report["kept_by_design"]["receipts"], sandboxes);
+}
+
+#[test]
+fn a_soak_whose_daemon_dies_counts_the_errors_and_fails() {
+    let mut d = Daemon::start();
+    let soak = d
+        .cmd(&["bench", "--soak", "--clients", "2", "--duration", "60s", "--settle", "0.1s", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let some loops start, then take the daemon away under them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while d.ids().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the soak made no sandbox");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    d.kill();
+    let out = common::daemon::wait_output(soak, std::time::Duration::from_secs(60));
+    // Back up, it takes over the sandboxes the soak could not remove, and removes them when dropped.
+    d.spawn();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["errors"].as_u64().unwrap() > 0, "{report}");
+    let kinds = report["errors_by_kind"].as_object().unwrap();
+    assert!(kinds.keys().any(|k| k.ends_with("cannot connect")), "{kinds:?}");
+    assert!(!report["leftovers"].as_array().unwrap().is_empty(), "{report}");
+}
