@@ -145,6 +145,7 @@ pub fn bench_soak(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
     let pid = daemon.pid;
     let rss_start = status_kib(pid, "VmRSS").unwrap_or(0);
     let fds_start = open_fds(pid);
+    let split_start = (status_kib(pid, "RssAnon"), status_kib(pid, "RssFile"));
     let ctx = Ctx {
         socket,
         deadline: Instant::now() + args.duration,
@@ -188,6 +189,7 @@ pub fn bench_soak(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
     std::thread::sleep(args.settle);
     let rss_idle = status_kib(pid, "VmRSS").unwrap_or(0);
     let fds_idle = open_fds(pid);
+    let split_idle = (status_kib(pid, "RssAnon"), status_kib(pid, "RssFile"));
     let made = ctx.made.into_inner().unwrap_or_default();
     let check = bench_soak_check::check(socket, &daemon, &census, &made);
     let tally = ctx.tally.into_inner().unwrap_or_default();
@@ -207,6 +209,8 @@ pub fn bench_soak(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
             "pid": pid, "rss_start_kib": rss_start, "rss_peak_kib": rss_peak, "rss_loops_end_kib": rss_loops_end,
             "rss_after_idle_kib": rss_idle, "idle_seconds": args.settle.as_secs_f64(),
             "vmhwm_kib": status_kib(pid, "VmHWM"), "threads": status_kib(pid, "Threads"),
+            "rss_anon_start_kib": split_start.0, "rss_file_start_kib": split_start.1,
+            "rss_anon_after_idle_kib": split_idle.0, "rss_file_after_idle_kib": split_idle.1,
             "open_fds_start": fds_start, "open_fds_after_idle": fds_idle,
             "rss_samples": samples.iter().map(|(t, k)| json!([(t * 10.0).round() / 10.0, k])).collect::<Vec<_>>(),
         },
@@ -428,6 +432,14 @@ fn print_summary(r: &Value, tally: &Tally) {
         d["threads"],
         d["open_fds_start"],
         d["open_fds_after_idle"]
+    );
+    println!(
+        "  of which anonymous (heap, stacks): {:.1} MiB at start, {:.1} MiB after idle; file-backed (the binary's \
+         pages): {:.1} MiB, {:.1} MiB",
+        mib(&d["rss_anon_start_kib"]),
+        mib(&d["rss_anon_after_idle_kib"]),
+        mib(&d["rss_file_start_kib"]),
+        mib(&d["rss_file_after_idle_kib"])
     );
     println!("\nerrors: {}", r["errors"]);
     for (kind, (count, first)) in &tally.errors {
