@@ -319,3 +319,16 @@ pub fn default_sigpipe() {
     // SAFETY: setting a signal's disposition to SIG_DFL installs no handler and touches no memory.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
+
+#[cfg(all(test, target_env = "gnu"))]
+mod tests {
+    /// Memory freed below a chunk still in use cannot leave from the top of the heap; the trim hands it back.
+    #[test]
+    fn free_memory_below_a_live_chunk_is_handed_back() {
+        let chunks: Vec<Vec<u8>> = (0..4096).map(|i| vec![i as u8; 8192]).collect();
+        let pin = std::hint::black_box(vec![1u8; 64]);
+        drop(chunks);
+        assert!(super::release_free_memory(), "32 MiB were freed and nothing was released");
+        assert_eq!(pin[0], 1);
+    }
+}

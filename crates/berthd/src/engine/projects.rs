@@ -130,6 +130,7 @@ impl Engine {
 
     /// Hold `name` for a sandbox being made (released when the guard drops): free among sandboxes and other
     /// creates in progress.
+    ///
     /// The reservation comes first and the store is asked second: a create that finished between the two
     /// has its row in the store by then, so a name is never given twice.
     pub(crate) async fn reserve_name(&self, name: &str) -> Result<NameGuard<'_>, EngineError> {
