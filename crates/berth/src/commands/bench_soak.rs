@@ -412,7 +412,7 @@ fn print_summary(r: &Value, tally: &Tally) {
     for (op, p) in r["operations_ms"].as_object().into_iter().flatten() {
         println!(
             "{op:<14} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
-            p["count"],
+            p["count"].as_u64().unwrap_or(0),
             p["p50"].as_f64().unwrap_or(0.0),
             p["p90"].as_f64().unwrap_or(0.0),
             p["p99"].as_f64().unwrap_or(0.0),
