@@ -257,6 +257,24 @@ pub struct BenchArgs {
     /// latency, and how soon a live `net deny` closes an open tunnel.
     #[arg(long, conflicts_with_all = ["exec", "storage"])]
     pub egress: bool,
+    /// Instead: a soak of the daemon at --socket: concurrent clients each looping as an agent would (create,
+    /// ten execs, file writes and reads, now and then a snapshot and a fork, rm) for --duration, counting
+    /// errors, sampling the daemon's memory, and checking that nothing is left behind. Exits 1 on any error or
+    /// leftover.
+    #[arg(long, conflicts_with_all = ["exec", "storage", "egress"])]
+    pub soak: bool,
+    /// With --soak: clients looping at once, each on its own connections.
+    #[arg(long, default_value = "20", value_parser = parse_count_usize, value_name = "N")]
+    pub clients: usize,
+    /// With --soak: how long the clients start new loops.
+    #[arg(long, default_value = "3m", value_parser = parse_duration, value_name = "DURATION")]
+    pub duration: Duration,
+    /// With --soak: stop after this many loops in all, if that comes before --duration.
+    #[arg(long, value_parser = parse_count, value_name = "N")]
+    pub loops: Option<u64>,
+    /// With --soak: how long the daemon is left idle after the loops before its memory is read again.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub settle: Duration,
 }
 
 #[derive(Debug, Args)]

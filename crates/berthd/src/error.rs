@@ -10,8 +10,10 @@ pub enum EngineError {
     NoSandbox(String),
     #[error("sandbox {sandbox} has no exec {exec:?}")]
     NoExec { sandbox: String, exec: String },
-    #[error("the name {name:?} is already used by sandbox {id}")]
+    #[error("the name {name:?} is already used by sandbox {id}: choose another, or remove that sandbox first")]
     NameTaken { name: String, id: String },
+    #[error("the name {0:?} is already used by a sandbox being created at this moment: choose another")]
+    NameBeingTaken(String),
     #[error("sandbox {id} is busy ({op}); try again when that has finished")]
     Busy { id: String, op: &'static str },
     #[error("sandbox {id} is {state}: {hint}")]
@@ -52,6 +54,7 @@ impl EngineError {
             EngineError::InvalidRequest { .. } => ErrorCode::InvalidRequest,
             EngineError::NoSandbox(_) | EngineError::NoExec { .. } => ErrorCode::NotFound,
             EngineError::NameTaken { .. }
+            | EngineError::NameBeingTaken(_)
             | EngineError::Busy { .. }
             | EngineError::WrongState { .. }
             | EngineError::Conflict(_) => ErrorCode::Conflict,

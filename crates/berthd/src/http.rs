@@ -132,6 +132,7 @@ async fn log_request(req: Request, next: axum::middleware::Next) -> Response {
     let (method, path) = (req.method().to_string(), req.uri().path().to_string());
     let started = std::time::Instant::now();
     let response = next.run(req).await;
+    crate::memory::answered();
     crate::log::info(
         "request",
         serde_json::json!({
@@ -444,6 +445,7 @@ pub async fn serve(
     let listener = tokio::net::UnixListener::bind(socket).map_err(|e| io("listen on", e))?;
     std::fs::set_permissions(socket, std::os::unix::fs::PermissionsExt::from_mode(0o660))
         .map_err(|e| io("set the mode of", e))?;
+    crate::memory::spawn_trimmer();
     let reaper = Arc::clone(&engine);
     tokio::spawn(async move {
         loop {

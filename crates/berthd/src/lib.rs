@@ -19,6 +19,7 @@ mod http;
 pub mod journal;
 mod launch;
 pub mod log;
+mod memory;
 mod projects_http;
 mod session;
 mod shell;

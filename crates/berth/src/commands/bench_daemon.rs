@@ -34,9 +34,9 @@ pub struct DaemonBenchOpts {
 pub struct Daemon {
     pub pid: i32,
     /// `--root` as the daemon was given it (and passes it on to its shims).
-    root_arg: String,
+    pub root_arg: String,
     /// The same, as a path from here.
-    root: PathBuf,
+    pub root: PathBuf,
 }
 
 /// Find the daemon serving `socket`: `pid` when given, else the peer of a connection to the socket.
@@ -280,18 +280,18 @@ fn measure_idle(socket: &Path, daemon: &Daemon, n: usize, ids: &mut Vec<String>,
 
 // ---- /proc ----
 
-fn proc_pids() -> Vec<i32> {
+pub(super) fn proc_pids() -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
 }
 
-fn cmdline(pid: i32) -> Vec<String> {
+pub(super) fn cmdline(pid: i32) -> Vec<String> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
 }
 
 /// The value of `--name VALUE` or `--name=VALUE` (before a lone `--`).
-fn arg_value(argv: &[String], name: &str) -> Option<String> {
+pub(super) fn arg_value(argv: &[String], name: &str) -> Option<String> {
     let mut it = argv.iter().take_while(|a| *a != "--");
     while let Some(a) = it.next() {
         if a == name {
@@ -314,7 +314,7 @@ fn environ(pid: i32, name: &str) -> Option<String> {
 
 /// Field `i` of /proc/PID/stat, counting from the state (field 3 of proc(5)) as 0: 1 is the parent's pid,
 /// 11 and 12 are utime and stime.
-fn stat_field(pid: i32, i: usize) -> Option<u64> {
+pub(super) fn stat_field(pid: i32, i: usize) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(i)?.parse().ok()
@@ -326,7 +326,7 @@ fn cpu_ticks(pids: &[i32]) -> BTreeMap<i32, u64> {
 }
 
 /// A `Key:   N kB` line of /proc/PID/status.
-fn status_kib(pid: i32, key: &str) -> Option<u64> {
+pub(super) fn status_kib(pid: i32, key: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     kib_field(&status, key)
 }
@@ -337,7 +337,7 @@ fn private_kib(pid: i32) -> Option<u64> {
     Some(kib_field(&rollup, "Private_Clean")? + kib_field(&rollup, "Private_Dirty")?)
 }
 
-fn kib_field(text: &str, key: &str) -> Option<u64> {
+pub(super) fn kib_field(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?.split_whitespace().next()?.parse().ok()
 }
 

@@ -5,6 +5,8 @@ mod bench_client;
 mod bench_daemon;
 mod bench_egress;
 mod bench_exec;
+mod bench_soak;
+mod bench_soak_check;
 mod bench_storage;
 mod cp;
 mod create;
@@ -38,6 +40,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Info => info::info(&cli.root, &cli.socket),
         Command::Bench(args) if args.storage => bench_storage::bench_storage(&cli.root, &cli.socket, args),
         Command::Bench(args) if args.egress => bench_egress::bench_egress(&cli.socket, args),
+        Command::Bench(args) if args.soak => bench_soak::bench_soak(&cli.socket, args),
         Command::Bench(args) if args.exec => bench_exec::bench_exec(&cli.socket, args),
         Command::Bench(args) => bench::bench(&cli.root, args),
         Command::Daemon(args) => daemon::daemon(&cli.root, &cli.socket, args.listen, args.bounds()),

@@ -9,7 +9,9 @@ use crate::shim::{self, ShimReady, ShimStart};
 
 impl Engine {
     pub async fn create(&self, mut req: CreateSandbox) -> Result<Sandbox, EngineError> {
-        let name = req.name.clone().unwrap_or_else(|| format!("berth-{}", now_ms() % 1_000_000_000));
+        let id = berth_runtime::new_id().map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?;
+        // An unnamed sandbox is named after its id: unique as ids are, however many are created at once.
+        let name = req.name.clone().unwrap_or_else(|| format!("berth-{id}"));
         berth_runtime::spec::check_name(&name).map_err(|e| EngineError::invalid(e.to_string()))?;
         if berth_runtime::spec::check_id(&name).is_ok() {
             return Err(EngineError::invalid(format!(
@@ -57,7 +59,6 @@ impl Engine {
             req.env.entry(k).or_insert(v);
         }
         req.image = Some(image);
-        let id = berth_runtime::new_id().map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?;
         let state = self.state_dir(&id);
         match &parent {
             Some(p) => self.pool_clone(self.snapshot_dir(&p.id), state.clone(), false).await?,

@@ -130,14 +130,22 @@ impl Engine {
 
     /// Hold `name` for a sandbox being made (released when the guard drops): free among sandboxes and other
     /// creates in progress.
+    ///
+    /// The reservation comes first and the store is asked second: a create that finished between the two
+    /// has its row in the store by then, so a name is never given twice.
     pub(crate) async fn reserve_name(&self, name: &str) -> Result<NameGuard<'_>, EngineError> {
-        self.check_name_free(name).await?;
-        let mut reserved =
-            self.reserved_names.lock().map_err(|_| EngineError::Conflict("the engine's state was poisoned".into()))?;
-        if !reserved.insert(name.to_string()) {
-            return Err(EngineError::NameTaken { name: name.to_string(), id: "(being created)".into() });
+        {
+            let mut reserved = self
+                .reserved_names
+                .lock()
+                .map_err(|_| EngineError::Conflict("the engine's state was poisoned".into()))?;
+            if !reserved.insert(name.to_string()) {
+                return Err(EngineError::NameBeingTaken(name.to_string()));
+            }
         }
-        Ok(NameGuard { engine: self, name: name.to_string() })
+        let guard = NameGuard { engine: self, name: name.to_string() };
+        self.check_name_free(name).await?;
+        Ok(guard)
     }
 
     /// Every sandbox not removed, running or stopped, has its row: one query, not a listing, on each create.
