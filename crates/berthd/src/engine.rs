@@ -31,11 +31,13 @@ mod receipt;
 mod recovery;
 mod secrets;
 mod sessions;
+mod storage;
 
 pub(crate) use attach::AttachedExec;
 use events::Events;
 pub use live::{ACTOR, actor, journal_path};
 use live::{ExecEntry, Live};
+pub use storage::{DEFAULT_DISK, StorageChoice, StorageOptions};
 
 pub struct Engine {
     root: PathBuf,
@@ -50,8 +52,12 @@ pub struct Engine {
     store: Arc<crate::store::Store>,
     /// The host's cgroup layout, for each exec's own cgroup (None: execs are killed by process group only).
     cgroups: Option<berth_runtime::cgroup::Hierarchy>,
-    /// Where sandboxes' files, snapshots and volumes live.
-    pool: Arc<berth_storage::Pool>,
+    /// Where sandboxes' files, snapshots and volumes live (replaced when `berth storage init` makes a pool).
+    pool: std::sync::RwLock<Arc<berth_storage::Pool>>,
+    /// How sandboxes' files are bounded.
+    storage: StorageOptions,
+    /// Why sandboxes' files are not bounded, when they are not.
+    storage_note: std::sync::RwLock<Option<String>>,
     /// Sandboxes in the middle of an operation that must not overlap another (stop, snapshot, restore, …).
     busy: std::sync::Mutex<HashMap<String, &'static str>>,
     /// Names of sandboxes being created: taken before the create, so two at once cannot both have one.
@@ -67,8 +73,14 @@ pub fn now_ms() -> u64 {
 }
 
 impl Engine {
-    /// Open the engine on a data root: adopt the sandboxes whose shims survived a previous daemon.
+    /// Open the engine on a data root as it is (no pool is made): adopt the sandboxes whose shims survived a
+    /// previous daemon.
     pub async fn open(root: &Path) -> Result<Arc<Engine>, EngineError> {
+        Engine::open_with(root, StorageOptions::as_is()).await
+    }
+
+    /// Open the engine on a data root, making a storage pool as `storage` says.
+    pub async fn open_with(root: &Path, storage: StorageOptions) -> Result<Arc<Engine>, EngineError> {
         let exe = std::env::current_exe().map_err(EngineError::SpawnShim)?;
         // Logs, journals and shim sockets are the sandboxes' business and root's: nobody else may read them.
         for dir in [shim::shims_dir(root), root.join("logs"), root.join("journal")] {
@@ -78,7 +90,7 @@ impl Engine {
                 .map_err(EngineError::Log)?;
         }
         let store = Arc::new(crate::store::Store::open(root)?);
-        let pool = berth_storage::Pool::open(root).map_err(|e| EngineError::Storage(e.to_string()))?;
+        let (pool, storage_note) = storage::open_pool(root, &storage)?;
         let engine = Arc::new(Engine {
             root: root.to_path_buf(),
             exe,
@@ -88,7 +100,9 @@ impl Engine {
             tokens: crate::tokens::Tokens::new(Arc::clone(&store)),
             store,
             cgroups: berth_runtime::cgroup::Hierarchy::detect().ok(),
-            pool: Arc::new(pool),
+            pool: std::sync::RwLock::new(Arc::new(pool)),
+            storage,
+            storage_note: std::sync::RwLock::new(storage_note),
             busy: std::sync::Mutex::new(HashMap::new()),
             this: std::sync::OnceLock::new(),
             reserved_names: std::sync::Mutex::new(std::collections::HashSet::new()),
@@ -101,6 +115,7 @@ impl Engine {
         });
         let _ = engine.this.set(Arc::downgrade(&engine));
         engine.private_dirs();
+        engine.log_storage();
         engine.adopt_all().await;
         engine.account_for_lost().await;
         Ok(engine)

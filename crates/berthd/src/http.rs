@@ -103,6 +103,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/volumes"),
     ("DELETE", "/v1/volumes/{name}"),
     ("GET", "/v1/storage"),
+    ("POST", "/v1/storage"),
     ("GET", "/v1/sandboxes/{id}/diff"),
     ("POST", "/v1/sandboxes/{id}/export"),
     ("GET", "/v1/images"),
@@ -411,8 +412,18 @@ async fn log(
 
 /// Serve the API on a unix socket until the process is stopped; reap expired sandboxes meanwhile.
 pub async fn serve(root: &Path, socket: &Path, listen: Option<std::net::SocketAddr>) -> Result<(), EngineError> {
+    serve_with(root, socket, listen, crate::StorageOptions::default()).await
+}
+
+/// [`serve`], with the sandboxes' files bounded as `storage` says.
+pub async fn serve_with(
+    root: &Path,
+    socket: &Path,
+    listen: Option<std::net::SocketAddr>,
+    storage: crate::StorageOptions,
+) -> Result<(), EngineError> {
     let io = |action: &str, e: std::io::Error| berth_sys::SysError::new(format!("{action} {}", socket.display()), e);
-    let engine = Engine::open(root).await?;
+    let engine = Engine::open_with(root, storage).await?;
     if let Some(dir) = socket.parent() {
         tokio::fs::create_dir_all(dir).await.map_err(|e| io("create the directory of", e))?;
     }

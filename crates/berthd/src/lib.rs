@@ -24,7 +24,7 @@ pub mod shim;
 pub mod store;
 pub mod tokens;
 
-pub use engine::Engine;
+pub use engine::{DEFAULT_DISK, Engine, StorageChoice, StorageOptions};
 pub use error::EngineError;
 pub use http::ROUTES;
-pub use http::{app, serve, tcp_app};
+pub use http::{app, serve, serve_with, tcp_app};

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
-pub fn daemon(root: &Path, socket: &Path, listen: Option<std::net::SocketAddr>) -> anyhow::Result<i32> {
+pub fn daemon(root: &Path, socket: &Path, args: crate::cli::DaemonArgs) -> anyhow::Result<i32> {
     if !rustix::process::geteuid().is_root() {
         anyhow::bail!("berth daemon needs root (it creates sandboxes with their own host id ranges)");
     }
@@ -12,7 +12,9 @@ pub fn daemon(root: &Path, socket: &Path, listen: Option<std::net::SocketAddr>) 
     berth_runtime::Runtime::open(root)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("start the async runtime")?;
     rt.block_on(async {
-        let serve = berthd::serve(root, socket, listen);
+        let storage =
+            berthd::StorageOptions { choice: args.storage, pool_size: args.pool_size, default_disk: args.default_disk };
+        let serve = berthd::serve_with(root, socket, args.listen, storage);
         tokio::select! {
             r = serve => r.map_err(anyhow::Error::from),
             _ = tokio::signal::ctrl_c() => Ok(()),

@@ -63,7 +63,7 @@ impl Engine {
     async fn sweep_orphan_files(&self) {
         // Snapshots the database does not know: a daemon that died while taking one.
         let snaps: Vec<String> = self.store.snapshots().unwrap_or_default().into_iter().map(|s| s.id).collect();
-        if let Ok(entries) = std::fs::read_dir(self.pool.path().join("snapshots")) {
+        if let Ok(entries) = std::fs::read_dir(self.pool().path().join("snapshots")) {
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 if snaps.contains(&name) || young(&entry) {
@@ -74,7 +74,7 @@ impl Engine {
             }
         }
         let known: Vec<String> = self.store.live_ids().unwrap_or_default();
-        let Ok(entries) = std::fs::read_dir(self.pool.path().join("sandboxes")) else { return };
+        let Ok(entries) = std::fs::read_dir(self.pool().path().join("sandboxes")) else { return };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let id = name.split('.').next().unwrap_or_default().to_string();
