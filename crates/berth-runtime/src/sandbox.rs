@@ -318,6 +318,12 @@ fn claim(dir: &Path, id: &str) -> Result<(File, PathBuf), RuntimeError> {
 }
 
 /// Whether someone holds the claim at `path` (a live sandbox's supervisor).
+/// Whether some process supervises sandbox `id` now: its liveness claim is held (by its supervisor, from
+/// before the sandbox is built until after it is torn down).
+pub fn supervised(id: &str) -> bool {
+    claim_held(&Path::new(LIVE_DIR).join(format!("{id}.lock")))
+}
+
 fn claim_held(path: &Path) -> bool {
     File::options()
         .write(true)
