@@ -135,7 +135,7 @@ fn a_daemon_or_shim_killed_at_any_moment_leaves_nothing_behind() {
     let seed = std::env::var("BERTH_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
     });
-    let rounds: u64 = std::env::var("BERTH_CRASH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
+    let rounds: u64 = std::env::var("BERTH_CRASH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
     eprintln!(
         "crash test: seed {seed}, {rounds} rounds (BERTH_CRASH_SEED={seed} BERTH_CRASH_ROUNDS={rounds} to replay)"
     );
@@ -151,11 +151,14 @@ fn a_daemon_or_shim_killed_at_any_moment_leaves_nothing_behind() {
     for round in 0..rounds {
         let op = operation(&mut rng, &d, &keeper, round);
         let delay = Duration::from_millis(rng.below(400));
-        let kill_shim = rng.below(4) == 0;
-        eprintln!(
-            "round {round}: {op:?}, daemon killed after {delay:?}{}",
-            if kill_shim { ", and a shim" } else { "" }
-        );
+        // What is killed: the daemon (half the rounds), the daemon and a shim, or a shim alone.
+        // The last round kills a shim alone, so that what the running daemon cleans up is checked too.
+        let (kill_daemon, kill_shim) = match if round + 1 == rounds { 3 } else { rng.below(4) } {
+            0 | 1 => (true, false),
+            2 => (true, true),
+            _ => (false, true),
+        };
+        eprintln!("round {round}: {op:?}, killed after {delay:?}: daemon {kill_daemon}, a shim {kill_shim}");
         let mut client = start(&d, &op);
         std::thread::sleep(delay);
         if kill_shim && let Some(pid) = rng.pick(&pids_mentioning(&root_arg)).copied() {
@@ -164,10 +167,21 @@ fn a_daemon_or_shim_killed_at_any_moment_leaves_nothing_behind() {
                 rustix::process::Signal::KILL,
             );
         }
-        d.kill();
-        let _ = client.kill();
-        let _ = client.wait();
-        d.spawn();
+        if kill_daemon {
+            d.kill();
+            let _ = client.kill();
+            let _ = client.wait();
+            d.spawn();
+        } else {
+            // The daemon lives on: the operation ends (in failure, if its sandbox's shim was the one killed).
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while client.try_wait().unwrap().is_none() {
+                assert!(Instant::now() < deadline, "round {round} (seed {seed}): {op:?} did not end");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            // The reaper notices a sandbox whose shim died within its next passes.
+            std::thread::sleep(Duration::from_millis(1500));
+        }
         for (id, _) in ids(&d) {
             seen.insert(id);
         }

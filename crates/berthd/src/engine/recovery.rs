@@ -52,6 +52,11 @@ impl Engine {
     pub(super) async fn supervisor_gone(&self, id: &str, why: &str, action: &str) {
         // Its session ended with its runtime: the token goes, and so do the sandboxes it made.
         let _ = self.tokens.revoke_session(id);
+        // What its supervisor would have removed: its cgroup (and anything still in it) and its claims.
+        if let Some(h) = &self.cgroups {
+            let (root, h, sid) = (self.root.clone(), h.clone(), id.to_string());
+            let _ = tokio::task::spawn_blocking(move || berth_runtime::sweep_sandbox(&root, &h, &sid)).await;
+        }
         for child in self.children_of(id).await {
             let _ = Box::pin(self.remove_because(&child, "owner removed")).await;
         }
