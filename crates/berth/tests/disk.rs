@@ -62,9 +62,12 @@ fn without_a_pool_quotas_are_refused_and_storage_init_takes_effect_at_once() {
     assert_ne!(out.status.code(), Some(0));
     assert!(text(&out.stderr).contains("berth storage init"), "{}", text(&out.stderr));
     assert!(d.ids().is_empty());
-    // The daemon says its sandboxes' files are not bounded, and why.
+    // The daemon says its sandboxes' files are not bounded, and why; so does `berth info`.
     assert_eq!(info["bounded"], false);
     assert!(info["unbounded"].as_str().unwrap().contains("--storage none"), "{info}");
+    let host = json(&d.berth(&["--root", d.root().to_str().unwrap(), "info"]));
+    assert_eq!(host["storage"]["bounded"], false, "{host}");
+    assert!(host["storage"]["unbounded"].as_str().unwrap().contains("not bounded"), "{host}");
     let unbounded = d.create(&[]);
     assert_eq!(json(&d.berth(&["inspect", &unbounded, "--json"]))["disk_bytes"], Value::Null);
     assert!(d.berth(&["rm", &unbounded]).status.success());
@@ -75,6 +78,8 @@ fn without_a_pool_quotas_are_refused_and_storage_init_takes_effect_at_once() {
     let info = json(&d.berth(&["storage", "info", "--json"]));
     assert_eq!((info["mode"].as_str(), info["bounded"].as_bool()), (Some("btrfs"), Some(true)), "{info}");
     assert_eq!(info["default_disk_bytes"], 32 << 20);
+    let host = json(&d.berth(&["--root", d.root().to_str().unwrap(), "info"]));
+    assert_eq!(host["storage"]["bounded"], true, "{host}");
     let id = d.create(&[]);
     assert_eq!(json(&d.berth(&["inspect", &id, "--json"]))["disk_bytes"], 32 << 20);
     let out = d.berth(&["exec", &id, "--", "sh", "-c", "head -c 64M /dev/zero > /workspace/big; echo rc=$?"]);
