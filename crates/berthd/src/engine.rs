@@ -278,7 +278,10 @@ impl Engine {
                     receipt.leftovers.extend(t.leftovers);
                 }
                 // Its supervisor is already gone, and its processes with it: the rest of the teardown still runs.
-                Err(e) => receipt.steps.push(format!("its supervisor was already gone ({e})")),
+                Err(e) => {
+                    receipt.steps.push(format!("its supervisor was already gone ({e})"));
+                    self.sweep_runtime(sid).await;
+                }
             }
         }
         self.discard_files(sid, &mut receipt).await;

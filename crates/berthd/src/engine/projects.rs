@@ -231,7 +231,12 @@ impl Engine {
         if let Ok(mut r) = self.removing.lock() {
             r.remove(sid);
         }
-        halted?;
+        if let Err(e) = halted {
+            // Its shim died, and its sandbox with it: no longer live, it is accounted for as the reaper would
+            // (a persistent one is stopped, files kept), not left in neither list.
+            self.supervisor_gone(sid, "its supervisor was gone when it was stopped", "lost").await;
+            return Err(e);
+        }
         // A stopped sandbox has no session: its token stops working (a new one comes with the next start), and
         // the sandboxes it made with it go.
         let _ = self.tokens.revoke_session(sid);

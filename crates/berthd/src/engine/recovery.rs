@@ -25,6 +25,15 @@ impl Engine {
         self.sweep_orphan_files().await;
     }
 
+    /// What a dead supervisor would have removed: the sandbox's cgroup (and anything still in it) and its
+    /// claims; nothing while a supervisor holds them.
+    pub(super) async fn sweep_runtime(&self, id: &str) {
+        if let Some(h) = &self.cgroups {
+            let (root, h, sid) = (self.root.clone(), h.clone(), id.to_string());
+            let _ = tokio::task::spawn_blocking(move || berth_runtime::sweep_sandbox(&root, &h, &sid)).await;
+        }
+    }
+
     /// Shims that a daemon which died had started and that are still building their sandbox: each either
     /// finishes (its socket appears and it is adopted) or, finding its daemon gone, tears the sandbox down and
     /// lets go of its claim. Wait for that (at most a minute) rather than count a sandbox being built as lost
@@ -52,11 +61,7 @@ impl Engine {
     pub(super) async fn supervisor_gone(&self, id: &str, why: &str, action: &str) {
         // Its session ended with its runtime: the token goes, and so do the sandboxes it made.
         let _ = self.tokens.revoke_session(id);
-        // What its supervisor would have removed: its cgroup (and anything still in it) and its claims.
-        if let Some(h) = &self.cgroups {
-            let (root, h, sid) = (self.root.clone(), h.clone(), id.to_string());
-            let _ = tokio::task::spawn_blocking(move || berth_runtime::sweep_sandbox(&root, &h, &sid)).await;
-        }
+        self.sweep_runtime(id).await;
         for child in self.children_of(id).await {
             let _ = Box::pin(self.remove_because(&child, "owner removed")).await;
         }
