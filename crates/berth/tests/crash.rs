@@ -179,22 +179,34 @@ fn a_daemon_or_shim_killed_at_any_moment_leaves_nothing_behind() {
                 assert!(Instant::now() < deadline, "round {round} (seed {seed}): {op:?} did not end");
                 std::thread::sleep(Duration::from_millis(50));
             }
-            // The reaper notices a sandbox whose shim died within its next passes.
-            std::thread::sleep(Duration::from_millis(1500));
         }
         for (id, _) in ids(&d) {
             seen.insert(id);
         }
 
-        // The persistent sandbox is whole: running or stopped (its shim may have been the one killed), with
-        // its workspace's bytes as they were.
-        let state = ids(&d).into_iter().find(|(i, _)| *i == keeper).map(|(_, s)| s);
-        assert!(state.is_some(), "round {round} (seed {seed}): the persistent sandbox is gone");
-        if state.as_deref() == Some("stopped") {
-            let out = d.berth(&["start", &keeper]);
-            assert!(out.status.success(), "round {round} (seed {seed}): start: {}", text(&out.stderr));
+        // The persistent sandbox is whole: running, or stopped (its shim may have been the one killed, which
+        // the daemon notices within a few reaper passes), with its workspace's bytes as they were.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            // Listed, unless for the instant in which the daemon moves it from running to stopped.
+            let state = ids(&d).into_iter().find(|(i, _)| *i == keeper).map(|(_, s)| s);
+            assert!(
+                state.is_some() || Instant::now() < deadline,
+                "round {round} (seed {seed}): the persistent sandbox is gone"
+            );
+            if state.as_deref() == Some("stopped") {
+                let out = d.berth(&["start", &keeper]);
+                assert!(out.status.success(), "round {round} (seed {seed}): start: {}", text(&out.stderr));
+            }
+            let out = d.berth(&["exec", &keeper, "--", "sha256sum", "/workspace/data"]);
+            if out.status.success() {
+                assert_eq!(text(&out.stdout), hash, "round {round} (seed {seed}): the workspace changed");
+                break;
+            }
+            // Its shim died under it and the daemon has not noticed yet.
+            assert!(Instant::now() < deadline, "round {round} (seed {seed}): exec: {}", text(&out.stderr));
+            std::thread::sleep(Duration::from_millis(200));
         }
-        assert_eq!(d.sh(&keeper, "sha256sum /workspace/data"), hash, "round {round} (seed {seed})");
     }
 
     // Everything goes: sandboxes, snapshots, volumes.
@@ -211,6 +223,13 @@ fn a_daemon_or_shim_killed_at_any_moment_leaves_nothing_behind() {
         assert!(out.status.success(), "volume rm {name}: {}", text(&out.stderr));
     }
     assert!(ids(&d).is_empty(), "seed {seed}: sandboxes left: {:?}", ids(&d));
+    // Every sandbox there ever was has a journal, kept after it is gone: those made and lost within one round
+    // are checked too.
+    for name in entries(&root.join("journal")) {
+        if let Some(id) = name.strip_suffix(".jsonl") {
+            seen.insert(id.to_string());
+        }
+    }
     let pool = root.join("pool");
     // Removal of a volume is done when the call returns; processes and cgroups may take a moment to go.
     let deadline = Instant::now() + Duration::from_secs(10);
