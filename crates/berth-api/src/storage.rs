@@ -143,6 +143,25 @@ pub struct StorageInfo {
     pub size_bytes: u64,
     pub free_bytes: u64,
     pub quotas: bool,
+    /// Whether every sandbox's files (root changes and /workspace) are bounded: by its disk quota, and all
+    /// of them together by the pool's size.
+    #[serde(default)]
+    pub bounded: bool,
+    /// The disk quota of a sandbox created without one (when `bounded`).
+    #[serde(default)]
+    pub default_disk_bytes: Option<u64>,
+    /// Why sandboxes' files are not bounded, and what to do about it (when not `bounded`).
+    #[serde(default)]
+    pub unbounded: Option<String>,
+}
+
+/// `POST /v1/storage` (unix socket only): make a btrfs storage pool for the running daemon.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InitStorage {
+    /// The pool's size; default half the free space of the data root's file system, at most 512 GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<u64>,
 }
 
 /// `POST /v1/images` (unix socket only): import an image from a path on the daemon's host.

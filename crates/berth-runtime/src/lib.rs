@@ -16,7 +16,7 @@ pub mod trace;
 
 use std::path::PathBuf;
 
-pub use sandbox::{Runtime, Sandbox, Stdio, Teardown, new_id};
+pub use sandbox::{Runtime, Sandbox, Stdio, Teardown, new_id, supervised, sweep_sandbox};
 
 /// What went wrong building, running or destroying a sandbox.
 #[derive(Debug, thiserror::Error)]

@@ -318,6 +318,33 @@ fn claim(dir: &Path, id: &str) -> Result<(File, PathBuf), RuntimeError> {
 }
 
 /// Whether someone holds the claim at `path` (a live sandbox's supervisor).
+/// Remove what sandbox `id` of the data root `root` left when its supervisor died (its cgroup and whatever is
+/// still in it, its claim file and its liveness claim), as [`Runtime::sweep`] does for every such sandbox at
+/// start; nothing while a supervisor holds its claims. Returns whether it was swept.
+pub fn sweep_sandbox(root: &Path, hierarchy: &Hierarchy, id: &str) -> bool {
+    if spec::check_id(id).is_err() || supervised(id) {
+        return false;
+    }
+    let claim = root.join("sandboxes").join(format!("{id}.lock"));
+    if let Ok(file) = File::options().write(true).open(&claim) {
+        if rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+            return false;
+        }
+        let _ = fs::remove_file(&claim);
+    }
+    let cg = hierarchy.open(id);
+    let _ = cg.kill_all();
+    let _ = cg.remove();
+    let _ = fs::remove_file(Path::new(LIVE_DIR).join(format!("{id}.lock")));
+    true
+}
+
+/// Whether some process supervises sandbox `id` now: its liveness claim is held (by its supervisor, from
+/// before the sandbox is built until after it is torn down).
+pub fn supervised(id: &str) -> bool {
+    claim_held(&Path::new(LIVE_DIR).join(format!("{id}.lock")))
+}
+
 fn claim_held(path: &Path) -> bool {
     File::options()
         .write(true)

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 pub use error::StorageError;
-pub use setup::MIN_POOL_SIZE;
+pub use setup::{MAX_AUTO_POOL_SIZE, MIN_POOL_SIZE, auto_pool_size};
 
 /// How the pool makes volumes and clones, decided by the file system under it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

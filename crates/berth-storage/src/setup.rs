@@ -23,6 +23,21 @@ const POOL_DIR: &str = "pool";
 const POOL_IMAGE: &str = "pool.img";
 const POOL_IMAGE_NEW: &str = "pool.img.new";
 
+/// The largest pool a daemon makes by itself (`--storage auto`); `--pool-size` or `berth storage init
+/// --size` make a bigger one.
+pub const MAX_AUTO_POOL_SIZE: u64 = 512 << 30;
+
+/// The size of the pool a daemon makes by itself on `data_root`: half the free space of the file system that
+/// holds it, at most [`MAX_AUTO_POOL_SIZE`]. The image is sparse: it takes host disk only as sandboxes
+/// write, and never more than this, whatever they write.
+pub fn auto_pool_size(data_root: &Path) -> Result<u64, StorageError> {
+    std::fs::create_dir_all(data_root).map_err(StorageError::io("create the data root", data_root))?;
+    let st = rustix::fs::statvfs(data_root)
+        .map_err(|e| StorageError::io("measure the file system of the data root", data_root)(e.into()))?;
+    let free = st.f_bavail.saturating_mul(st.f_frsize);
+    Ok((free / 2).min(MAX_AUTO_POOL_SIZE))
+}
+
 impl Pool {
     /// Open the pool of a data root, mounting `<root>/pool.img` on `<root>/pool` if it exists and is not
     /// mounted yet. Without an image, the pool is the directory `<root>/pool`, in btrfs mode when it is on

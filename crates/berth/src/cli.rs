@@ -176,6 +176,18 @@ pub struct DaemonArgs {
     /// Most host-name lookups one sandbox may have in progress (at most 64, the daemon's whole).
     #[arg(long, value_parser = parse_count_usize, value_name = "N", default_value = "8")]
     pub max_lookups: usize,
+    /// How sandboxes' files are bounded. auto: make a btrfs storage pool (a sparse file under the data root)
+    /// when there is none and the host can, else warn that they are not bounded; pool: the same, but refuse
+    /// to start without one; none: use the data root as it is.
+    #[arg(long, default_value = "auto", value_name = "auto|pool|none")]
+    pub storage: berthd::StorageChoice,
+    /// The size of a pool the daemon makes. Default: half the free space of the data root's file system, at
+    /// most 512G.
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub pool_size: Option<u64>,
+    /// The disk quota of a sandbox created without --disk, when the pool enforces quotas.
+    #[arg(long, default_value = "10G", value_parser = parse_size, value_name = "SIZE")]
+    pub default_disk: u64,
 }
 
 impl DaemonArgs {

@@ -32,12 +32,14 @@ mod recovery;
 mod retain;
 mod secrets;
 mod sessions;
+mod storage;
 
 pub(crate) use attach::AttachedExec;
 use events::Events;
 pub use live::{ACTOR, actor, journal_path};
 use live::{ExecEntry, Live};
 pub use network::MAX_CONNECTIONS;
+pub use storage::{DEFAULT_DISK, StorageChoice, StorageOptions};
 
 pub struct Engine {
     root: PathBuf,
@@ -52,8 +54,12 @@ pub struct Engine {
     store: Arc<crate::store::Store>,
     /// The host's cgroup layout, for each exec's own cgroup (None: execs are killed by process group only).
     cgroups: Option<berth_runtime::cgroup::Hierarchy>,
-    /// Where sandboxes' files, snapshots and volumes live.
-    pool: Arc<berth_storage::Pool>,
+    /// Where sandboxes' files, snapshots and volumes live (replaced when `berth storage init` makes a pool).
+    pool: std::sync::RwLock<Arc<berth_storage::Pool>>,
+    /// How sandboxes' files are bounded.
+    storage: StorageOptions,
+    /// Why sandboxes' files are not bounded, when they are not.
+    storage_note: std::sync::RwLock<Option<String>>,
     /// Sandboxes in the middle of an operation that must not overlap another (stop, snapshot, restore, …).
     busy: std::sync::Mutex<HashMap<String, &'static str>>,
     /// Names of sandboxes being created: taken before the create, so two at once cannot both have one.
@@ -71,13 +77,18 @@ pub fn now_ms() -> u64 {
 }
 
 impl Engine {
-    /// Open the engine on a data root with the default bounds.
+    /// Open the engine on a data root as it is (default bounds, no pool made): adopt the sandboxes whose shims
+    /// survived a previous daemon.
     pub async fn open(root: &Path) -> Result<Arc<Engine>, EngineError> {
-        Engine::open_with(root, crate::bounds::Bounds::default()).await
+        Engine::open_with(root, crate::bounds::Bounds::default(), StorageOptions::as_is()).await
     }
 
-    /// Open the engine on a data root: adopt the sandboxes whose shims survived a previous daemon.
-    pub async fn open_with(root: &Path, bounds: crate::bounds::Bounds) -> Result<Arc<Engine>, EngineError> {
+    /// Open the engine on a data root with these bounds, making a storage pool as `storage` says.
+    pub async fn open_with(
+        root: &Path,
+        bounds: crate::bounds::Bounds,
+        storage: StorageOptions,
+    ) -> Result<Arc<Engine>, EngineError> {
         bounds.check().map_err(EngineError::invalid)?;
         let exe = std::env::current_exe().map_err(EngineError::SpawnShim)?;
         // Logs, journals and shim sockets are the sandboxes' business and root's: nobody else may read them.
@@ -88,7 +99,7 @@ impl Engine {
                 .map_err(EngineError::Log)?;
         }
         let store = Arc::new(crate::store::Store::open(root)?);
-        let pool = berth_storage::Pool::open(root).map_err(|e| EngineError::Storage(e.to_string()))?;
+        let (pool, storage_note) = storage::open_pool(root, &storage)?;
         let engine = Arc::new(Engine {
             root: root.to_path_buf(),
             exe,
@@ -98,7 +109,9 @@ impl Engine {
             tokens: crate::tokens::Tokens::new(Arc::clone(&store)),
             store,
             cgroups: berth_runtime::cgroup::Hierarchy::detect().ok(),
-            pool: Arc::new(pool),
+            pool: std::sync::RwLock::new(Arc::new(pool)),
+            storage,
+            storage_note: std::sync::RwLock::new(storage_note),
             busy: std::sync::Mutex::new(HashMap::new()),
             this: std::sync::OnceLock::new(),
             reserved_names: std::sync::Mutex::new(std::collections::HashSet::new()),
@@ -112,6 +125,7 @@ impl Engine {
         });
         let _ = engine.this.set(Arc::downgrade(&engine));
         engine.private_dirs();
+        engine.log_storage();
         engine.adopt_all().await;
         engine.account_for_lost().await;
         Ok(engine)
@@ -274,7 +288,10 @@ impl Engine {
                     receipt.leftovers.extend(t.leftovers);
                 }
                 // Its supervisor is already gone, and its processes with it: the rest of the teardown still runs.
-                Err(e) => receipt.steps.push(format!("its supervisor was already gone ({e})")),
+                Err(e) => {
+                    receipt.steps.push(format!("its supervisor was already gone ({e})"));
+                    self.sweep_runtime(sid).await;
+                }
             }
         }
         self.discard_files(sid, &mut receipt).await;
@@ -452,7 +469,7 @@ impl Engine {
     pub fn info(&self) -> berth_api::DaemonInfo {
         berth_api::DaemonInfo {
             version: env!("CARGO_PKG_VERSION").to_string(),
-            bounds: crate::bounds::table(&self.bounds),
+            bounds: std::iter::once(self.files_bound()).chain(crate::bounds::table(&self.bounds)).collect(),
         }
     }
 

@@ -104,6 +104,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/volumes"),
     ("DELETE", "/v1/volumes/{name}"),
     ("GET", "/v1/storage"),
+    ("POST", "/v1/storage"),
     ("GET", "/v1/sandboxes/{id}/diff"),
     ("POST", "/v1/sandboxes/{id}/export"),
     ("GET", "/v1/images"),
@@ -435,9 +436,10 @@ pub async fn serve(
     socket: &Path,
     listen: Option<std::net::SocketAddr>,
     bounds: crate::Bounds,
+    storage: crate::StorageOptions,
 ) -> Result<(), EngineError> {
     let io = |action: &str, e: std::io::Error| berth_sys::SysError::new(format!("{action} {}", socket.display()), e);
-    let engine = Engine::open_with(root, bounds).await?;
+    let engine = Engine::open_with(root, bounds, storage).await?;
     if let Some(dir) = socket.parent() {
         tokio::fs::create_dir_all(dir).await.map_err(|e| io("create the directory of", e))?;
     }

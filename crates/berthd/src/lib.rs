@@ -28,7 +28,7 @@ pub mod store;
 pub mod tokens;
 
 pub use bounds::Bounds;
-pub use engine::Engine;
+pub use engine::{DEFAULT_DISK, Engine, StorageChoice, StorageOptions};
 pub use error::EngineError;
 pub use http::ROUTES;
 pub use http::{app, serve, tcp_app};

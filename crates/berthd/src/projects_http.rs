@@ -26,7 +26,7 @@ pub fn routes() -> Router<Arc<Engine>> {
         .route("/v1/snapshots/{snapshot}", get(get_snapshot).delete(remove_snapshot))
         .route("/v1/volumes", get(volumes).post(create_volume))
         .route("/v1/volumes/{name}", delete(remove_volume))
-        .route("/v1/storage", get(storage))
+        .route("/v1/storage", get(storage).post(init_storage))
         .route("/v1/sandboxes/{id}/diff", get(diff))
         .route("/v1/sandboxes/{id}/export", post(export))
         .route("/v1/images", get(images).post(import_image))
@@ -223,13 +223,29 @@ async fn remove_volume(axum::extract::State(e): Api, UrlPath(name): UrlPath<Stri
 async fn storage(axum::extract::State(e): Api) -> Result<Response, Failure> {
     let pool = e.pool();
     let info = pool.info().map_err(|err| Failure::from(crate::EngineError::Storage(err.to_string())))?;
-    Ok(Json(StorageInfo {
+    Ok(Json(storage_info(&e, &info)).into_response())
+}
+
+fn storage_info(e: &Engine, info: &berth_storage::PoolInfo) -> StorageInfo {
+    let unbounded = e.unbounded_reason();
+    StorageInfo {
         mode: info.mode.to_string(),
         size_bytes: info.size_bytes,
         free_bytes: info.free_bytes,
         quotas: info.quotas,
-    })
-    .into_response())
+        bounded: unbounded.is_none(),
+        default_disk_bytes: if unbounded.is_none() { e.default_disk() } else { None },
+        unbounded,
+    }
+}
+
+async fn init_storage(
+    axum::extract::State(e): Api,
+    ApiJson(req): ApiJson<berth_api::InitStorage>,
+) -> Result<Response, Failure> {
+    local_only("making a storage pool")?;
+    let info = e.init_storage(req.size_bytes).await?;
+    Ok((StatusCode::CREATED, Json(storage_info(&e, &info))).into_response())
 }
 
 async fn secrets(axum::extract::State(e): Api) -> Result<Response, Failure> {

@@ -126,12 +126,27 @@ pub fn main(root: &Path) -> i32 {
             return report(&mut out, ShimReady::Failed { message, invalid: false });
         }
     };
-    report(&mut out, ShimReady::Ready { record: Box::new(record.clone()) });
+    // The daemon that asked for it died while it was being built: nobody will adopt a sandbox that a new
+    // daemon may already have counted as lost, so it goes (the new daemon waits for that; see recovery).
+    if !report_ready(&mut out, ShimReady::Ready { record: Box::new(record.clone()) }) {
+        let _ = std::fs::remove_file(&path);
+        let _ = sandbox.destroy();
+        return 125;
+    }
     let code = serve(&mut sandbox, &listener, &path, &record, &start.env, &start.authority);
     let _ = std::fs::remove_file(&path);
     // Dropping the sandbox tears it down if `serve` did not.
     drop(sandbox);
     code
+}
+
+/// Hand `ready` to the daemon; whether it could be written (not when the daemon is gone).
+fn report_ready(out: &mut std::io::Stdout, ready: ShimReady) -> bool {
+    serde_json::to_writer(&mut *out, &ready)
+        .map_err(std::io::Error::from)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush())
+        .is_ok()
 }
 
 fn report(out: &mut std::io::Stdout, ready: ShimReady) -> i32 {

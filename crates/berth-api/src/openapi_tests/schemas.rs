@@ -430,8 +430,9 @@ fn check_request<T: Serialize + DeserializeOwned>(spec: &Value, name: &str, full
 }
 
 /// The request schemas: exactly those that refuse unknown fields.
-const REQUESTS: [&str; 14] = [
+const REQUESTS: [&str; 15] = [
     "CreateSandbox",
+    "InitStorage",
     "Mount",
     "VolumeMount",
     "ExecRequest",
@@ -467,6 +468,7 @@ fn request_schemas_match_deserialization() {
     check::<ExportRequest>(&spec, &samples, "ExportRequest");
     check::<CreateVolume>(&spec, &samples, "CreateVolume");
     check::<ImportImage>(&spec, &samples, "ImportImage");
+    check::<InitStorage>(&spec, &samples, "InitStorage");
     check::<Network>(&spec, &samples, "Network");
     check::<NetChange>(&spec, &samples, "NetChange");
     let closed: BTreeSet<&str> = spec["components"]["schemas"]

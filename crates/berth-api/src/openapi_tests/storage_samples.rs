@@ -76,7 +76,15 @@ pub(super) fn storage_full_samples() -> Vec<(&'static str, Value)> {
         author_name: Some("Agent".into()),
         author_email: Some("agent@example.com".into()),
     };
-    let storage = StorageInfo { mode: "btrfs".into(), size_bytes: 100 << 30, free_bytes: 60 << 30, quotas: true };
+    let storage = StorageInfo {
+        mode: "btrfs".into(),
+        size_bytes: 100 << 30,
+        free_bytes: 60 << 30,
+        quotas: false,
+        bounded: false,
+        default_disk_bytes: Some(10 << 30),
+        unbounded: Some("sandboxes' files are not bounded: the storage pool is on btrfs with quotas off".into()),
+    };
     let mut samples = vec![
         ("CreateSnapshot", to_value(&CreateSnapshot { name: Some("before-upgrade".into()) })),
         ("Snapshot", to_value(&snapshot_sample())),
@@ -99,6 +107,7 @@ pub(super) fn storage_full_samples() -> Vec<(&'static str, Value)> {
             }),
         ),
         ("StorageInfo", to_value(&storage)),
+        ("InitStorage", to_value(&InitStorage { size_bytes: Some(20 << 30) })),
         ("ImportImage", to_value(&ImportImage { name: "debian".into(), source: "/srv/images/debian.tar".into() })),
         ("RejectedEntry", to_value(&image_sample().rejected[0])),
         ("Image", to_value(&image_sample())),
@@ -144,12 +153,21 @@ pub(super) fn storage_sparse_samples() -> Vec<(&'static str, Value)> {
         ("Change", to_value(&deleted)),
         ("Diff", to_value(&Diff { against: "image".into(), changes: vec![] })),
         ("ExportRequest", to_value(&ExportRequest::default())),
+        ("InitStorage", to_value(&InitStorage::default())),
         ("Volume", to_value(&Volume { name: "v".into(), created_at_ms: 0, used_by: vec![] })),
         ("Image", to_value(&image)),
         ("ImportFrame", to_value(&ImportFrame::Done { image })),
     ];
-    for (mode, quotas) in [("reflink", false), ("copy", false)] {
-        let info = StorageInfo { mode: mode.into(), size_bytes: 0, free_bytes: 0, quotas };
+    for (mode, quotas) in [("reflink", false), ("copy", false), ("btrfs", true)] {
+        let info = StorageInfo {
+            mode: mode.into(),
+            size_bytes: 0,
+            free_bytes: 0,
+            quotas,
+            bounded: quotas,
+            default_disk_bytes: quotas.then_some(10 << 30),
+            unbounded: (!quotas).then(|| "sandboxes' files are not bounded".into()),
+        };
         samples.push(("StorageInfo", to_value(&info)));
     }
     for kind in ["directory", "tarball", "docker"] {

@@ -107,11 +107,13 @@ pub enum VolumeCommand {
 #[derive(Debug, Subcommand)]
 pub enum StorageCommand {
     /// Create a btrfs storage pool in a file under the data directory and mount it (the daemon mounts it at
-    /// start-up from then on): copy-on-write forks and snapshots, and disk quotas.
+    /// start-up from then on): copy-on-write forks and snapshots, and disk quotas. A running daemon makes it
+    /// and uses it at once.
     Init {
-        /// The pool's size (the file is sparse: it takes host disk only as it fills).
-        #[arg(long, default_value = "20G", value_parser = parse_size, value_name = "SIZE")]
-        size: u64,
+        /// The pool's size (the file is sparse: it takes host disk only as it fills, and never more than
+        /// this). Default: half the free space of the data root's file system, at most 512G.
+        #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+        size: Option<u64>,
     },
     /// Show the storage pool: mode, size, free space, quotas.
     Info {

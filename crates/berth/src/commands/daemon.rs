@@ -4,21 +4,19 @@ use std::path::Path;
 
 use anyhow::Context;
 
-pub fn daemon(
-    root: &Path,
-    socket: &Path,
-    listen: Option<std::net::SocketAddr>,
-    bounds: berthd::Bounds,
-) -> anyhow::Result<i32> {
+pub fn daemon(root: &Path, socket: &Path, args: crate::cli::DaemonArgs) -> anyhow::Result<i32> {
     if !rustix::process::geteuid().is_root() {
         anyhow::bail!("berth daemon needs root (it creates sandboxes with their own host id ranges)");
     }
+    let bounds = args.bounds();
     bounds.check().map_err(anyhow::Error::msg)?;
     // Checks the data root and the cgroup layout, and sweeps what crashed runs left, before serving.
     berth_runtime::Runtime::open(root)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("start the async runtime")?;
     rt.block_on(async {
-        let serve = berthd::serve(root, socket, listen, bounds);
+        let storage =
+            berthd::StorageOptions { choice: args.storage, pool_size: args.pool_size, default_disk: args.default_disk };
+        let serve = berthd::serve(root, socket, args.listen, bounds, storage);
         tokio::select! {
             r = serve => r.map_err(anyhow::Error::from),
             _ = tokio::signal::ctrl_c() => Ok(()),

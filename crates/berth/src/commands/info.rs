@@ -12,17 +12,13 @@ pub fn info(root: &Path, socket: &Path) -> anyhow::Result<i32> {
         Version::V2 => "v2",
     };
     let landlock = berth_sys::landlock::abi_version();
-    // Which copy-on-write mode the daemon's storage would use here, and why not better.
-    let storage = match berth_storage::Pool::open(root).and_then(|p| p.info()) {
-        Ok(i) => serde_json::json!({
-            "mode": i.mode.to_string(), "size_bytes": i.size_bytes, "free_bytes": i.free_bytes, "quotas": i.quotas,
-            "hint": match i.mode {
-                berth_storage::Mode::Btrfs => serde_json::Value::Null,
-                _ => "forks and snapshots copy files and disk quotas are off: run `berth storage init` for a btrfs pool".into(),
-            },
-        }),
-        Err(e) => serde_json::json!({"error": e.to_string()}),
-    };
+    // The running daemon's storage and what bounds sandboxes' files (`bounded`, `unbounded`); without a
+    // daemon, the pool as a daemon would find it here.
+    let daemon = crate::client::Client::connect(socket)
+        .and_then(|c| c.get("/v1/storage"))
+        .ok()
+        .and_then(|(_, body)| serde_json::from_slice::<serde_json::Value>(&body).ok());
+    let storage = daemon.unwrap_or_else(|| local_storage(root));
     // What one sandbox may take of the host: as the daemon at --socket keeps it, or the defaults when none
     // answers there.
     let (bounds_from, bounds) = match daemon_info(socket) {
@@ -50,4 +46,20 @@ fn daemon_info(socket: &Path) -> Option<berth_api::DaemonInfo> {
     let client = crate::client::Client::connect(socket).ok()?;
     let (_, body) = client.get("/v1/info").ok()?;
     serde_json::from_slice(&body).ok()
+}
+
+/// The data root's pool as a daemon would open it, when none runs.
+fn local_storage(root: &Path) -> serde_json::Value {
+    match berth_storage::Pool::open(root).and_then(|p| p.info()) {
+        Ok(i) => serde_json::json!({
+            "mode": i.mode.to_string(), "size_bytes": i.size_bytes, "free_bytes": i.free_bytes, "quotas": i.quotas,
+            "daemon": "not running",
+            "hint": match (i.mode, i.quotas) {
+                (berth_storage::Mode::Btrfs, true) => serde_json::Value::Null,
+                (berth_storage::Mode::Btrfs, false) => "disk quotas are off, so sandboxes' files are not bounded: turn them on with `btrfs quota enable`".into(),
+                _ => "no btrfs pool yet: a daemon started with --storage auto (the default) makes one, or run `berth storage init`; without one, sandboxes' files are not bounded and forks copy files".into(),
+            },
+        }),
+        Err(e) => serde_json::json!({"error": e.to_string()}),
+    }
 }

@@ -43,7 +43,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench(args) if args.soak => bench_soak::bench_soak(&cli.socket, args),
         Command::Bench(args) if args.exec => bench_exec::bench_exec(&cli.socket, args),
         Command::Bench(args) => bench::bench(&cli.root, args),
-        Command::Daemon(args) => daemon::daemon(&cli.root, &cli.socket, args.listen, args.bounds()),
+        Command::Daemon(args) => daemon::daemon(&cli.root, &cli.socket, args),
         Command::Token(crate::cli::TokenCommand::Create { name, json }) => {
             daemon::token_create(&cli.socket, &name, json)
         }

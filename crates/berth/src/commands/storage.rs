@@ -8,9 +8,25 @@ use crate::client::{self, Client};
 pub fn storage(root: &Path, socket: &Path, cmd: StorageCommand) -> anyhow::Result<i32> {
     match cmd {
         StorageCommand::Init { size } => {
+            // A running daemon makes the pool itself and uses it from its next sandbox on.
+            if let Ok(c) = Client::connect(socket) {
+                let (_, body) = c.post_json("/v1/storage", &berth_api::InitStorage { size_bytes: size })?;
+                let info = client::decode::<berth_api::StorageInfo>(&body)?;
+                println!(
+                    "storage pool ready: {} ({} bytes; quotas {}); the daemon uses it from now on",
+                    info.mode,
+                    info.size_bytes,
+                    if info.quotas { "on" } else { "off" }
+                );
+                return Ok(0);
+            }
             if !rustix::process::geteuid().is_root() {
                 anyhow::bail!("berth storage init needs root: it makes a file system and mounts it");
             }
+            let size = match size {
+                Some(s) => s,
+                None => berth_storage::auto_pool_size(root)?,
+            };
             let pool = berth_storage::Pool::init(root, size)?;
             let info = pool.info()?;
             println!(
@@ -20,7 +36,6 @@ pub fn storage(root: &Path, socket: &Path, cmd: StorageCommand) -> anyhow::Resul
                 info.size_bytes,
                 if info.quotas { "on" } else { "off" }
             );
-            println!("restart a running berth daemon so that it uses the pool");
             Ok(0)
         }
         StorageCommand::Info { json } => {
@@ -34,6 +49,12 @@ pub fn storage(root: &Path, socket: &Path, cmd: StorageCommand) -> anyhow::Resul
                         size_bytes: info.size_bytes,
                         free_bytes: info.free_bytes,
                         quotas: info.quotas,
+                        bounded: false,
+                        default_disk_bytes: None,
+                        unbounded: Some(
+                            "no daemon runs: a daemon started with --storage auto makes a pool where there is none"
+                                .into(),
+                        ),
                     }
                 }
             };
@@ -44,6 +65,13 @@ pub fn storage(root: &Path, socket: &Path, cmd: StorageCommand) -> anyhow::Resul
                 println!("size:   {} bytes", info.size_bytes);
                 println!("free:   {} bytes", info.free_bytes);
                 println!("quotas: {}", if info.quotas { "on" } else { "off" });
+                match (&info.unbounded, info.default_disk_bytes) {
+                    (Some(why), _) => println!("bound:  none: {why}"),
+                    (None, Some(d)) => {
+                        println!("bound:  {d} bytes per sandbox by default (--disk), the pool's size in all")
+                    }
+                    (None, None) => println!("bound:  the pool's size in all"),
+                }
             }
             Ok(0)
         }

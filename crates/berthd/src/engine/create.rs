@@ -43,6 +43,10 @@ impl Engine {
         receipt::check_outputs(&req.outputs)?;
         network::policy_of(&req.network)?;
         self.check_secrets(&req.secrets)?;
+        // Without a quota of its own, a sandbox gets the daemon's default where the pool can enforce one.
+        if req.disk_bytes.is_none() {
+            req.disk_bytes = self.default_disk();
+        }
         self.check_quota(req.disk_bytes)?;
         let parent = match &req.from_snapshot {
             Some(s) => Some(self.store.snapshot(s)?.ok_or_else(|| EngineError::NoSnapshot(s.clone()))?),

@@ -44,6 +44,7 @@ impl Engine {
         let now = now_ms();
         let boots = ids.iter().map(|child| {
             let mut req = spec.clone();
+            req.disk_bytes = req.disk_bytes.or(self.default_disk());
             req.name = Some(format!("{}-{}", parent.name.chars().take(50).collect::<String>(), &child[..6]));
             let base = base.clone();
             let owner = parent.owner.clone();

@@ -52,19 +52,15 @@ fn storage_err(e: berth_storage::StorageError) -> EngineError {
 
 impl Engine {
     pub(crate) fn state_dir(&self, id: &str) -> PathBuf {
-        self.pool.path().join("sandboxes").join(id)
+        self.pool().path().join("sandboxes").join(id)
     }
 
     pub(crate) fn snapshot_dir(&self, id: &str) -> PathBuf {
-        self.pool.path().join("snapshots").join(id)
+        self.pool().path().join("snapshots").join(id)
     }
 
     pub(crate) fn volume_dir(&self, name: &str) -> PathBuf {
-        self.pool.path().join("volumes").join(name)
-    }
-
-    pub fn pool(&self) -> &Pool {
-        &self.pool
+        self.pool().path().join("volumes").join(name)
     }
 
     /// Run a blocking pool operation off the async threads.
@@ -72,7 +68,7 @@ impl Engine {
         &self,
         op: impl FnOnce(&Pool) -> Result<T, berth_storage::StorageError> + Send + 'static,
     ) -> Result<T, EngineError> {
-        let pool = Arc::clone(&self.pool);
+        let pool = self.pool();
         tokio::task::spawn_blocking(move || op(&pool))
             .await
             .map_err(|_| EngineError::Storage("a storage operation panicked".into()))?
@@ -96,9 +92,9 @@ impl Engine {
     pub(crate) fn check_quota(&self, disk: Option<u64>) -> Result<(), EngineError> {
         match disk {
             Some(b) if b < (16 << 20) => Err(EngineError::invalid("disk_bytes must be at least 16M")),
-            Some(_) if self.pool.mode() != berth_storage::Mode::Btrfs => Err(EngineError::invalid(format!(
-                "disk quotas need a btrfs storage pool and this one is {}: run `berth storage init` and restart the daemon",
-                self.pool.mode()
+            Some(_) if self.pool().mode() != berth_storage::Mode::Btrfs => Err(EngineError::invalid(format!(
+                "disk quotas need a btrfs storage pool and this one is {}: run `berth storage init` (the running daemon takes it up at once)",
+                self.pool().mode()
             ))),
             _ => Ok(()),
         }
@@ -107,7 +103,7 @@ impl Engine {
     /// Set a sandbox's quota; without one, lift any its files inherited (a clone keeps its source's limit).
     pub(crate) async fn apply_quota(&self, id: &str, disk: Option<u64>) -> Result<(), EngineError> {
         if disk.is_none()
-            && (self.pool.mode() != berth_storage::Mode::Btrfs || !self.pool.info().is_ok_and(|i| i.quotas))
+            && (self.pool().mode() != berth_storage::Mode::Btrfs || !self.pool().info().is_ok_and(|i| i.quotas))
         {
             return Ok(());
         }
@@ -243,7 +239,12 @@ impl Engine {
         if let Ok(mut r) = self.removing.lock() {
             r.remove(sid);
         }
-        halted?;
+        if let Err(e) = halted {
+            // Its shim died, and its sandbox with it: no longer live, it is accounted for as the reaper would
+            // (a persistent one is stopped, files kept), not left in neither list.
+            self.supervisor_gone(sid, "its supervisor was gone when it was stopped", "lost").await;
+            return Err(e);
+        }
         // A stopped sandbox has no session: its token stops working (a new one comes with the next start), and
         // the sandboxes it made with it go.
         let _ = self.tokens.revoke_session(sid);
@@ -524,7 +525,7 @@ impl Engine {
         let result = if live.is_some() { self.start_stopped(&stopped).await } else { Ok(stopped) };
         // The replaced files (or, on a failure, the unused new ones) go after the sandbox is back: deleting a big
         // volume is slow and nothing waits on it.
-        let pool = Arc::clone(&self.pool);
+        let pool = self.pool();
         tokio::task::spawn_blocking(move || pool.remove(&fresh));
         quota?;
         result
