@@ -140,8 +140,8 @@ const SOCK_TYPE_MASK: u32 = 0xf;
 /// The netlink protocols a sandbox may open: routing (`ip`, `getifaddrs`) and socket diagnostics (`ss`).
 /// The rest (netfilter, generic netlink, xfrm, audit, uevents, the connector, crypto, rdma, ...) fail with
 /// `EPROTONOSUPPORT`, as for a protocol the kernel lacks. A socket diagnostics request can still make the
-/// kernel load the `*_diag` module of a family or protocol (the kernel does so only for one already
-/// registered, so it loads no protocol itself).
+/// kernel load the `*_diag` module of a family or IP protocol (only of one already registered, so no
+/// protocol itself is loaded that way).
 pub const NETLINK_PROTOCOLS: [u32; 2] = [libc::NETLINK_ROUTE as u32, libc::NETLINK_SOCK_DIAG as u32];
 
 /// `ioctl` requests refused on every descriptor.
