@@ -362,7 +362,7 @@ mod tests {
             (libc::SYS_socket, [libc::AF_INET as u64, libc::SOCK_DGRAM as u64, libc::IPPROTO_ICMP as u64, 0, 0, 0]),
             (libc::SYS_socket, [libc::AF_INET6 as u64, libc::SOCK_DGRAM as u64, libc::IPPROTO_ICMPV6 as u64, 0, 0, 0]),
             (libc::SYS_socket, [libc::AF_INET6 as u64, libc::SOCK_STREAM as u64, libc::IPPROTO_TCP as u64, 0, 0, 0]),
-            (libc::SYS_socket, [libc::AF_INET as u64, libc::SOCK_STREAM as u64, 262, 0, 0, 0]),
+            (libc::SYS_socket, [libc::AF_INET as u64, libc::SOCK_STREAM as u64, libc::IPPROTO_MPTCP as u64, 0, 0, 0]),
             (libc::SYS_socket, [libc::AF_INET as u64, libc::SOCK_DGRAM as u64, libc::IPPROTO_UDPLITE as u64, 0, 0, 0]),
             // Types with flags, and the unix and netlink types whose number is SOCK_PACKET's plus a flag bit.
             (libc::SYS_socket, [libc::AF_INET as u64, (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64, 0, 0, 0, 0]),

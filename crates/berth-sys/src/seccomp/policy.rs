@@ -124,11 +124,8 @@ pub const INET_PROTOCOLS: [u32; 7] = [
     libc::IPPROTO_ICMP as u32,
     libc::IPPROTO_ICMPV6 as u32,
     libc::IPPROTO_UDPLITE as u32,
-    IPPROTO_MPTCP,
+    libc::IPPROTO_MPTCP as u32,
 ];
-
-/// `IPPROTO_MPTCP` (Linux 5.6), which the libc crate does not name on every target.
-const IPPROTO_MPTCP: u32 = 262;
 
 /// `SOCK_PACKET`, the obsolete packet socket type: `socket(AF_INET, SOCK_PACKET, ...)` is turned into an
 /// `AF_PACKET` socket by the kernel after the family was checked.
