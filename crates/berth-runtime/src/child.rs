@@ -2,11 +2,12 @@
 //! hardens itself, and becomes berth-init. It runs single-threaded, in the new namespaces, as root of the
 //! sandbox's user namespace — never as root of the host.
 
+use std::collections::BTreeSet;
 use std::convert::Infallible;
 use std::fs;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{PermissionsExt, symlink};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use berth_init::protocol::{self, CONTROL_FD, Event};
 use berth_sys::mount::{self, Attrs, Flags};
@@ -139,11 +140,20 @@ fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<(), RuntimeEr
         Step::Seal { target } => mount::set_attr(target, Attrs { readonly: true, ..Attrs::default() }, false)?,
         Step::Mask { target } => mask(target)?,
         Step::MaskEach { parent, prefix, leaf } => {
-            let entries = fs::read_dir(parent).map_err(|e| SysError::new(format!("list {}", parent.display()), e))?;
+            let entries = match fs::read_dir(parent) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(SysError::new(format!("list {}", parent.display()), e).into()),
+            };
             for entry in entries.flatten() {
                 if entry.file_name().to_str().is_some_and(|n| n.starts_with(prefix)) {
                     mask(&entry.path().join(leaf))?;
                 }
+            }
+        }
+        Step::MaskLinkParents { links, within } => {
+            for dir in link_parents(links, within)? {
+                mask(&dir)?;
             }
         }
         Step::Mkdir { path, mode } => {
@@ -165,6 +175,25 @@ fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<(), RuntimeEr
         Step::Pivot { new_root } => mount::pivot_into(new_root)?,
     }
     Ok(())
+}
+
+/// The directories holding what the symlinks in `links` point to, each strictly inside `within`, without
+/// repeats. A missing `links` has none; a dangling link or one leading elsewhere is skipped.
+fn link_parents(links: &Path, within: &Path) -> Result<BTreeSet<PathBuf>, SysError> {
+    let entries = match fs::read_dir(links) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeSet::new()),
+        Err(e) => return Err(SysError::new(format!("list {}", links.display()), e)),
+    };
+    let within = fs::canonicalize(within).unwrap_or_else(|_| within.to_path_buf());
+    let mut parents = BTreeSet::new();
+    for entry in entries.flatten() {
+        let Ok(target) = fs::canonicalize(entry.path()) else { continue };
+        if let Some(parent) = target.parent().filter(|p| p.starts_with(&within) && *p != within) {
+            parents.insert(parent.to_path_buf());
+        }
+    }
+    Ok(parents)
 }
 
 /// Cover a directory with an empty read-only tmpfs; nothing to do if it is missing.
@@ -211,4 +240,49 @@ fn resolve_in_root(root: &Path, target: &str, file: bool) -> Result<OwnedFd, Run
         };
     }
     Ok(cur)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_of_missing_directories_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("sys/devices/system/cpu");
+        let step = Step::MaskEach { parent: missing, prefix: "cpu", leaf: "thermal_throttle" };
+        run_step(&step, dir.path(), &[]).unwrap();
+        let step = Step::MaskLinkParents { links: dir.path().join("sys/bus/vmbus/devices"), within: dir.path().into() };
+        run_step(&step, dir.path(), &[]).unwrap();
+        // Any other failure to list still stops the start.
+        fs::write(dir.path().join("file"), b"").unwrap();
+        let step = Step::MaskEach { parent: dir.path().join("file"), prefix: "cpu", leaf: "thermal_throttle" };
+        assert!(run_step(&step, dir.path(), &[]).is_err());
+    }
+
+    #[test]
+    fn link_parents_are_the_directories_a_bus_links_into() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["devices/bus0/a", "devices/bus0/b", "devices/bus1/c", "bus/x/devices", "elsewhere/d"] {
+            fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let links = root.join("bus/x/devices");
+        for (name, to) in [
+            ("a", "../../../devices/bus0/a"),
+            ("b", "../../../devices/bus0/b"),
+            ("c", "../../../devices/bus1/c"),
+            ("gone", "../../../devices/bus2/gone"),
+            ("d", "../../../elsewhere/d"),
+            ("top", "../../../devices/bus0"),
+        ] {
+            symlink(to, links.join(name)).unwrap();
+        }
+        let devices = root.join("devices");
+        let got: Vec<PathBuf> = link_parents(&links, &devices).unwrap().into_iter().collect();
+        let devices = fs::canonicalize(&devices).unwrap();
+        assert_eq!(got, vec![devices.join("bus0"), devices.join("bus1")]);
+        assert!(link_parents(&root.join("bus/y/devices"), &devices).unwrap().is_empty());
+    }
 }

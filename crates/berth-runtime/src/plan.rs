@@ -137,10 +137,19 @@ pub enum Step {
         target: PathBuf,
     },
     /// [`Mask`](Step::Mask) `parent/NAME/leaf` for every entry NAME of `parent` that starts with `prefix`.
+    /// Nothing to do if `parent` is missing.
     MaskEach {
         parent: PathBuf,
         prefix: &'static str,
         leaf: &'static str,
+    },
+    /// [`Mask`](Step::Mask) the directory holding each entry that a symlink in `links` points to, when that
+    /// directory lies strictly inside `within`: a bus's device list links into the device tree, where the
+    /// devices stay readable after the list itself is masked. Resolved when the sandbox starts; nothing to
+    /// do if `links` is missing.
+    MaskLinkParents {
+        links: PathBuf,
+        within: PathBuf,
     },
     Mkdir {
         path: PathBuf,
@@ -174,10 +183,11 @@ pub struct Plan {
     pub hostname: String,
 }
 
-/// Files in /proc that reveal or change host state, covered with /dev/null. `interrupts` counts the host's
-/// interrupts per CPU, a side channel on other tenants; `config.gz` names every piece of code built into
-/// the host's kernel.
-const PROC_MASKED_FILES: [&str; 9] = [
+/// Files in /proc that reveal or change host state, covered with /dev/null. `interrupts` and `softirqs`
+/// count the host's interrupts per CPU and source, a side channel on other tenants (the total is still in
+/// the `intr` and `softirq` lines of `/proc/stat`, which `ps` and `top` need); `config.gz` names every
+/// piece of code built into the host's kernel.
+const PROC_MASKED_FILES: [&str; 10] = [
     "kcore",
     "keys",
     "timer_list",
@@ -186,20 +196,22 @@ const PROC_MASKED_FILES: [&str; 9] = [
     "latency_stats",
     "sysrq-trigger",
     "interrupts",
+    "softirqs",
     "config.gz",
 ];
-/// Directories in /proc that reveal host hardware, covered with an empty tmpfs.
-const PROC_MASKED_DIRS: [&str; 3] = ["acpi", "scsi", "asound"];
+/// Directories in /proc that reveal host hardware, covered with an empty tmpfs: `irq` holds each
+/// interrupt's affinity, its handlers' device names and (`spurious`) its counts.
+const PROC_MASKED_DIRS: [&str; 4] = ["acpi", "scsi", "asound", "irq"];
 /// Directories in /sys covered with an empty tmpfs: firmware tables (ACPI, DMI, EFI variables, the memory
 /// map), the machine's identity as its hypervisor set it (DMI serials and UUID, Xen's `/sys/hypervisor`,
-/// Hyper-V's VMBus channels), power-capping counters (energy readings are a side channel), and SELinux's
-/// interface.
+/// Hyper-V's VMBus channel list, whose entries link to devices masked by [`Step::MaskLinkParents`]),
+/// power-capping counters (energy readings are a side channel), and SELinux's interface.
 const SYS_MASKED_DIRS: [&str; 6] =
     ["firmware", "devices/virtual/powercap", "devices/virtual/dmi", "hypervisor", "bus/vmbus", "fs/selinux"];
 /// Files in /sys covered with /dev/null: the physical address of the host's crash-dump notes.
 const SYS_MASKED_FILES: [&str; 1] = ["kernel/vmcoreinfo"];
-/// Directories in /proc that would change the host if written, made read-only.
-const PROC_READONLY: [&str; 4] = ["sys", "bus", "fs", "irq"];
+/// Directories in /proc that would change the host if written, made read-only (`irq` is masked).
+const PROC_READONLY: [&str; 3] = ["sys", "bus", "fs"];
 /// The device nodes a sandbox gets, bound from the host.
 pub const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 
@@ -282,6 +294,9 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
         flags: nosuid_nodev_noexec | Flags::RDONLY,
         data: String::new(),
     });
+    // The VMBus channels' device directories (named by the channels' instance GUIDs) and the VMBus device
+    // holding them, found through the bus's links before the bus directory is masked.
+    steps.push(Step::MaskLinkParents { links: at("/sys/bus/vmbus/devices"), within: at("/sys/devices") });
     for d in SYS_MASKED_DIRS {
         steps.push(Step::Mask { target: at(&format!("/sys/{d}")) });
     }
@@ -476,6 +491,23 @@ mod tests {
             .unwrap();
         let firmware = plan.steps.iter().position(|s| *s == Step::Mask { target: "/s/rootfs/sys/firmware".into() });
         assert!(sys_at < firmware.unwrap(), "masks must come after /sys is mounted");
+        let vmbus_devices = plan.steps.iter().position(|s| {
+            *s == Step::MaskLinkParents {
+                links: "/s/rootfs/sys/bus/vmbus/devices".into(),
+                within: "/s/rootfs/sys/devices".into(),
+            }
+        });
+        let vmbus = plan.steps.iter().position(|s| *s == Step::Mask { target: "/s/rootfs/sys/bus/vmbus".into() });
+        assert!(sys_at < vmbus_devices.unwrap(), "masks must come after /sys is mounted");
+        assert!(vmbus_devices < vmbus, "the bus's links must be followed before the bus is masked");
+        for f in ["/s/rootfs/proc/interrupts", "/s/rootfs/proc/softirqs"] {
+            assert!(plan.steps.contains(&Step::BindFile {
+                source: "/dev/null".into(),
+                target: f.into(),
+                optional: true
+            }));
+        }
+        assert!(plan.steps.contains(&Step::Mask { target: "/s/rootfs/proc/irq".into() }));
         assert!(plan.steps.contains(&Step::MaskEach {
             parent: "/s/rootfs/sys/devices/system/cpu".into(),
             prefix: "cpu",

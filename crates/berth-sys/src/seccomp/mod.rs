@@ -3,8 +3,10 @@
 //! What it is for: narrowing the kernel's attack surface inside the sandbox. Syscalls an agent's tools have
 //! no business making (loading kernel modules, `bpf`, `perf_event_open`, `userfaultfd`, `io_uring`, the
 //! keyring, mount and namespace manipulation, setting the clock, rebooting, injecting terminal input) fail
-//! with `EPERM`, and sockets of families other than unix, IPv4, IPv6 and netlink (routing and socket
-//! diagnostics only) cannot be created. Everything else is allowed. The policy itself is in [`policy`].
+//! with `EPERM`; sockets of families other than unix, IPv4, IPv6 and netlink (routing and socket
+//! diagnostics only), IPv4 and IPv6 sockets of protocols other than TCP, UDP, UDP-Lite, ICMP and MPTCP, and
+//! `SOCK_PACKET` sockets cannot be created; socket pairs are unix only. Everything else is allowed. The
+//! policy itself is in [`policy`].
 //!
 //! What it is not: the sandbox boundary. It is a denylist, so a syscall nobody thought of is allowed; the
 //! boundary is the namespaces, mounts, Landlock rules and dropped privileges set up elsewhere. The filter
@@ -14,7 +16,8 @@
 //! 1. `seccomp_data.arch` must be the native audit arch, or the process is killed (on x86_64 this catches
 //!    i386 syscalls made through `int 0x80`, whose numbers mean different calls).
 //! 2. On x86_64, any number with the x32 bit set gets `EPERM` (x32 numbers would bypass the rules below).
-//! 3. One block per rule: compare the number, then (optionally) the low 32 bits of one or more arguments.
+//! 3. One block per rule: compare the number, then (optionally) the low 32 bits of one or more arguments,
+//!    whole or under a mask.
 //! 4. Allow.
 //!
 //! Conditional jumps in classic BPF have 8-bit offsets. Every conditional jump this compiler emits goes at
@@ -27,7 +30,7 @@ use crate::error::{Context, SysError, SysResult};
 
 mod policy;
 
-pub use policy::{IOCTLS_DENIED, NETLINK_PROTOCOLS, SOCKET_FAMILIES};
+pub use policy::{INET_PROTOCOLS, IOCTLS_DENIED, NETLINK_PROTOCOLS, SOCKET_FAMILIES};
 
 #[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_endian = "little"))))]
 compile_error!("berth's seccomp filter supports x86_64 and little-endian aarch64 only");
@@ -47,6 +50,7 @@ pub const MAX_INSNS: usize = libc::BPF_MAXINSNS as usize;
 
 // The opcodes emitted (and the only ones the unit tests' interpreter understands).
 const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const ALU_AND_K: u16 = (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16;
 const JMP_JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
 const JMP_JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
 const JMP_JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
@@ -87,6 +91,9 @@ pub enum ArgTest {
     OneOf(Vec<u32>),
     /// Matches when the value is none of these.
     NoneOf(Vec<u32>),
+    /// Matches when the value's bits under `mask` equal `value` (e.g. the socket type without its
+    /// `SOCK_NONBLOCK` and `SOCK_CLOEXEC` flags).
+    MaskedEq { mask: u32, value: u32 },
 }
 
 /// A denied syscall: when `nr` is called (and every test in `when` matches) it fails with `errno`.
@@ -242,6 +249,12 @@ fn rule_body(r: &SeccompRule) -> Vec<libc::sock_filter> {
                     b.push(stmt(JMP_JA, 0));
                 }
             },
+            ArgTest::MaskedEq { mask, value } => {
+                b.push(stmt(ALU_AND_K, *mask));
+                b.push(jump(JMP_JEQ_K, *value, 1, 0));
+                to_end.push(b.len());
+                b.push(stmt(JMP_JA, 0));
+            }
             ArgTest::NoneOf(values) => {
                 for &v in values {
                     b.push(jump(JMP_JEQ_K, v, 0, 1));
@@ -282,6 +295,7 @@ mod tests {
             pc += 1;
             match ins.code {
                 LD_W_ABS => a = u32::from_ne_bytes(data[ins.k as usize..][..4].try_into().unwrap()),
+                ALU_AND_K => a &= ins.k,
                 JMP_JA => pc += ins.k as usize,
                 JMP_JEQ_K => pc += usize::from(if a == ins.k { ins.jt } else { ins.jf }),
                 JMP_JSET_K => pc += usize::from(if a & ins.k != 0 { ins.jt } else { ins.jf }),
@@ -344,7 +358,15 @@ mod tests {
             (libc::SYS_socket, [libc::AF_NETLINK as u64, libc::SOCK_RAW as u64, libc::NETLINK_ROUTE as u64, 0, 0, 0]),
             (libc::SYS_socket, [libc::AF_NETLINK as u64, 2, libc::NETLINK_SOCK_DIAG as u64, 0, 0, 0]),
             // Other families' protocol numbers are not netlink's.
-            (libc::SYS_socket, [libc::AF_INET as u64, libc::SOCK_RAW as u64, libc::NETLINK_NETFILTER as u64, 0, 0, 0]),
+            (libc::SYS_socket, [libc::AF_INET as u64, libc::SOCK_DGRAM as u64, libc::IPPROTO_UDP as u64, 0, 0, 0]),
+            (libc::SYS_socket, [libc::AF_INET as u64, libc::SOCK_DGRAM as u64, libc::IPPROTO_ICMP as u64, 0, 0, 0]),
+            (libc::SYS_socket, [libc::AF_INET6 as u64, libc::SOCK_DGRAM as u64, libc::IPPROTO_ICMPV6 as u64, 0, 0, 0]),
+            (libc::SYS_socket, [libc::AF_INET6 as u64, libc::SOCK_STREAM as u64, libc::IPPROTO_TCP as u64, 0, 0, 0]),
+            (libc::SYS_socket, [libc::AF_INET as u64, libc::SOCK_STREAM as u64, libc::IPPROTO_MPTCP as u64, 0, 0, 0]),
+            (libc::SYS_socket, [libc::AF_INET as u64, libc::SOCK_DGRAM as u64, libc::IPPROTO_UDPLITE as u64, 0, 0, 0]),
+            // Types with flags, and the unix and netlink types whose number is SOCK_PACKET's plus a flag bit.
+            (libc::SYS_socket, [libc::AF_INET as u64, (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64, 0, 0, 0, 0]),
+            (libc::SYS_socket, [libc::AF_UNIX as u64, (libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK) as u64, 0, 0, 0, 0]),
             (libc::SYS_socketpair, [libc::AF_UNIX as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0]),
         ];
         for &(nr, args) in allowed {
@@ -373,6 +395,29 @@ mod tests {
             let family = family as u64;
             assert_eq!(verdict(&p, libc::SYS_socket, [family, 1, 0, 0, 0, 0]), eafnosupport, "family {family}");
             assert_eq!(verdict(&p, libc::SYS_socketpair, [family, 1, 0, 0, 0, 0]), eafnosupport, "pair {family}");
+        }
+        for pair in [libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK] {
+            let args = [pair as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0];
+            assert_eq!(verdict(&p, libc::SYS_socketpair, args), eafnosupport, "pair {pair}");
+        }
+        // SOCK_PACKET (10), with or without flags, in any family: the kernel makes AF_INET's a packet socket.
+        for (family, kind) in [
+            (libc::AF_INET, 10),
+            (libc::AF_INET, 10 | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK),
+            (libc::AF_INET6, 10),
+            (libc::AF_UNIX, 10),
+        ] {
+            let args = [family as u64, kind as u64, 0x300, 0, 0, 0];
+            assert_eq!(verdict(&p, libc::SYS_socket, args), eafnosupport, "family {family} type {kind:#x}");
+            let args = [family as u64, kind as u64, 0, 0, 0, 0];
+            assert_eq!(verdict(&p, libc::SYS_socket, args), eafnosupport, "family {family} type {kind:#x}, 0");
+        }
+        // Protocols whose modules the kernel would load: SCTP, DCCP, L2TP over IP, and raw IP's 255.
+        for protocol in [132u64, 33, 115, 255, 1 << 32 | 132] {
+            for (family, kind) in [(libc::AF_INET, libc::SOCK_STREAM), (libc::AF_INET6, libc::SOCK_SEQPACKET)] {
+                let args = [family as u64, kind as u64, protocol, 0, 0, 0];
+                assert_eq!(verdict(&p, libc::SYS_socket, args), eprotonosupport, "family {family} protocol {protocol}");
+            }
         }
         // High bits of the family are ignored by the kernel, and so by the filter.
         assert_eq!(verdict(&p, libc::SYS_socket, [1 << 32 | libc::AF_VSOCK as u64, 1, 0, 0, 0, 0]), eafnosupport);
@@ -405,7 +450,7 @@ mod tests {
             open_tree_attr fsopen fsconfig fsmount fspick mount_setattr lookup_dcookie nfsservctl vhangup \
             syslog setns get_mempolicy set_mempolicy set_mempolicy_home_node mbind migrate_pages move_pages \
             kcmp pidfd_getfd process_madvise lsm_get_self_attr lsm_set_self_attr lsm_list_modules \
-            ioctl socket socket socketpair clone unshare personality clone3 file_getattr file_setattr"
+            ioctl socket socket socket socket socketpair clone unshare personality clone3 file_getattr file_setattr"
             .split_whitespace()
             .collect();
         if cfg!(target_arch = "x86_64") {

@@ -106,15 +106,39 @@ const DENIED: &[(&str, libc::c_long)] = &[
 /// (e.g. `ADDR_NO_RANDOMIZE`, `READ_IMPLIES_EXEC`) weaken the process's own hardening.
 const PERSONALITY_ALLOWED: [u32; 3] = [0, 8, 0xffff_ffff];
 
-/// The address families `socket` and `socketpair` may create. Everything else (`AF_VSOCK`, which reaches
-/// the hypervisor; `AF_ALG`; `AF_PACKET`; and the rarely used families whose modules the kernel would load
-/// on demand) fails with `EAFNOSUPPORT`, as on a kernel built without them.
+/// The address families `socket` may create. Everything else (`AF_VSOCK`, which reaches the hypervisor;
+/// `AF_ALG`; `AF_PACKET`; and the rarely used families whose modules the kernel would load on demand) fails
+/// with `EAFNOSUPPORT`, as on a kernel built without them. `socketpair` takes `AF_UNIX` only: no other of
+/// these families makes pairs, and creating the socket is enough to load a protocol's module.
 pub const SOCKET_FAMILIES: [u32; 4] =
     [libc::AF_UNIX as u32, libc::AF_INET as u32, libc::AF_INET6 as u32, libc::AF_NETLINK as u32];
 
+/// The protocols an `AF_INET` or `AF_INET6` socket may name: the type's default (0), TCP, UDP, ICMP and
+/// ICMPv6 (unprivileged ping sockets), UDP-Lite and MPTCP. The rest fail with `EPROTONOSUPPORT`: the kernel
+/// loads the module of an unknown protocol on demand (SCTP, DCCP, L2TP over IP, ...), for anyone.
+/// Raw sockets of any protocol need `CAP_NET_RAW`, which a sandbox does not have.
+pub const INET_PROTOCOLS: [u32; 7] = [
+    0,
+    libc::IPPROTO_TCP as u32,
+    libc::IPPROTO_UDP as u32,
+    libc::IPPROTO_ICMP as u32,
+    libc::IPPROTO_ICMPV6 as u32,
+    libc::IPPROTO_UDPLITE as u32,
+    libc::IPPROTO_MPTCP as u32,
+];
+
+/// `SOCK_PACKET`, the obsolete packet socket type: `socket(AF_INET, SOCK_PACKET, ...)` is turned into an
+/// `AF_PACKET` socket by the kernel after the family was checked.
+const SOCK_PACKET: u32 = 10;
+
+/// The bits of `socket`'s type argument that hold the type (`SOCK_TYPE_MASK`); the others are flags.
+const SOCK_TYPE_MASK: u32 = 0xf;
+
 /// The netlink protocols a sandbox may open: routing (`ip`, `getifaddrs`) and socket diagnostics (`ss`).
 /// The rest (netfilter, generic netlink, xfrm, audit, uevents, the connector, crypto, rdma, ...) fail with
-/// `EPROTONOSUPPORT`, as for a protocol the kernel lacks.
+/// `EPROTONOSUPPORT`, as for a protocol the kernel lacks. A socket diagnostics request can still make the
+/// kernel load the `*_diag` module of a family or IP protocol (only of one already registered, so no
+/// protocol itself is loaded that way).
 pub const NETLINK_PROTOCOLS: [u32; 2] = [libc::NETLINK_ROUTE as u32, libc::NETLINK_SOCK_DIAG as u32];
 
 /// `ioctl` requests refused on every descriptor.
@@ -133,14 +157,13 @@ impl SeccompPolicy {
     /// instructions.
     pub fn sandbox_default() -> SeccompPolicy {
         let newuser = libc::CLONE_NEWUSER as u32;
-        let families = || ArgTest::NoneOf(SOCKET_FAMILIES.to_vec());
         let mut rules = vec![
             // TIOCSTI pushes bytes into a terminal's input queue, so a sandboxed process sharing the
             // terminal could type commands into the shell outside (CVE-2017-5226, bubblewrap). TIOCLINUX
             // can do the same through the console's selection buffer. TIOCSETD changes a terminal's line
             // discipline, which reaches rarely used kernel code (n_gsm, n_hdlc) from any pty.
             rule("ioctl", libc::SYS_ioctl, EPERM, vec![(Arg::A1, ArgTest::OneOf(IOCTLS_DENIED.to_vec()))]),
-            rule("socket", libc::SYS_socket, EAFNOSUPPORT, vec![(Arg::A0, families())]),
+            rule("socket", libc::SYS_socket, EAFNOSUPPORT, vec![(Arg::A0, ArgTest::NoneOf(SOCKET_FAMILIES.to_vec()))]),
             rule(
                 "socket",
                 libc::SYS_socket,
@@ -150,7 +173,27 @@ impl SeccompPolicy {
                     (Arg::A2, ArgTest::NoneOf(NETLINK_PROTOCOLS.to_vec())),
                 ],
             ),
-            rule("socketpair", libc::SYS_socketpair, EAFNOSUPPORT, vec![(Arg::A0, families())]),
+            rule(
+                "socket",
+                libc::SYS_socket,
+                EAFNOSUPPORT,
+                vec![(Arg::A1, ArgTest::MaskedEq { mask: SOCK_TYPE_MASK, value: SOCK_PACKET })],
+            ),
+            rule(
+                "socket",
+                libc::SYS_socket,
+                EPROTONOSUPPORT,
+                vec![
+                    (Arg::A0, ArgTest::OneOf(vec![libc::AF_INET as u32, libc::AF_INET6 as u32])),
+                    (Arg::A2, ArgTest::NoneOf(INET_PROTOCOLS.to_vec())),
+                ],
+            ),
+            rule(
+                "socketpair",
+                libc::SYS_socketpair,
+                EAFNOSUPPORT,
+                vec![(Arg::A0, ArgTest::NoneOf(vec![libc::AF_UNIX as u32]))],
+            ),
             // New user namespaces hand out a full set of capabilities over fresh kernel objects, which is
             // where much of the kernel's privilege-escalation surface lives. clone's flags are arg0 on both
             // x86_64 and aarch64.
