@@ -287,19 +287,19 @@ async fn a_refusal_does_not_quote_the_value() {
 async fn a_content_length_that_carries_a_value_with_capitals_and_commas_is_not_quoted() {
     // Header items are lower-cased and cut at commas before they are judged, so a search over a quoted item
     // would miss such a value: the refusal must not quote it at all.
-    let value = "Se,cr3T-VALUE-0042";
+    let value = "S3cr3T-VALUE-0042,Zq";
     let inj = Injection { value: value.into(), ..injection() };
     let mut r = Reflect::new(redactor(&[&inj]), "GET", 1, "api.test:80");
     let response = format!("HTTP/1.1 200 OK\r\nContent-Length: {value}\r\n\r\n");
     let up = Trickle { data: response.into_bytes(), pos: 0, step: usize::MAX };
     let mut client = Vec::new();
     let ended = relay(up, &mut client, &mut r, &Counters::default()).await;
-    let text = String::from_utf8_lossy(&client);
-    assert!(text.starts_with("HTTP/1.1 502 ") && text.contains("Content-Length is not a number"), "{text}");
-    let why = ended.unwrap_err().to_string();
-    for piece in ["cr3t-value-0042", "cr3T-VALUE-0042", "0042"] {
+    let text = String::from_utf8_lossy(&client).to_lowercase();
+    let why = ended.unwrap_err().to_string().to_lowercase();
+    for piece in ["s3cr3t-value", "0042", "zq"] {
         assert!(!text.contains(piece) && !why.contains(piece), "{piece} in {text} / {why}");
     }
+    assert!(text.starts_with("http/1.1 502 ") && text.contains("content-length is not a number"), "{text}");
 }
 
 /// Reads from `sandbox` into `seen` until `what` is there.
