@@ -189,6 +189,10 @@ fn a_reflecting_server_hands_back_the_placeholder_over_plain_http() {
         "echo.test:127.0.0.1",
     ]);
     reflections_come_back_as_the_placeholder(&d, &id, "http", &authority);
+    // Plain HTTP inside a CONNECT tunnel would come back unsearched: the tunnel is refused.
+    let got = text(&fetch(&d, &id, "tunnel", &authority, &["/cl"]));
+    assert!(got.starts_with("HTTP/1.1 403 Forbidden\r\n") && got.contains("not intercept"), "{got}");
+    assert!(!got.contains("s3cr3t") && !got.contains("HTTP/1.1 200"), "{got}");
 }
 
 #[test]
