@@ -136,7 +136,9 @@ async fn interception_verifies_the_real_host_and_must_be_configured() {
     assert!(response.starts_with("HTTP/1.1 502 "), "{response}");
     let a = h.event().await;
     assert_eq!(a.verdict, Verdict::Error);
+    // Said in the proxy's own words: rustls's text could quote the names in the server's certificate.
     assert!(a.reason.contains("TLS handshake with api.test"), "{}", a.reason);
+    assert!(a.reason.ends_with("the server's certificate is not signed by a trusted authority"), "{}", a.reason);
 
     // An injection that asks for interception, on a proxy without an authority, refuses the tunnel.
     let proxy = Proxy::new(policy(Mode::Enforce, &[&rule], &[], &["api.test"]))
