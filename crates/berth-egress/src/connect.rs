@@ -3,7 +3,8 @@
 //! Before a tunnel carries anything, the client's first bytes are read: if they are a TLS ClientHello
 //! whose server name differs from the host the tunnel was allowed for, the tunnel is closed. Otherwise
 //! the bytes are passed on and the tunnel relays both ways until either side ends or a policy change
-//! closes it.
+//! closes it. A tunnel to a secret's destination is either intercepted (and its one exchange searched) or
+//! refused: it is never copied as it is, since the host may hand back the value it was sent.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -48,6 +49,20 @@ pub(crate) async fn handle(
         refuse(client, a, &host.with_port(port), Decision::deny(None, why)).await;
         return true;
     }
+    // What comes back from a secret's destination is searched for its value, which only an intercepted
+    // exchange allows: a tunnel there that would be copied as it is (plain HTTP inside CONNECT, or TLS to the
+    // host of a `NAME@http://HOST` secret) is refused.
+    let searched = proxy.searcher(host, port).is_some();
+    if searched && intercepting.is_empty() {
+        let why = format!(
+            "{} receives a secret, so its responses are searched for the value, which a tunnel the proxy does \
+             not intercept would carry back unsearched; send plain HTTP to it as a proxy request (http://{}/...)",
+            host.with_port(port),
+            host.with_port(port)
+        );
+        refuse(client, a, &host.with_port(port), Decision::deny(None, why)).await;
+        return true;
+    }
     let Some(upstream) = proxy.connect_upstream(client, a, host, port, Method::Connect, counters).await else {
         return true;
     };
@@ -66,6 +81,12 @@ pub(crate) async fn handle(
                 intercept::serve(tls, limits, client, bytes, &mut stream, host, port, &intercepting, searcher, counters)
                     .await
             }
+            First::Forward { .. } if searched => Err((
+                Verdict::Denied,
+                "the tunnel's first bytes are not a TLS ClientHello, but its host receives a secret and only an \
+                 intercepted TLS exchange with it can be searched for the value; the tunnel was closed"
+                    .to_string(),
+            )),
             First::Forward { bytes, .. } => {
                 let forwarded = async {
                     stream.write_all(&bytes).await?;

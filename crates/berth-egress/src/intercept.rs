@@ -86,9 +86,12 @@ pub(crate) async fn serve(
             return Err(fail(&mut inside, 504, &shown, "tls_protocol_error", why).await);
         }
         Ok(Err(e)) => {
-            // The error can quote the server's certificate (the names it is valid for), which the server chose.
-            let why = format!("the TLS handshake with {shown} failed: {e}");
-            let why = searcher.as_ref().map_or(why.clone(), |r| r.redact_str(&why));
+            // rustls's text can quote the server's certificate (the names it is valid for), which the server
+            // chose: where a secret's value may come back, only the kind of failure is said.
+            let why = match &searcher {
+                None => format!("the TLS handshake with {shown} failed: {e}"),
+                Some(_) => format!("the TLS handshake with {shown} failed: {}", handshake_failure(&e)),
+            };
             return Err(fail(&mut inside, 502, &shown, "tls_certificate_error", why).await);
         }
         Ok(Ok(stream)) => stream,
@@ -112,6 +115,26 @@ async fn fail<S: AsyncWrite + Unpin>(
     let _ = inside.write_all(&answer::failed(status, Some(dest), kind, &why)).await;
     let _ = inside.shutdown().await;
     (Verdict::Error, why)
+}
+
+/// What went wrong in a TLS handshake with a server, in words of the proxy's own (no text the server sent).
+fn handshake_failure(e: &std::io::Error) -> &'static str {
+    use rustls::{CertificateError as C, Error as E};
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<E>()) {
+        Some(E::InvalidCertificate(c)) => match c {
+            C::Expired | C::ExpiredContext { .. } => "the server's certificate has expired",
+            C::NotValidYet | C::NotValidYetContext { .. } => "the server's certificate is not valid yet",
+            C::NotValidForName | C::NotValidForNameContext { .. } => {
+                "the server's certificate is not valid for the host"
+            }
+            C::UnknownIssuer => "the server's certificate is not signed by a trusted authority",
+            C::Revoked => "the server's certificate is revoked",
+            _ => "the server's certificate was refused",
+        },
+        Some(E::AlertReceived(_)) => "the server ended the handshake with an alert",
+        Some(_) => "the server broke the TLS protocol",
+        None => "the connection failed during the handshake",
+    }
 }
 
 fn in_time(what: &str, limit: Duration) -> String {

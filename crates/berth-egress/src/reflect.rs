@@ -125,7 +125,7 @@ where
         }
         Err(Failure::Io(e)) => Err(e),
         Err(Failure::Refused(Refusal(kind, why))) => {
-            // A reason can quote what the server sent (a header's value): it is searched like the response.
+            // No reason quotes what the server sent; searched all the same, as a second line of defence.
             let why = r.redactor.redact_str(&why);
             if r.committed {
                 return Err(io::Error::other(why));
@@ -267,12 +267,9 @@ fn framing(head: &Head, head_request: bool) -> Result<Body, Failure> {
     for item in head.items("content-length") {
         let n = match item.parse::<u64>() {
             Ok(n) if item.bytes().all(|b| b.is_ascii_digit()) => n,
-            _ => {
-                return Err(refused(
-                    "http_protocol_error",
-                    format!("the server's Content-Length {item:?} is not a number"),
-                ));
-            }
+            // The value is never quoted: the server chose it, and a search over it (lower-cased and cut at
+            // commas by then) could miss a secret's value that it carries.
+            _ => return Err(refused("http_protocol_error", "the server's Content-Length is not a number")),
         };
         if length.is_some_and(|l| l != n) {
             return Err(refused("http_protocol_error", "the server's response has conflicting Content-Length values"));
@@ -397,8 +394,8 @@ where
 }
 
 /// When the next read would wait for the server (nothing, or no whole `line`, is buffered), sends what the
-/// client can have now: the body the redactor can let go of (all but a tail that could be the start of a
-/// value) and everything written so far. A response that arrives in pieces (events sent as they happen)
+/// client can have now: the body the redactor can let go of (what it holds up to its last line break, a cut
+/// that does not depend on the secret, see [`Redactor::release`]) and everything written so far. A response that arrives in pieces (events sent as they happen)
 /// reaches the client piece by piece.
 async fn before_waiting<U, C>(
     up: &BufReader<U>,

@@ -52,8 +52,8 @@ pub struct Redactor {
     /// The searcher could not be built: output is withheld rather than shown unredacted.
     failed: bool,
     patterns: usize,
-    /// Every pattern, for [`Redactor::release`].
-    forms: std::sync::Arc<Vec<Vec<u8>>>,
+    /// Some form of a value contains a line break, so [`Redactor::release`] cannot cut at one.
+    newline_in_form: bool,
     /// `[redacted:NAME]` for each secret; a pattern's label is an index into this.
     labels: Vec<Vec<u8>>,
     max_len: usize,
@@ -113,12 +113,12 @@ impl Redactor {
         let max_len = patterns.iter().map(|(p, _)| p.len()).max().unwrap_or(0);
         let searcher = if patterns.is_empty() { None } else { Searcher::new(&patterns) };
         let failed = !patterns.is_empty() && searcher.is_none();
-        let forms = std::sync::Arc::new(patterns.iter().map(|(p, _)| p.clone()).collect());
+        let newline_in_form = patterns.iter().any(|(p, _)| p.contains(&b'\n'));
         Redactor {
             searcher,
             failed,
             patterns: patterns.len(),
-            forms,
+            newline_in_form,
             labels,
             max_len,
             held: Vec::new(),
@@ -177,22 +177,27 @@ impl Redactor {
         out
     }
 
-    /// For a stream that pauses (a server sending events as they happen): returns, redacted, as much of what
-    /// is held as cannot be the start of a value, keeping only the longest tail that is the beginning of
-    /// some form of a value. Nothing that could still become a value is released, so the stream stays as
-    /// safe as with [`Redactor::push`] alone; only bytes that cannot are no longer kept waiting.
+    /// For a stream that pauses (a server sending events as they happen): returns, redacted, what is held up
+    /// to and including its last line break, keeping the rest. An event stream (SSE, JSON lines) ends each
+    /// event with a line break, so a whole event reaches the reader while the server waits.
+    ///
+    /// Where the cut falls depends only on where the line breaks are, never on whether what is held looks
+    /// like the start of a value: a reader that can make the server echo text of its choice and pause learns
+    /// nothing from which bytes are released when (a cut that kept back "the longest tail that could begin a
+    /// value" would tell it, one character at a time, how much of its guess was right). No form of a value
+    /// can span a line break, so nothing released can be the beginning of a value still arriving; when a
+    /// value itself contains a line break (a PEM key), nothing is released and the stream waits as with
+    /// [`Redactor::push`] alone. Costs one scan of at most [`Redactor::hold_limit`] bytes.
     pub fn release(&mut self) -> Vec<u8> {
-        if self.failed || self.held.is_empty() {
+        if self.failed || self.held.is_empty() || self.newline_in_form {
             return Vec::new();
         }
-        let held = &self.held;
-        let could_grow = |p: usize| {
-            let tail = &held[p..];
-            self.forms.iter().any(|f| f.len() > tail.len() && f.starts_with(tail))
+        let Some(newline) = self.held.iter().rposition(|&b| b == b'\n') else {
+            return Vec::new();
         };
-        let keep = (self.covered..held.len()).find(|&p| could_grow(p)).unwrap_or(held.len());
+        let keep = (newline + 1).max(self.covered);
         let mut out = Vec::new();
-        let (done, found) = self.render(held, self.covered, keep, &mut out);
+        let (done, found) = self.render(&self.held, self.covered, keep, &mut out);
         self.found += found;
         self.held.drain(..keep);
         self.covered = done - keep;

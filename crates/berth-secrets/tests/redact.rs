@@ -273,21 +273,36 @@ fn many_secrets() {
 }
 
 #[test]
-fn release_lets_go_of_what_cannot_become_a_value() {
+fn release_lets_go_of_whole_lines_whatever_they_hold() {
     let r = redactor(&[("TOKEN", "0123456789abcdef")]);
     let mut s = r.clone();
-    // Nothing held could start a value: all of it is released.
+    // A line that ended is released.
     assert!(s.push(b"event: tick\n").is_empty());
     assert_eq!(text(&s.release()), "event: tick\n");
     assert_eq!(s.held(), 0);
-    // A tail that could be the start of the value (or of a form of it) stays.
+    // What follows the last line break stays, whether it could begin the value or not: the cut depends on
+    // where the line breaks are, never on what the held bytes match, so it tells the reader nothing.
+    for tail in ["data: 01234", "data: 0123x", "data: xxxxx"] {
+        let mut s = r.clone();
+        assert!(s.push(format!("a\n{tail}").as_bytes()).is_empty());
+        assert_eq!(text(&s.release()), "a\n", "{tail}");
+        assert_eq!(s.held(), tail.len(), "{tail}");
+        assert!(s.release().is_empty(), "{tail}");
+    }
+    let mut s = r.clone();
     assert!(s.push(b"data: 01234").is_empty());
-    assert_eq!(text(&s.release()), "data: ");
-    assert_eq!(s.held(), 5);
-    let mut out = s.push(b"56789abcdef done");
+    assert!(s.release().is_empty());
+    let mut out = s.push(b"56789abcdef done\n");
     out.extend(s.release());
     out.extend(s.finish());
-    assert_eq!(text(&out), "[redacted:TOKEN] done");
+    assert_eq!(text(&out), "data: [redacted:TOKEN] done\n");
+    // A value with a line break in it could be cut at one: nothing is released early.
+    let mut s = redactor(&[("KEY", "-----BEGIN KEY-----\nMIIEvQ")]);
+    assert!(s.push(b"x\n-----BEGIN KEY-----\n").is_empty());
+    assert!(s.release().is_empty());
+    let mut out = s.push(b"MIIEvQ\n");
+    out.extend(s.finish());
+    assert_eq!(text(&out), "x\n[redacted:KEY]\n");
     // A value whole in what is held is redacted on release, and a run that continues is still caught.
     let mut s = r.clone();
     let mut out = s.push(b"x 0123456789abcdef");
@@ -296,7 +311,7 @@ fn release_lets_go_of_what_cannot_become_a_value() {
     out.extend(s.finish());
     assert!(!text(&out).contains("0123"), "{}", text(&out));
     // Released at every cut of a text with values in it, the stream shows no byte of a value.
-    let input = b"a 0123456789abcdef b MDEyMzQ1Njc4OWFiY2RlZg== c 0123456789abcdef0123456789abcdef d";
+    let input = b"a 0123456789abcdef\nb MDEyMzQ1Njc4OWFiY2RlZg== c\n0123456789abcdef0123456789abcdef d";
     for cut in 1..input.len() {
         let mut s = r.clone();
         let mut out = s.push(&input[..cut]);
@@ -306,6 +321,6 @@ fn release_lets_go_of_what_cannot_become_a_value() {
         out.extend(s.finish());
         let shown = text(&out);
         assert!(!shown.contains("0123") && !shown.contains("MDEyMzQ1Njc4"), "cut {cut}: {shown}");
-        assert!(shown.starts_with("a [redacted:TOKEN] b [redacted:TOKEN]") && shown.ends_with(" d"), "{shown}");
+        assert!(shown.starts_with("a [redacted:TOKEN]\nb [redacted:TOKEN]") && shown.ends_with(" d"), "{shown}");
     }
 }

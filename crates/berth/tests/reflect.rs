@@ -189,6 +189,10 @@ fn a_reflecting_server_hands_back_the_placeholder_over_plain_http() {
         "echo.test:127.0.0.1",
     ]);
     reflections_come_back_as_the_placeholder(&d, &id, "http", &authority);
+    // Plain HTTP inside a CONNECT tunnel would come back unsearched: the tunnel is refused.
+    let got = text(&fetch(&d, &id, "tunnel", &authority, &["/cl"]));
+    assert!(got.starts_with("HTTP/1.1 403 Forbidden\r\n") && got.contains("not intercept"), "{got}");
+    assert!(!got.contains("s3cr3t") && !got.contains("HTTP/1.1 200"), "{got}");
 }
 
 #[test]
@@ -209,4 +213,33 @@ fn a_reflecting_server_hands_back_the_placeholder_inside_intercepted_https() {
         "echo.test:127.0.0.1",
     ]);
     reflections_come_back_as_the_placeholder(&d, &id, "https", &authority);
+}
+
+#[test]
+fn a_value_the_server_sends_as_its_content_length_is_not_quoted_in_the_refusal() {
+    // Capitals and a comma: the proxy reads a Content-Length lower-cased and cut at commas, where no search
+    // for the value would find it.
+    const ODD: &str = "Zk8Q-S3CRET,Mixed-Case-77";
+    let echo = Echo::start(None);
+    let d = Daemon::start();
+    set(&d, "TOKEN", ODD);
+    let authority = format!("echo.test:{}", echo.port);
+    let id = d.create(&[
+        "--secret",
+        &format!("TOKEN@http://{authority}"),
+        "--allow-net",
+        &authority,
+        "--add-host",
+        "echo.test:127.0.0.1",
+    ]);
+    let got = text(&fetch(&d, &id, "http", &authority, &["/length-echo"])).to_lowercase();
+    let log = text(&d.berth(&["net", "log", &id, "--json"]).stdout).to_lowercase();
+    let journal = text(&d.berth(&["journal", &id, "--json"]).stdout).to_lowercase();
+    for (what, shown) in [("response", &got), ("egress log", &log), ("journal", &journal)] {
+        for piece in ["zk8q-s3cret", "mixed-case-77"] {
+            assert!(!shown.contains(piece), "{what}: {piece} in {shown}");
+        }
+    }
+    assert!(got.starts_with("http/1.1 502 bad gateway\r\n") && got.contains("content-length is not a number"), "{got}");
+    assert!(log.contains("content-length is not a number"), "{log}");
 }

@@ -284,7 +284,40 @@ async fn a_refusal_does_not_quote_the_value() {
 }
 
 #[tokio::test]
-async fn a_paused_stream_is_passed_on_as_it_comes_but_never_a_start_of_the_value() {
+async fn a_content_length_that_carries_a_value_with_capitals_and_commas_is_not_quoted() {
+    // Header items are lower-cased and cut at commas before they are judged, so a search over a quoted item
+    // would miss such a value: the refusal must not quote it at all.
+    let value = "S3cr3T-VALUE-0042,Zq";
+    let inj = Injection { value: value.into(), ..injection() };
+    let mut r = Reflect::new(redactor(&[&inj]), "GET", 1, "api.test:80");
+    let response = format!("HTTP/1.1 200 OK\r\nContent-Length: {value}\r\n\r\n");
+    let up = Trickle { data: response.into_bytes(), pos: 0, step: usize::MAX };
+    let mut client = Vec::new();
+    let ended = relay(up, &mut client, &mut r, &Counters::default()).await;
+    let text = String::from_utf8_lossy(&client).to_lowercase();
+    let why = ended.unwrap_err().to_string().to_lowercase();
+    for piece in ["s3cr3t-value", "0042", "zq"] {
+        assert!(!text.contains(piece) && !why.contains(piece), "{piece} in {text} / {why}");
+    }
+    assert!(text.starts_with("http/1.1 502 ") && text.contains("content-length is not a number"), "{text}");
+}
+
+/// Reads from `sandbox` into `seen` until `what` is there.
+async fn until(sandbox: &mut tokio::io::DuplexStream, seen: &mut Vec<u8>, what: &[u8]) {
+    let mut buf = [0u8; 4096];
+    let wait = async {
+        while !contains(seen, what) {
+            let n = sandbox.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            seen.extend_from_slice(&buf[..n]);
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), wait).await.unwrap();
+}
+
+/// What the client receives of a streamed response whose server pauses after `before` and then sends
+/// `after`: the chunks as they were framed.
+async fn paused(before: &str, after: &str) -> Vec<String> {
     let (mut server, up) = tokio::io::duplex(64 * 1024);
     let (client, mut sandbox) = tokio::io::duplex(64 * 1024);
     let relaying = tokio::spawn(async move {
@@ -295,31 +328,39 @@ async fn a_paused_stream_is_passed_on_as_it_comes_but_never_a_start_of_the_value
     });
     server.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: one\n\n").await.unwrap();
     let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    let first = async {
-        while !contains(&seen, b"data: one\n\n") {
-            let n = sandbox.read(&mut buf).await.unwrap();
-            assert!(n > 0);
-            seen.extend_from_slice(&buf[..n]);
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(10), first).await.unwrap();
-    // The server pauses in the middle of the value: its start is held back, what came before is not.
-    server.write_all(format!("data: {}", &VALUE[..9]).as_bytes()).await.unwrap();
-    // Sent on as a chunk of its own while the server waits.
-    let released = async {
-        while !contains(&seen, b"\r\n6\r\ndata: \r\n") {
-            let n = sandbox.read(&mut buf).await.unwrap();
-            assert!(n > 0);
-            seen.extend_from_slice(&buf[..n]);
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(10), released).await.unwrap();
-    assert!(!contains(&seen, &VALUE.as_bytes()[..4]), "{}", String::from_utf8_lossy(&seen));
-    server.write_all(format!("{}\n\n", &VALUE[9..]).as_bytes()).await.unwrap();
+    // A whole event is passed on while the server waits.
+    until(&mut sandbox, &mut seen, b"data: one\n\n\r\n").await;
+    server.write_all(before.as_bytes()).await.unwrap();
+    // Everything up to the pause's last line break is released while the server waits.
+    let released = &before[..before.rfind('\n').map_or(0, |i| i + 1)];
+    if !released.is_empty() {
+        until(&mut sandbox, &mut seen, format!("{released}\r\n").as_bytes()).await;
+    }
+    server.write_all(after.as_bytes()).await.unwrap();
     drop(server);
     relaying.await.unwrap().unwrap();
     sandbox.read_to_end(&mut seen).await.unwrap();
     let (_, body, _) = dechunk(&seen);
-    assert_eq!(String::from_utf8(body).unwrap(), format!("data: one\n\ndata: {PLACEHOLDER}\n\n"));
+    assert!(!contains(&body, &VALUE.as_bytes()[..4]), "{}", String::from_utf8_lossy(&body));
+    let shown = if before.contains(&VALUE[..9]) { format!("data: {PLACEHOLDER}\n\n") } else { after.to_string() };
+    assert!(String::from_utf8_lossy(&body).ends_with(&shown), "{}", String::from_utf8_lossy(&body));
+    let text = String::from_utf8_lossy(&seen);
+    let body_start = text.find("\r\n\r\n").unwrap() + 4;
+    text[body_start..].split("\r\n").map(str::to_string).collect()
+}
+
+#[tokio::test]
+async fn a_paused_stream_is_cut_where_its_lines_end_whatever_the_bytes_held_are() {
+    // The server pauses after text that begins the value, and after text of the same length that does not:
+    // the sandbox sees the same chunks at the same points, so it learns nothing of how much of a guess was
+    // right. Only the content of the last chunk differs, once the value is whole and replaced.
+    let guess = &VALUE[..9];
+    let wrong = "x".repeat(guess.len());
+    let right = paused(&format!("event: a\ndata: {guess}"), &format!("{}\n\n", &VALUE[9..])).await;
+    let other = paused(&format!("event: a\ndata: {wrong}"), &format!("{}\n\n", &VALUE[9..])).await;
+    // The pause releases the line that ended, not "data: " (all that could not begin the value) in one case
+    // and everything in the other.
+    for chunks in [&right, &other] {
+        assert_eq!(chunks[..4], ["b", "data: one\n\n", "9", "event: a\n"], "{right:?} / {other:?}");
+    }
 }

@@ -124,8 +124,13 @@ async fn secrets_are_injected_only_for_their_host() {
     assert!(got.contains("A: BERTH_PLACEHOLDER_1\r\n"), "{got}");
     h.event().await;
 
-    // Through a tunnel the proxy cannot see the request: the placeholder goes through unchanged.
-    let (mut s, _) = h.connect(&format!("api.test:{port}")).await;
+    // A tunnel to the secret's host is refused before it reaches the host: the proxy could not search what
+    // comes back through it for the value.
+    let (_, head) = h.connect(&format!("api.test:{port}")).await;
+    assert!(head.starts_with("HTTP/1.1 403 ") && head.contains("not intercept"), "{head}");
+    assert_eq!(h.event().await.verdict, Verdict::Denied);
+    // Through a tunnel elsewhere the proxy cannot see the request: the placeholder goes through unchanged.
+    let (mut s, _) = h.connect(&format!("other.test:{port}")).await;
     use tokio::io::AsyncWriteExt;
     s.write_all(b"GET / HTTP/1.1\r\nX: BERTH_PLACEHOLDER_1\r\n\r\n").await.unwrap();
     s.shutdown().await.unwrap();

@@ -136,7 +136,9 @@ async fn interception_verifies_the_real_host_and_must_be_configured() {
     assert!(response.starts_with("HTTP/1.1 502 "), "{response}");
     let a = h.event().await;
     assert_eq!(a.verdict, Verdict::Error);
+    // Said in the proxy's own words: rustls's text could quote the names in the server's certificate.
     assert!(a.reason.contains("TLS handshake with api.test"), "{}", a.reason);
+    assert!(a.reason.ends_with("the server's certificate is not signed by a trusted authority"), "{}", a.reason);
 
     // An injection that asks for interception, on a proxy without an authority, refuses the tunnel.
     let proxy = Proxy::new(policy(Mode::Enforce, &[&rule], &[], &["api.test"]))
@@ -147,11 +149,36 @@ async fn interception_verifies_the_real_host_and_must_be_configured() {
     assert!(head.starts_with("HTTP/1.1 403 ") && head.contains("needs TLS interception"), "{head}");
     h.event().await;
 
-    // Without the flag, the tunnel is not intercepted: the client sees the real host's certificate.
+    // Without the flag the tunnel would not be intercepted, so nothing could search what the host sends
+    // back: the tunnel is refused before it reaches the host.
     let proxy = Proxy::new(policy(Mode::Enforce, &[&rule], &[], &["api.test"]))
         .with_injections(vec![injection(port, false)])
         .unwrap();
-    let h = start_proxy(proxy).await;
+    let mut h = start_proxy(proxy).await;
     let refused = https_request(&h, port, &ca_der, &request).await.unwrap_err();
-    assert!(refused.contains("certificate"), "{refused}");
+    assert!(refused.starts_with("HTTP/1.1 403 ") && refused.contains("not intercept"), "{refused}");
+    let a = h.event().await;
+    assert_eq!(a.verdict, Verdict::Denied, "{a:?}");
+    assert!(a.reason.contains("searched for the value"), "{}", a.reason);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_to_a_secrets_host_that_is_not_tls_is_closed_unread() {
+    // The host echoes what it gets, as one that hands back what it was sent would.
+    let port = echo_server().await;
+    let rule = format!("api.test:{port}");
+    let proxy = Proxy::new(policy(Mode::Enforce, &[&rule], &[], &["api.test"]))
+        .with_injections(vec![injection(port, true)])
+        .unwrap()
+        .with_tls_interception(CertificateAuthority::generate().unwrap(), &[])
+        .unwrap();
+    let mut h = start_proxy(proxy).await;
+    let (mut tunnel, head) = h.connect(&rule).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    tunnel.write_all(format!("GET / HTTP/1.1\r\nHost: {rule}\r\n\r\n").as_bytes()).await.unwrap();
+    let back = read_all(&mut tunnel).await;
+    assert!(back.is_empty(), "the host's answer came back unsearched: {back}");
+    let a = h.event().await;
+    assert_eq!(a.verdict, Verdict::Denied, "{a:?}");
+    assert!(a.reason.contains("not a TLS ClientHello"), "{}", a.reason);
 }

@@ -66,6 +66,9 @@ def serve(conn):
         conn.sendall(("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s%s\r\n" % (len(body), coding, extra)).encode("latin-1") + body)
     elif path.startswith("/upgrade"):
         conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n" + token.encode("latin-1"))
+    elif path.startswith("/length-echo"):
+        # The value as the response's Content-Length, as an endpoint that sets headers from the query does.
+        conn.sendall(("HTTP/1.1 200 OK\r\nContent-Length: " + token + "\r\n\r\n").encode("latin-1"))
     elif path.startswith("/twice"):
         # A second response on the same connection, as if the proxy had asked for keep-alive.
         first = b"first"

@@ -1,6 +1,6 @@
 # Inside the sandbox: sends requests through the egress proxy on one connection and prints, in hex, every
-# byte that comes back. Arguments: http or https, host:port, then the requests' paths (with "HEAD " in front
-# for a HEAD request). Each request carries the secret's placeholder in its Authorization header.
+# byte that comes back. Arguments: http, https or tunnel (plain HTTP inside CONNECT), host:port, then the
+# requests' paths (with "HEAD " in front for a HEAD request). Each request carries the secret's placeholder in its Authorization header.
 import os, socket, ssl, sys
 
 scheme, authority, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -13,6 +13,9 @@ if scheme == "https":
         answer += conn.recv(1)
     host = authority.rsplit(":", 1)[0]
     conn = ssl.create_default_context().wrap_socket(conn, server_hostname=host)
+    prefix = ""
+elif scheme == "tunnel":
+    conn.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority)).encode())
     prefix = ""
 else:
     prefix = "http://" + authority
