@@ -45,7 +45,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// Most client connections still sending their request head (answered with 503 beyond it).
     pub max_pending: usize,
-    /// Most host-name lookups in progress at once for this proxy (further ones wait their turn).
+    /// Most host-name lookups in progress at once for this proxy, or for every proxy given its share with
+    /// [`Proxy::with_lookup_share`] (further ones wait their turn).
     pub max_lookups: usize,
 }
 

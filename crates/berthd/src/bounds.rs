@@ -27,7 +27,8 @@ pub struct Bounds {
     pub max_proxy_connections: usize,
     /// Of those, connections still sending their request head (each has `head_timeout` to finish it).
     pub max_proxy_pending: usize,
-    /// Host-name lookups one sandbox may have in progress at once (of the process's 64).
+    /// Host-name lookups one sandbox may have in progress at once (of the process's 64), together with the
+    /// sandboxes it creates.
     pub max_lookups: usize,
 }
 
@@ -157,8 +158,8 @@ pub fn table(b: &Bounds) -> Vec<Bound> {
             "host-name lookups",
             format!("{} in progress per sandbox, {} in the whole daemon", b.max_lookups, berth_egress::MAX_LOOKUPS),
             "berth daemon --max-lookups",
-            "a further lookup waits for one of the sandbox's own to end; a lookup that never answers keeps its \
-             place until the resolver gives up",
+            "a sandbox and the sandboxes it creates share one such share; a further lookup waits for one of \
+             theirs to end; a lookup that never answers keeps its place until the resolver gives up",
         ),
         row(
             "running execs",
