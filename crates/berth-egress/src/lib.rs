@@ -65,7 +65,7 @@ pub use addr::{METADATA, special_kind};
 pub use attempt::{Attempt, Method, Verdict, suggest};
 pub use inject::{Injection, InjectionError};
 pub use policy::{Decision, Mode, ModeError, Policy};
-pub use proxy::{Limits, OpenConnection, Proxy};
+pub use proxy::{Limits, LookupShare, OpenConnection, Proxy, lookup_share};
 pub use rule::{Host, Rule, RuleError, Target};
 pub use tls::{CertificateAuthority, TlsError};
 pub use upstream::MAX_LOOKUPS;

@@ -45,7 +45,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// Most client connections still sending their request head (answered with 503 beyond it).
     pub max_pending: usize,
-    /// Most host-name lookups in progress at once for this proxy (further ones wait their turn).
+    /// Most host-name lookups in progress at once for this proxy, or for every proxy given its share with
+    /// [`Proxy::with_lookup_share`] (further ones wait their turn).
     pub max_lookups: usize,
 }
 
@@ -153,6 +154,14 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_SEARCHERS: usize = 64;
 const LINGER: Duration = Duration::from_millis(500);
 
+/// A share of the process's host-name lookups, which several proxies may take theirs from.
+pub type LookupShare = Arc<tokio::sync::Semaphore>;
+
+/// A share of `max` of the process's host-name lookups.
+pub fn lookup_share(max: usize) -> LookupShare {
+    Arc::new(tokio::sync::Semaphore::new(max))
+}
+
 impl Proxy {
     /// A proxy enforcing `policy`, with default limits, no event sink and no injections.
     pub fn new(policy: Policy) -> Proxy {
@@ -173,6 +182,13 @@ impl Proxy {
     pub fn with_limits(mut self, limits: Limits) -> Proxy {
         self.lookups = Arc::new(tokio::sync::Semaphore::new(limits.max_lookups));
         self.limits = limits;
+        self
+    }
+
+    /// Take host-name lookups from `share` (made by [`lookup_share`]) instead of a share of its own, so
+    /// that several proxies (a sandbox's and its children's) have `max_lookups` between them.
+    pub fn with_lookup_share(mut self, share: LookupShare) -> Proxy {
+        self.lookups = share;
         self
     }
 
@@ -508,4 +524,26 @@ async fn drain(mut client: TcpStream) {
 
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxies_given_one_lookup_share_have_its_places_between_them() {
+        let share = lookup_share(2);
+        let limits = Limits { max_lookups: 2, ..Limits::default() };
+        let parent = Proxy::new(Policy::default()).with_limits(limits.clone()).with_lookup_share(Arc::clone(&share));
+        let child = Proxy::new(Policy::default()).with_limits(limits.clone()).with_lookup_share(Arc::clone(&share));
+        let other = Proxy::new(Policy::default()).with_limits(limits);
+        // The parent's lookups take every place; its child has none left, another proxy all of its own.
+        let held = Arc::clone(&parent.lookups).try_acquire_many_owned(2).unwrap();
+        assert_eq!(child.lookups.available_permits(), 0);
+        assert!(Arc::clone(&child.lookups).try_acquire_owned().is_err());
+        assert_eq!(other.lookups.available_permits(), 2);
+        drop(held);
+        assert_eq!(child.lookups.available_permits(), 2);
+    }
 }

@@ -75,7 +75,8 @@ pub(crate) async fn open(
 /// Most host-name lookups in progress at once, across every proxy of the process. A lookup blocks a thread of
 /// the blocking pool the daemon also does its file work on, and goes on after its caller gives up: each holds
 /// a permit until the resolver answers, so a sandbox asking for names whose servers never answer cannot take
-/// that pool over. Each proxy (each sandbox) has a share of these too (`Limits::max_lookups`), taken first,
+/// that pool over. Each proxy (each sandbox, or a sandbox with its children) has a share of these too
+/// (`Limits::max_lookups`, shared with `Proxy::with_lookup_share`), taken first,
 /// so that one sandbox's lookups that never end cannot hold every place and delay the others'.
 pub const MAX_LOOKUPS: usize = 64;
 

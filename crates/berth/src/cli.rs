@@ -167,6 +167,9 @@ pub struct DaemonArgs {
     /// Most bytes of one sandbox's journal (egress records may take half).
     #[arg(long, value_parser = parse_size, value_name = "SIZE", default_value = "64M")]
     pub max_journal_bytes: u64,
+    /// Most execs and shells one sandbox may have running at once.
+    #[arg(long, value_parser = parse_count_usize, value_name = "N", default_value = "64")]
+    pub max_running_execs: usize,
     /// Most connections one sandbox may have open through its egress proxy.
     #[arg(long, value_parser = parse_count_usize, value_name = "N", default_value = "128")]
     pub max_proxy_connections: usize,
@@ -196,6 +199,7 @@ impl DaemonArgs {
             max_log_bytes: self.max_log_bytes,
             max_exec_records: self.max_exec_records,
             max_journal_bytes: self.max_journal_bytes,
+            max_running_execs: self.max_running_execs,
             max_proxy_connections: self.max_proxy_connections,
             max_proxy_pending: self.max_proxy_pending,
             max_lookups: self.max_lookups,

@@ -117,9 +117,75 @@ fn only_the_newest_finished_exec_records_and_their_logs_are_kept() {
     let mut d = d;
     d.kill();
     d.spawn();
-    d.sh(&id, "true");
-    let files = std::fs::read_dir(d.root().join("logs").join(&id)).unwrap().count();
-    assert!(files <= 4, "{files} logs left after a restart");
+    // The logs the previous daemon left go in turn as new execs start, oldest first.
+    for i in 1..=5 {
+        d.sh(&id, &format!("echo again {i}"));
+    }
+    let mut left: Vec<String> = std::fs::read_dir(d.root().join("logs").join(&id))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left.len(), 3, "at most --max-exec-records logs after a restart: {left:?}");
+    assert_eq!(text(&d.berth(&["logs", &id, "x16"]).stdout), "again 5\n", "{left:?}");
+}
+
+#[test]
+fn a_full_journal_refuses_file_and_network_changes_too() {
+    let d = Daemon::start_with(&["--max-journal-bytes", "64K"]);
+    let id = d.create(&[]);
+    let jpath = d.root().join("journal").join(format!("{id}.jsonl"));
+    // A long path makes each write's record about 3 KB; writing it again and again fills the journal.
+    let path = format!("/tmp/{}f", "d/".repeat(1400));
+    let mut refused = None;
+    for _ in 0..60 {
+        let (status, body) = d.files("PUT", &id, "files", &path, "&parents=true", b"x");
+        if status != 200 && status != 201 {
+            refused = Some((status, text(&body)));
+            break;
+        }
+    }
+    let (status, why) = refused.expect("file writes never filled the journal");
+    assert_eq!(status, 409, "{why}");
+    assert!(why.contains("--max-journal-bytes") && why.contains("no file is changed"), "{why}");
+    let size = std::fs::metadata(&jpath).unwrap().len();
+    assert!(size < 64 * 1024 + 4096, "over by at most one write's record: {size}");
+    // Nothing is changed unrecorded, whichever way.
+    let (status, _) = d.files("PUT", &id, "files", "/tmp/new", "", b"x");
+    assert_eq!(status, 409);
+    assert_eq!(d.files("POST", &id, "mkdir", "/tmp/newdir", "", b"").0, 409);
+    assert_eq!(d.files("DELETE", &id, "files", &path, "", b"").0, 409);
+    let net = d.berth(&["net", "allow", &id, "example.com:443"]);
+    assert!(!net.status.success());
+    assert!(text(&net.stderr).contains("the network policy is not changed"), "{}", text(&net.stderr));
+    let snap = d.berth(&["snapshot", &id]);
+    assert!(!snap.status.success(), "{}", text(&snap.stdout));
+    assert_eq!(std::fs::metadata(&jpath).unwrap().len(), size, "refusals add no records");
+    assert_eq!(d.files("GET", &id, "stat", "/tmp/new", "", b"").0, 404);
+    assert_eq!(d.files("GET", &id, "stat", "/tmp/newdir", "", b"").0, 404);
+    // Ending it is still done and recorded.
+    assert!(d.berth(&["rm", &id]).status.success());
+    assert_eq!(journal(&d, &id).last().unwrap()["action"], "remove");
+}
+
+#[test]
+fn past_its_running_exec_bound_a_sandbox_starts_no_more_until_one_ends() {
+    let d = Daemon::start_with(&["--max-running-execs", "2"]);
+    let id = d.create(&[]);
+    let first = d.berth(&["exec", &id, "--detach", "--", "sleep", "60"]);
+    let first = text(&first.stdout).trim().to_string();
+    assert!(d.berth(&["exec", &id, "--detach", "--", "sleep", "60"]).status.success());
+    let third = d.berth(&["exec", &id, "--", "true"]);
+    assert!(!third.status.success());
+    let why = text(&third.stderr);
+    assert!(why.contains("has 2 execs running") && why.contains("--max-running-execs"), "{why}");
+    let shell = d.shell(&[&id, "--cmd", "true"], "");
+    assert!(!shell.status.success(), "a shell counts too");
+    // One ends: the next starts.
+    assert!(d.berth(&["kill", &id, &first]).status.success());
+    let next = d.berth(&["exec", &id, "--", "echo", "ran"]);
+    assert!(next.status.success(), "{}", text(&next.stderr));
+    assert_eq!(text(&next.stdout), "ran\n");
 }
 
 #[test]

@@ -18,13 +18,17 @@ pub struct Bounds {
     /// Finished execs whose records (and logs) a sandbox keeps; the oldest go first. Running ones are kept.
     pub max_exec_records: usize,
     /// Bytes of one sandbox's journal. Egress records may take half; past that they are counted, not
-    /// written. Past the whole, new execs and shells are refused (nothing runs unrecorded).
+    /// written. Past the whole, every action that would add a record is refused (nothing happens
+    /// unrecorded), except those that end the sandbox's work: stop, remove, kill.
     pub max_journal_bytes: u64,
+    /// Execs and shells one sandbox may have running at once (each holds daemon memory for its log).
+    pub max_running_execs: usize,
     /// Connections one sandbox may have open through its egress proxy at once.
     pub max_proxy_connections: usize,
     /// Of those, connections still sending their request head (each has `head_timeout` to finish it).
     pub max_proxy_pending: usize,
-    /// Host-name lookups one sandbox may have in progress at once (of the process's 64).
+    /// Host-name lookups one sandbox may have in progress at once (of the process's 64), together with the
+    /// sandboxes it creates.
     pub max_lookups: usize,
 }
 
@@ -34,6 +38,7 @@ impl Default for Bounds {
             max_log_bytes: 16 * MIB,
             max_exec_records: 128,
             max_journal_bytes: 64 * MIB,
+            max_running_execs: 64,
             max_proxy_connections: 128,
             max_proxy_pending: 32,
             max_lookups: 8,
@@ -55,6 +60,7 @@ impl Bounds {
         at_least("max-log-bytes", MIN_LOG_BYTES, self.max_log_bytes)?;
         at_least("max-journal-bytes", MIN_JOURNAL_BYTES, self.max_journal_bytes)?;
         at_least("max-exec-records", 1, self.max_exec_records as u64)?;
+        at_least("max-running-execs", 1, self.max_running_execs as u64)?;
         at_least("max-proxy-connections", 1, self.max_proxy_connections as u64)?;
         at_least("max-proxy-pending", 1, self.max_proxy_pending as u64)?;
         at_least("max-lookups", 1, self.max_lookups as u64)?;
@@ -119,8 +125,9 @@ pub fn table(b: &Bounds) -> Vec<Bound> {
             "journal",
             format!("{} per sandbox", size(b.max_journal_bytes)),
             "berth daemon --max-journal-bytes",
-            "past it, new execs and shells are refused (409 conflict) so that nothing runs unrecorded; \
-             other actions, ending the sandbox among them, are still recorded",
+            "past it, every action that would add a record is refused (409 conflict) so that nothing happens \
+             unrecorded: execs, shells, file changes, network changes, snapshots, forks, exports, starts; \
+             stopping, removing and killing are still done and recorded; egress records have their own share",
         ),
         row(
             "egress log",
@@ -151,14 +158,15 @@ pub fn table(b: &Bounds) -> Vec<Bound> {
             "host-name lookups",
             format!("{} in progress per sandbox, {} in the whole daemon", b.max_lookups, berth_egress::MAX_LOOKUPS),
             "berth daemon --max-lookups",
-            "a further lookup waits for one of the sandbox's own to end; a lookup that never answers keeps its \
-             place until the resolver gives up",
+            "a sandbox and the sandboxes it creates share one such share; a further lookup waits for one of \
+             theirs to end; a lookup that never answers keeps its place until the resolver gives up",
         ),
         row(
             "running execs",
-            "none of their own".into(),
-            "berth create --pids (pids)",
-            "each exec is a process in the sandbox: its process limit bounds how many run at once",
+            format!("{} execs and shells running at once per sandbox", b.max_running_execs),
+            "berth daemon --max-running-execs",
+            "further ones are refused (409 conflict) until one ends; each holds up to 64 KiB of buffer and its \
+             log's tail (at most 1 MiB) in the daemon's memory, outside the sandbox's memory limit",
         ),
         row(
             "memory",

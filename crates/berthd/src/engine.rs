@@ -66,6 +66,9 @@ pub struct Engine {
     reserved_names: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Held while a session token creates a child (see `create`).
     child_creates: Mutex<()>,
+    /// The host-name lookup shares of sandboxes at the top of their owners, each shared with the sandboxes
+    /// they made (see `network::lookup_share_of`).
+    lookup_shares: std::sync::Mutex<HashMap<String, std::sync::Weak<tokio::sync::Semaphore>>>,
     /// The engine itself, for the tasks that serve a sandbox's API connections.
     this: std::sync::OnceLock<std::sync::Weak<Engine>>,
     /// What one sandbox may take of the host (see `bounds`).
@@ -116,6 +119,7 @@ impl Engine {
             this: std::sync::OnceLock::new(),
             reserved_names: std::sync::Mutex::new(std::collections::HashSet::new()),
             child_creates: Mutex::new(()),
+            lookup_shares: std::sync::Mutex::new(HashMap::new()),
             bounds,
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
@@ -363,7 +367,7 @@ impl Engine {
             r.last_activity_ms = now_ms();
             r.id.clone()
         };
-        self.admit_exec(&live, &sid).await?;
+        let starting = self.admit_exec(&live, &sid).await?;
         let mut env: BTreeMap<String, String> =
             berth_runtime::spec::BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         env.insert("PWD".into(), workdir.clone());
@@ -406,8 +410,8 @@ impl Engine {
         let asked_by = actor();
         let (journal_live, mut done) = (Arc::clone(&live), running.done.clone());
         tokio::spawn(async move {
-            if let Ok(r) = done.wait_for(|r| r.is_some()).await {
-                let result = r.clone();
+            let waited = done.wait_for(|r| r.is_some()).await.map(|r| r.clone());
+            if let Ok(result) = waited {
                 if let Some(res) = &result {
                     let kind = match (res.timed_out, res.killed) {
                         (true, _) => EventKind::ExecTimedOut,
@@ -416,7 +420,7 @@ impl Engine {
                     };
                     events.emit(&sid2, kind, Some(eid.clone()), Some(res.exit_code));
                 }
-                let digest = journal::file_digest(&log_path).unwrap_or_default();
+                let digest = journal::file_digest_async(log_path.clone()).await;
                 journal_live.note_as(
                     &asked_by,
                     "exec_finished",
@@ -437,6 +441,8 @@ impl Engine {
             .lock()
             .await
             .insert(exec_id, ExecEntry { argv: req.argv, started_at_ms, kill: running.kill, done: running.done });
+        // Listed: counted as running by its entry from here.
+        drop(starting);
         Ok((info, (!req.detach).then_some(running.frames)))
     }
 
@@ -515,7 +521,11 @@ impl Engine {
             let _ = e.kill.send(true);
             e.done.clone()
         };
-        live.note("kill", serde_json::json!({"exec_id": exec_id}), serde_json::json!({}));
+        // Only a kill of an exec still running is recorded, so that killing, which the journal's bound does
+        // not refuse, cannot grow the journal without end.
+        if done.borrow().is_none() {
+            live.note("kill", serde_json::json!({"exec_id": exec_id}), serde_json::json!({}));
+        }
         let _ = tokio::time::timeout(Duration::from_secs(10), done.wait_for(|r| r.is_some())).await;
         let execs = live.execs.lock().await;
         execs.get(exec_id).map(|e| e.info(exec_id)).ok_or(EngineError::InitGone)

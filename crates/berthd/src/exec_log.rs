@@ -9,8 +9,8 @@ use crate::budget::Budget;
 
 /// Most of a log's tail held in memory until its exec ends.
 const TAIL_MAX: u64 = 1 << 20;
-/// Bytes buffered before the log is written.
-const LOG_BUFFER: usize = 1 << 20;
+/// Bytes buffered before the log is written (each running exec holds this much of the daemon's memory).
+const LOG_BUFFER: usize = 64 << 10;
 
 pub struct ExecLog {
     file: tokio::io::BufWriter<tokio::fs::File>,

@@ -361,7 +361,7 @@ async fn journal(
     }
     // Streamed a line at a time: however long the journal, the daemon holds one chunk of it.
     let path = e.journal_file(&id).await?;
-    let file = std::fs::File::open(&path).map_err(|err| Failure::from(EngineError::Log(err)))?;
+    let file = tokio::fs::File::open(&path).await.map_err(|err| Failure::from(EngineError::Log(err)))?.into_std().await;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     tokio::task::spawn_blocking(move || {
         let send = |chunk: Vec<u8>| tx.blocking_send(Ok(Bytes::from(chunk))).is_ok();

@@ -82,6 +82,11 @@ pub fn file_digest(path: &Path) -> std::io::Result<String> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// [`file_digest`] off the async threads (a log may be many megabytes); empty when it cannot be read.
+pub async fn file_digest_async(path: std::path::PathBuf) -> String {
+    tokio::task::spawn_blocking(move || file_digest(&path).unwrap_or_default()).await.unwrap_or_default()
+}
+
 impl Journal {
     /// Open (or create) the journal at `path`, continuing its chain, with no bound on its egress records.
     pub fn open(path: &Path) -> std::io::Result<Journal> {

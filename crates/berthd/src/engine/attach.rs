@@ -60,7 +60,7 @@ impl Engine {
             r.last_activity_ms = now_ms();
             r.id.clone()
         };
-        self.admit_exec(&live, &sid).await?;
+        let starting = self.admit_exec(&live, &sid).await?;
         let workdir = "/workspace".to_string();
         let mut full: BTreeMap<String, String> = BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         full.insert("PWD".into(), workdir.clone());
@@ -96,13 +96,13 @@ impl Engine {
         let (events, journal_live, mut finished) = (Arc::clone(&self.events), Arc::clone(&live), done_rx.clone());
         let (sid2, eid, log_path) = (sid.clone(), exec_id.clone(), log.clone());
         tokio::spawn(async move {
-            if let Ok(r) = finished.wait_for(|r| r.is_some()).await {
-                let result = r.clone();
+            let waited = finished.wait_for(|r| r.is_some()).await.map(|r| r.clone());
+            if let Ok(result) = waited {
                 if let Some(res) = &result {
                     let kind = if res.killed { EventKind::ExecKilled } else { EventKind::ExecFinished };
                     events.emit(&sid2, kind, Some(eid.clone()), Some(res.exit_code));
                 }
-                let digest = journal::file_digest(&log_path).unwrap_or_default();
+                let digest = journal::file_digest_async(log_path.clone()).await;
                 journal_live.note(
                     "exec_finished",
                     serde_json::json!({"exec_id": eid}),
@@ -114,6 +114,8 @@ impl Engine {
             .lock()
             .await
             .insert(exec_id.clone(), ExecEntry { argv, started_at_ms: now_ms(), kill: kill_tx, done: done_rx });
+        // Listed: counted as running by its entry from here.
+        drop(starting);
         Ok(AttachedExec {
             exec_id,
             session: Arc::clone(&live.session),

@@ -126,6 +126,7 @@ impl Engine {
     /// Commit the workspace's changes to a new branch of a host repository.
     pub async fn export(&self, id: &str, req: ExportRequest) -> Result<Exported, EngineError> {
         let record = self.get(id).await?;
+        self.admit_record(&record.id, "nothing is exported").await?;
         if req.repo.is_empty() || !Path::new(&req.repo).is_absolute() {
             return Err(EngineError::invalid(
                 "repo must be the absolute path of a git repository on the daemon's host",

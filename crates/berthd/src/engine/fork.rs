@@ -17,6 +17,7 @@ impl Engine {
         }
         let parent = self.get(id).await?;
         let spec = self.spec_of(&parent.id)?;
+        self.admit_record(&parent.id, "it is not forked").await?;
         let _busy = self.busy(&parent.id, "forking")?;
         let mut ids = Vec::new();
         for _ in 0..count {

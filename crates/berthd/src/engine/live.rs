@@ -17,6 +17,10 @@ pub(super) struct Live {
     pub(super) session: Arc<Session>,
     pub(super) execs: Mutex<BTreeMap<String, ExecEntry>>,
     pub(super) next_exec: std::sync::atomic::AtomicU64,
+    /// The first exec number of this daemon: logs numbered below it were left by a previous one.
+    pub(super) first_exec: u64,
+    /// Execs and shells admitted and not yet in `execs` (see [`Starting`]).
+    pub(super) starting: Arc<std::sync::atomic::AtomicUsize>,
     /// The sandbox's egress proxy, with its policy.
     pub(super) egress: Arc<berth_egress::Proxy>,
     /// Its secrets' values, kept out of what berth shows of it.
@@ -57,13 +61,16 @@ impl Live {
         let journal = Journal::open_bounded(&journal_path(root, &record.id), bounds.egress_journal_bytes())?;
         let sid = record.id.clone();
         prune_logs(root, &sid, bounds.max_exec_records);
+        let first_exec = next_exec_number(root, &sid);
         Ok(Live {
             journal: std::sync::Mutex::new(journal),
             record: Mutex::new(record),
             env,
             session,
             execs: Mutex::new(BTreeMap::new()),
-            next_exec: std::sync::atomic::AtomicU64::new(next_exec_number(root, &sid)),
+            next_exec: std::sync::atomic::AtomicU64::new(first_exec),
+            first_exec,
+            starting: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             egress,
             redactor,
             connecting: std::sync::Mutex::new(std::collections::HashMap::new()),
@@ -129,8 +136,25 @@ impl Live {
     }
 }
 
-/// The numbers of the exec logs a previous daemon left for sandbox `id`.
-fn log_numbers(root: &Path, id: &str) -> Vec<u64> {
+/// An exec (or shell) admitted and not yet among its sandbox's execs: counted as running until it is, so
+/// that execs starting at once cannot pass `--max-running-execs` together. Dropped once it is listed.
+pub(super) struct Starting(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Starting {
+    pub(super) fn new(starting: &Arc<std::sync::atomic::AtomicUsize>) -> Starting {
+        starting.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Starting(Arc::clone(starting))
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// The numbers of the exec logs kept on disk for sandbox `id`.
+pub(super) fn log_numbers(root: &Path, id: &str) -> Vec<u64> {
     std::fs::read_dir(root.join("logs").join(id))
         .map(|d| {
             d.flatten()

@@ -2,6 +2,7 @@
 //! policy) and on the API port (berth's own API, for the sandbox's session token). Neither needs a network
 //! interface in the sandbox: init hands each accepted socket to the daemon over its control socket.
 
+use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -256,6 +257,7 @@ impl Engine {
             return Err(EngineError::invalid("name at least one rule to allow or deny"));
         }
         let live = self.live(id).await?;
+        self.admit_record(id, "the network policy is not changed").await?;
         let mut policy = (*live.egress.policy()).clone();
         for r in allow {
             if !policy.allow.contains(&r) {
@@ -399,7 +401,38 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The share of `top` in `shares`, made (of `max` places) if it has none that is still in use.
+fn share_for(
+    shares: &mut HashMap<String, std::sync::Weak<tokio::sync::Semaphore>>,
+    top: &str,
+    max: usize,
+) -> berth_egress::LookupShare {
+    shares.retain(|_, s| s.strong_count() > 0);
+    if let Some(share) = shares.get(top).and_then(std::sync::Weak::upgrade) {
+        return share;
+    }
+    let share = berth_egress::lookup_share(max);
+    shares.insert(top.to_string(), Arc::downgrade(&share));
+    share
+}
+
 impl Engine {
+    /// The share of the daemon's host-name lookups that `record`'s proxy takes its own from: that of the
+    /// sandbox at the top of its owners. A sandbox and the children it makes (which its session token drives)
+    /// have one `--max-lookups` between them, so that they cannot hold every lookup of the daemon together.
+    fn lookup_share_of(&self, record: &berth_api::Sandbox) -> berth_egress::LookupShare {
+        let mut top = record.id.clone();
+        let mut owner = record.owner.clone();
+        // Owners are made before what they own, so the chain ends; the count only guards a damaged store.
+        for _ in 0..64 {
+            let Some(o) = owner else { break };
+            owner = self.store.record(&o).ok().flatten().and_then(|r| r.owner);
+            top = o;
+        }
+        let mut shares = self.lookup_shares.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        share_for(&mut shares, &top, self.bounds.max_lookups)
+    }
+
     /// Hold a sandbox as live: its egress proxy (policy, injected secrets, authority), its redactor, the
     /// task that journals its egress, and the routing of its connections.
     pub(super) fn make_live(&self, a: super::Adopted, secrets: &[String]) -> Result<Arc<Live>, EngineError> {
@@ -421,6 +454,7 @@ impl Engine {
         };
         let mut proxy = berth_egress::Proxy::new(policy_of(&a.record.network)?)
             .with_limits(limits)
+            .with_lookup_share(self.lookup_share_of(&a.record))
             .with_events(tx)
             .with_injections(resolved.injections)
             .map_err(|e| EngineError::invalid(e.to_string()))?;
@@ -438,5 +472,30 @@ impl Engine {
         Self::log_egress(&live, attempts);
         self.route_connections(&live);
         Ok(live)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sandbox_and_its_children_take_their_lookups_from_one_share() {
+        let mut shares = HashMap::new();
+        let parent = share_for(&mut shares, "aaaaaaaaaaaa", 8);
+        // Each of its children asks for the share of the same top.
+        let children: Vec<_> = (0..8).map(|_| share_for(&mut shares, "aaaaaaaaaaaa", 8)).collect();
+        assert!(children.iter().all(|c| Arc::ptr_eq(c, &parent)));
+        let held = Arc::clone(&parent).try_acquire_many_owned(8).unwrap();
+        assert_eq!(children[7].available_permits(), 0, "nine sandboxes, eight places between them");
+        // Another top has its own.
+        assert_eq!(share_for(&mut shares, "bbbbbbbbbbbb", 8).available_permits(), 8);
+        drop(held);
+        // Once no proxy holds a share it is forgotten, and a new one made.
+        drop((parent, children));
+        let fresh = share_for(&mut shares, "aaaaaaaaaaaa", 8);
+        assert_eq!(fresh.available_permits(), 8);
+        assert_eq!(shares.len(), 1);
     }
 }

@@ -285,6 +285,7 @@ impl Engine {
             });
         }
         let stopped = self.stopped_record(id)?.ok_or_else(|| EngineError::NoSandbox(id.to_string()))?;
+        self.admit_record(&stopped.id, "it is not started").await?;
         let _busy = self.busy(&stopped.id, "starting")?;
         let record = self.start_stopped(&stopped).await?;
         self.journal_note(&record.id, "start", serde_json::json!({}), serde_json::json!({"pid": record.pid})).await;
@@ -307,6 +308,7 @@ impl Engine {
     /// disposable): stop if running, then start.
     pub async fn rebuild(&self, id: &str) -> Result<Sandbox, EngineError> {
         let record = self.get(id).await?;
+        self.admit_record(&record.id, "it is not rebuilt").await?;
         let _busy = self.busy(&record.id, "rebuilding")?;
         let stopped = match self.live(&record.id).await {
             Ok(live) => self.stop_live(&live, &record.id).await?,
@@ -339,6 +341,7 @@ impl Engine {
                 return Err(EngineError::Conflict(format!("a snapshot named {n:?} already exists")));
             }
         }
+        self.admit_record(&record.id, "no snapshot is taken").await?;
         let _busy = self.busy(&record.id, "taking a snapshot")?;
         let (snap, frozen) = self.take_snapshot(&record, name, "snapshot").await?;
         self.journal_note(
@@ -421,6 +424,7 @@ impl Engine {
                 snap.id, snap.image, record.id, record.image, snap.id
             )));
         }
+        self.admit_record(&record.id, "no snapshot is restored").await?;
         let _busy = self.busy(&record.id, "restoring a snapshot")?;
         let src = self.snapshot_dir(&snap.id);
         let out = self.replace_files(&record, false, move |pool, fresh| pool.clone_volume(&src, fresh, false)).await?;
@@ -432,6 +436,7 @@ impl Engine {
     /// Return a sandbox to its image's clean state, keeping /workspace if asked.
     pub async fn reset(&self, id: &str, keep_workspace: bool) -> Result<Sandbox, EngineError> {
         let record = self.get(id).await?;
+        self.admit_record(&record.id, "it is not reset").await?;
         let _busy = self.busy(&record.id, "resetting")?;
         let current = self.state_dir(&record.id);
         let out = self

@@ -1,10 +1,13 @@
 //! What is kept of a sandbox's work: at most `--max-exec-records` finished execs (with their logs), and its
-//! journal, which no new exec may start past once it is full, so that nothing runs unrecorded.
+//! journal, which no new action may add to once it is full, so that nothing happens unrecorded; and how many
+//! execs one sandbox may run at once.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{Engine, Live, journal_path, live::exec_number};
+use super::live::{Starting, exec_number, log_numbers};
+use super::{Engine, Live, journal_path};
 use crate::EngineError;
 use crate::journal;
 
@@ -32,37 +35,80 @@ impl Engine {
             .map_err(EngineError::Log)
     }
 
-    /// Before a new exec or shell of `live`: refuse it when the journal is full, and drop the oldest finished
-    /// exec records (and their logs) past the bound. Running execs are never dropped.
-    pub(super) async fn admit_exec(&self, live: &Arc<Live>, sid: &str) -> Result<(), EngineError> {
-        let bytes = live.journal_bytes();
-        if bytes >= self.bounds.max_journal_bytes {
-            return Err(EngineError::Conflict(format!(
-                "sandbox {sid}'s journal holds {bytes} bytes, its bound of {} (berth daemon --max-journal-bytes): \
-                 no new exec is started so that nothing runs unrecorded; read its journal, then remove it or \
-                 restart the daemon with a larger bound",
-                crate::bounds::size(self.bounds.max_journal_bytes)
-            )));
+    /// Before an action that adds a record to sandbox `id`'s journal: refuse it when the journal is full
+    /// (`refused` says what is not done). Actions that end the sandbox's work (stop, remove, kill) are not
+    /// asked: they are done and recorded past the bound, and each can happen only so often.
+    pub(crate) async fn admit_record(&self, id: &str, refused: &str) -> Result<(), EngineError> {
+        let (sid, bytes) = match self.live(id).await {
+            Ok(live) => (live.record.lock().await.id.clone(), live.journal_bytes()),
+            Err(_) => {
+                let sid = self.get(id).await?.id;
+                let bytes = tokio::fs::metadata(journal_path(&self.root, &sid)).await.map(|m| m.len()).unwrap_or(0);
+                (sid, bytes)
+            }
+        };
+        self.journal_room(&sid, bytes, refused)
+    }
+
+    fn journal_room(&self, sid: &str, bytes: u64, refused: &str) -> Result<(), EngineError> {
+        if bytes < self.bounds.max_journal_bytes {
+            return Ok(());
         }
-        let removed: Vec<String> = {
+        Err(EngineError::Conflict(format!(
+            "sandbox {sid}'s journal holds {bytes} bytes, its bound of {} (berth daemon --max-journal-bytes): \
+             {refused} so that nothing happens unrecorded; read its journal, then remove it or restart the \
+             daemon with a larger bound",
+            crate::bounds::size(self.bounds.max_journal_bytes)
+        )))
+    }
+
+    /// Before a new exec or shell of `live`: refuse it when the journal is full or the sandbox has its
+    /// `--max-running-execs` running, and drop the oldest finished exec records and logs past
+    /// `--max-exec-records`. The new exec counts as running from here: keep what is returned until it is
+    /// among the sandbox's execs.
+    pub(super) async fn admit_exec(&self, live: &Arc<Live>, sid: &str) -> Result<Starting, EngineError> {
+        self.journal_room(sid, live.journal_bytes(), "no new exec is started")?;
+        let starting = {
+            let execs = live.execs.lock().await;
+            let running = execs.values().filter(|e| e.done.borrow().is_none()).count()
+                + live.starting.load(std::sync::atomic::Ordering::Acquire);
+            let max = self.bounds.max_running_execs;
+            if running >= max {
+                return Err(EngineError::Conflict(format!(
+                    "sandbox {sid} has {running} execs running, the most it may run at once (berth daemon \
+                     --max-running-execs {max}): wait for one to end, or kill one, then try again"
+                )));
+            }
+            // Taken under the lock that the count was, so two execs admitted at once count each other.
+            Starting::new(&live.starting)
+        };
+        self.drop_old_records(live, sid).await;
+        Ok(starting)
+    }
+
+    /// Keep at most `--max-exec-records` finished execs, with room for one more: the oldest go, with their
+    /// logs. What is on disk counts, so that the logs a previous daemon left go in turn too. Running execs
+    /// are never dropped.
+    async fn drop_old_records(&self, live: &Arc<Live>, sid: &str) {
+        let (root, dir) = (self.root.clone(), sid.to_string());
+        let on_disk = tokio::task::spawn_blocking(move || log_numbers(&root, &dir)).await.unwrap_or_default();
+        let removed: Vec<u64> = {
             let mut execs = live.execs.lock().await;
-            let mut finished: Vec<(u64, String)> = execs
-                .iter()
-                .filter(|(_, e)| e.done.borrow().is_some())
-                .map(|(id, _)| (exec_number(id), id.clone()))
-                .collect();
+            // Finished execs this daemon ran, and the logs a previous one left. A log of this daemon's that
+            // is not yet among its execs belongs to one starting now.
+            let mut finished: BTreeSet<u64> =
+                execs.iter().filter(|(_, e)| e.done.borrow().is_some()).map(|(id, _)| exec_number(id)).collect();
+            finished.extend(on_disk.into_iter().filter(|n| *n < live.first_exec));
             // Room for the one about to start once it has finished too.
             let over = (finished.len() + 1).saturating_sub(self.bounds.max_exec_records);
-            finished.sort_unstable();
-            finished.truncate(over);
-            for (_, id) in &finished {
-                execs.remove(id);
+            let gone: Vec<u64> = finished.into_iter().take(over).collect();
+            for n in &gone {
+                execs.remove(&format!("x{n}"));
             }
-            finished.into_iter().map(|(_, id)| id).collect()
+            gone
         };
-        for id in removed {
-            let _ = tokio::fs::remove_file(self.root.join("logs").join(sid).join(format!("{id}.log"))).await;
+        for n in removed {
+            let _ = tokio::fs::remove_file(self.root.join("logs").join(sid).join(format!("x{n}.log"))).await;
         }
-        Ok(())
     }
 }

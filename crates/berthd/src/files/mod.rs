@@ -176,6 +176,7 @@ async fn put_file(
     let mode = parse_mode(q.mode.as_deref())?;
     parse_path(&q.path)?;
     let data = body(data)?;
+    e.admit_record(&id, "no file is changed").await?;
     let fs = sandbox(&e, &id).await?;
     let (path, bytes) = (q.path.clone(), data.len());
     let (entry, created) = blocking(move || fs.write(&q.path, &data, mode, q.parents)).await?;
@@ -189,6 +190,7 @@ async fn delete_files(
     q: std::result::Result<Query<DeleteQuery>, QueryRejection>,
 ) -> Result<Response, Failure> {
     let q = query(q)?;
+    e.admit_record(&id, "no file is changed").await?;
     let fs = sandbox(&e, &id).await?;
     let (path, recursive) = (q.path.clone(), q.recursive);
     blocking(move || fs.remove(&q.path, q.recursive)).await?;
@@ -213,6 +215,7 @@ async fn mkdir(
 ) -> Result<Response, Failure> {
     let q = query(q)?;
     let mode = parse_mode(q.mode.as_deref())?;
+    e.admit_record(&id, "no file is changed").await?;
     let fs = sandbox(&e, &id).await?;
     let path = q.path.clone();
     let (entry, created) = blocking(move || fs.mkdir(&q.path, q.parents, mode)).await?;
@@ -253,6 +256,7 @@ async fn put_archive(
     let q = query(q)?;
     parse_path(&q.path)?;
     let data = body(data)?;
+    e.admit_record(&id, "no file is changed").await?;
     let fs = sandbox(&e, &id).await?;
     let (path, bytes) = (q.path.clone(), data.len());
     let entries = blocking(move || fs.extract_tar(&q.path, &data, q.parents)).await?;
