@@ -355,13 +355,18 @@ pub enum ErrorCode {
     Unauthorized,
     /// 404: no such sandbox or exec.
     NotFound,
+    /// 408: the request's head did not arrive in time (the connection is closed after this answer).
+    RequestTimeout,
     /// 409: the name is taken, or the sandbox is not in a state that allows this.
     Conflict,
     /// 413: the request body is too large.
     PayloadTooLarge,
+    /// 431: the request's head (its request line and headers) is too large.
+    HeadersTooLarge,
     /// 500: berth failed; the message says how.
     Internal,
-    /// 503: the host cannot take another sandbox right now.
+    /// 503: the host cannot take another sandbox right now, or the listener is serving as many connections as
+    /// it may.
     Unavailable,
 }
 
@@ -371,8 +376,10 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => 400,
             ErrorCode::Unauthorized => 401,
             ErrorCode::NotFound => 404,
+            ErrorCode::RequestTimeout => 408,
             ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::HeadersTooLarge => 431,
             ErrorCode::Internal => 500,
             ErrorCode::Unavailable => 503,
         }

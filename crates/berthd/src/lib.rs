@@ -16,6 +16,7 @@ pub mod files;
 mod http;
 pub mod journal;
 mod launch;
+pub mod listen;
 pub mod log;
 mod projects_http;
 mod session;

@@ -4,15 +4,30 @@ use std::path::Path;
 
 use anyhow::Context;
 
-pub fn daemon(root: &Path, socket: &Path, listen: Option<std::net::SocketAddr>) -> anyhow::Result<i32> {
+pub fn daemon(root: &Path, socket: &Path, args: &crate::cli::DaemonArgs) -> anyhow::Result<i32> {
     if !rustix::process::geteuid().is_root() {
         anyhow::bail!("berth daemon needs root (it creates sandboxes with their own host id ranges)");
     }
+    if args.max_header_size < 1024 || args.max_header_size > 1 << 20 {
+        anyhow::bail!("--max-header-size must be between 1k and 1m");
+    }
+    if args.header_timeout.is_zero() {
+        anyhow::bail!("--header-timeout must be longer than zero");
+    }
+    if args.max_connections > 1 << 20 {
+        anyhow::bail!("--max-connections must be at most 1048576");
+    }
+    let bounds = berthd::listen::Bounds {
+        max_connections: args.max_connections,
+        max_head_bytes: args.max_header_size as usize,
+        head_timeout: args.header_timeout,
+        max_body_bytes: usize::try_from(args.max_body_size).context("--max-body-size is too large")?,
+    };
     // Checks the data root and the cgroup layout, and sweeps what crashed runs left, before serving.
     berth_runtime::Runtime::open(root)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("start the async runtime")?;
     rt.block_on(async {
-        let serve = berthd::serve(root, socket, listen);
+        let serve = berthd::serve(root, socket, args.listen, bounds);
         tokio::select! {
             r = serve => r.map_err(anyhow::Error::from),
             _ = tokio::signal::ctrl_c() => Ok(()),

@@ -40,7 +40,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench(args) if args.egress => bench_egress::bench_egress(&cli.socket, args),
         Command::Bench(args) if args.exec => bench_exec::bench_exec(&cli.socket, args),
         Command::Bench(args) => bench::bench(&cli.root, args),
-        Command::Daemon(args) => daemon::daemon(&cli.root, &cli.socket, args.listen),
+        Command::Daemon(args) => daemon::daemon(&cli.root, &cli.socket, &args),
         Command::Token(crate::cli::TokenCommand::Create { name, json }) => {
             daemon::token_create(&cli.socket, &name, json)
         }
