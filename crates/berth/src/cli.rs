@@ -162,7 +162,7 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "N", default_value = "512", value_parser = parse_count_usize)]
     pub max_connections: usize,
     /// Largest request head (request line and headers), on every listener; a larger one is answered 431.
-    #[arg(long, value_name = "SIZE", default_value = "16k", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "64k", value_parser = parse_size)]
     pub max_header_size: u64,
     /// Time a request head has to arrive (also how long a kept-alive connection may sit idle); a client that
     /// is slower is answered 408 and its connection closed.

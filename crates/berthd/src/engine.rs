@@ -313,8 +313,11 @@ impl Engine {
             Some(w) => berth_runtime::spec::sandbox_path(w).map_err(|e| EngineError::invalid(e.to_string()))?,
             None => "/workspace".to_string(),
         };
-        if let Some(t) = req.timeout_seconds.filter(|t| !(t.is_finite() && *t > 0.0)) {
-            return Err(EngineError::invalid(format!("timeout_seconds must be positive, not {t}")));
+        if let Some(t) = req.timeout_seconds.filter(|t| !(*t > 0.0 && *t <= berth_api::MAX_DURATION_SECONDS)) {
+            return Err(EngineError::invalid(format!(
+                "timeout_seconds must be positive and at most {} (100 years), not {t}",
+                berth_api::MAX_DURATION_SECONDS
+            )));
         }
         let max_output = req.max_output_bytes.unwrap_or(exec::DEFAULT_MAX_OUTPUT);
         if max_output < 64 {
@@ -512,8 +515,9 @@ impl Engine {
             }
             let running = l.execs.lock().await.values().any(|e| e.done.borrow().is_none());
             let expired = r.expires_at_ms.is_some_and(|t| now >= t);
-            let idle =
-                !running && r.idle_timeout_seconds.is_some_and(|s| now >= r.last_activity_ms + (s * 1000.0) as u64);
+            let idle = !running
+                && r.idle_timeout_seconds
+                    .is_some_and(|s| now >= r.last_activity_ms.saturating_add((s * 1000.0) as u64));
             if expired {
                 due.push(r.id.clone());
             } else if idle && r.persistent {

@@ -62,6 +62,10 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<
             }
             Err(e) => return Err(Failure(ErrorCode::InvalidRequest, e.body_text())),
         };
+        // A request body is an object: serde would also take an array of a struct's fields in order.
+        if !value.is_object() {
+            return Err(Failure(ErrorCode::InvalidRequest, "the request body must be a JSON object".into()));
+        }
         integral_numbers(&mut value);
         serde_json::from_value(value).map(ApiJson).map_err(|e| {
             Failure(ErrorCode::InvalidRequest, format!("Failed to deserialize the JSON body into the target type: {e}"))
@@ -75,9 +79,9 @@ fn integral_numbers(v: &mut serde_json::Value) {
         serde_json::Value::Number(n) => {
             let Some(f) = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0) else { return };
             // Within ±2^63, where every such float is exactly an i64 (and a u64 when not negative).
-            if f >= 0.0 && f < 18_446_744_073_709_551_616.0 {
+            if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
                 *n = serde_json::Number::from(f as u64);
-            } else if f < 0.0 && f >= -9_223_372_036_854_775_808.0 {
+            } else if (-9_223_372_036_854_775_808.0..0.0).contains(&f) {
                 *n = serde_json::Number::from(f as i64);
             }
         }
@@ -185,6 +189,8 @@ async fn log_request(req: Request, next: axum::middleware::Next) -> Response {
 /// The API as the TCP listener serves it: every request needs a bearer token, and no token can be minted.
 pub fn tcp_app(engine: Arc<Engine>) -> Router {
     routes()
+        .route("/v1/tokens", get(unix_only).post(unix_only))
+        .route("/v1/tokens/{token}", delete(unix_only))
         .layer(axum::middleware::from_fn(log_request))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&engine), require_token))
         .layer(axum::middleware::from_fn(crate::listen::limit_head))
@@ -213,6 +219,14 @@ async fn require_token(State(e): Api, req: Request, next: axum::middleware::Next
         )
         .into_response(),
     }
+}
+
+/// The token routes where they are not served: every other method on their paths is then a 405, as anywhere.
+async fn unix_only() -> Failure {
+    Failure(
+        ErrorCode::NotFound,
+        "no such route: tokens are minted, listed and revoked over the unix socket only".into(),
+    )
 }
 
 async fn list_tokens(State(e): Api) -> Result<Response, Failure> {

@@ -31,7 +31,7 @@ use crate::http::Failure;
 /// Connections one listener serves at once, by default.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 /// Largest request head (request line and headers), by default.
-pub const DEFAULT_MAX_HEAD_BYTES: usize = 16 << 10;
+pub const DEFAULT_MAX_HEAD_BYTES: usize = 64 << 10;
 /// Time a request head has to arrive, by default.
 pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest JSON request body, by default.
