@@ -19,7 +19,7 @@ use common::daemon::Daemon;
 use common::text;
 
 /// Examples per operation in each phase: enough to reach every status, few enough for a minute or two.
-const MAX_EXAMPLES: &str = "5";
+const MAX_EXAMPLES: &str = "3";
 /// Fixed, so a failure can be replayed; set BERTH_CONTRACT_SEED to explore others.
 const SEED: &str = "1";
 
