@@ -61,7 +61,7 @@ fn the_api_keeps_its_description() {
         .env("SCHEMATHESIS_HOOKS", workspace().join("crates/berth/tests/contract/hooks.py"))
         .env("BERTH_CONTRACT_MOUNT_HOST", &mounts)
         .args(["run", &format!("http://{addr}/v1/openapi.json"), "--checks", "all"])
-        .args(["--max-examples", MAX_EXAMPLES, "--seed", &seed, "--request-timeout", "60"])
+        .args(["--max-examples", MAX_EXAMPLES, "--seed", &seed])
         .args(["-H", &format!("Authorization: Bearer {token}")])
         // The shell is a WebSocket: the description states its handshake, which schemathesis's HTTP client
         // cannot complete (tests/shell.rs drives it).
