@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 /// The OpenAPI 3.1 description of the daemon's HTTP API, as `GET /v1/openapi.json` serves it.
 pub const OPENAPI: &str = include_str!("../openapi.json");
 
+/// Longest duration a request may give (`ttl_seconds`, `idle_timeout_seconds`, an exec's `timeout_seconds`):
+/// 100 years, which every clock and timer the daemon uses can hold.
+pub const MAX_DURATION_SECONDS: f64 = 3_153_600_000.0;
+
 /// `POST /v1/sandboxes`
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -30,6 +34,7 @@ pub struct CreateSandbox {
     /// Environment for every exec (an exec's own `env` wins).
     pub env: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
+    #[serde(deserialize_with = "objects_only")]
     pub mounts: Vec<Mount>,
     /// Keep the workspace and the root file system's changes through stop, start, rebuild and a lost
     /// supervisor (a host reboot); an ephemeral sandbox's state goes when its supervisor does.
@@ -37,18 +42,47 @@ pub struct CreateSandbox {
     /// Disk quota for the sandbox's writable state (needs a btrfs storage pool).
     pub disk_bytes: Option<u64>,
     /// Named volumes to mount.
+    #[serde(deserialize_with = "objects_only")]
     pub volumes: Vec<VolumeMount>,
     /// Start from this snapshot's files (id or name) instead of the image's clean state.
     pub from_snapshot: Option<String>,
     /// Files to copy out at teardown: globs under /workspace (`*` within a name, `**` across directories).
     pub outputs: Vec<String>,
     /// Egress policy (default: no network).
+    #[serde(deserialize_with = "object_only")]
     pub network: Network,
     /// Secrets (`berth secret set NAME`) this sandbox gets: `NAME` is an environment variable with the value in
     /// every exec; `NAME@HOST` keeps the value out of the sandbox — the variable holds a placeholder, and the
     /// proxy puts the value in its place in requests to HOST only (HOST as an egress rule: a name, a glob or
     /// an address, with an optional port).
     pub secrets: Vec<String>,
+}
+
+/// Read a struct from a JSON object only. serde's derive also takes an array of the fields' values in order
+/// (`[null, 1]`), which the API does not offer: a request's objects are objects.
+pub fn object_only<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    struct Fields<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Fields<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
+    }
+    d.deserialize_map(Fields(std::marker::PhantomData))
+}
+
+/// A list of structs, each read from a JSON object only (see `object_only`).
+pub fn objects_only<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+    struct Object<T>(T);
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            object_only(d).map(Object)
+        }
+    }
+    Ok(Vec::<Object<T>>::deserialize(d)?.into_iter().map(|o| o.0).collect())
 }
 
 /// A named volume brought into a sandbox.
@@ -118,22 +152,30 @@ pub struct Sandbox {
 
 /// `POST /v1/sandboxes/{id}/execs`
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct ExecRequest {
+    /// Required: an exec without a command is refused.
     pub argv: Vec<String>,
+    #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Default: `/workspace`.
+    #[serde(default)]
     pub workdir: Option<String>,
     /// Server-side: the exec's whole process tree is killed when it runs out (exit code 124).
+    #[serde(default)]
     pub timeout_seconds: Option<f64>,
     /// Bytes of output sent to the client (default 64 KiB); the exec's log keeps more (`max_log_bytes`).
+    #[serde(default)]
     pub max_output_bytes: Option<u64>,
     /// Bytes of output kept in the exec's log: its head and tail, with a marker where the middle was dropped.
     /// Default and most: the daemon's `--max-log-bytes` (16 MiB).
+    #[serde(default)]
     pub max_log_bytes: Option<u64>,
     /// Return at once with the exec's id; read its output later from its log.
+    #[serde(default)]
     pub detach: bool,
     /// Data for the command's standard input, which is closed after it (without this, stdin is /dev/null).
+    #[serde(default)]
     pub stdin: Option<String>,
 }
 
@@ -382,13 +424,18 @@ pub enum ErrorCode {
     Unauthorized,
     /// 404: no such sandbox or exec.
     NotFound,
+    /// 408: the request's head did not arrive in time (the connection is closed after this answer).
+    RequestTimeout,
     /// 409: the name is taken, or the sandbox is not in a state that allows this.
     Conflict,
     /// 413: the request body is too large.
     PayloadTooLarge,
+    /// 431: the request's head (its request line and headers) is too large.
+    HeadersTooLarge,
     /// 500: berth failed; the message says how.
     Internal,
-    /// 503: the host cannot take another sandbox right now.
+    /// 503: the host cannot take another sandbox right now, or the listener is serving as many connections as
+    /// it may.
     Unavailable,
 }
 
@@ -398,8 +445,10 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => 400,
             ErrorCode::Unauthorized => 401,
             ErrorCode::NotFound => 404,
+            ErrorCode::RequestTimeout => 408,
             ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::HeadersTooLarge => 431,
             ErrorCode::Internal => 500,
             ErrorCode::Unavailable => 503,
         }
@@ -422,6 +471,14 @@ mod tests {
         assert_eq!(c, CreateSandbox::default());
         assert!(serde_json::from_str::<CreateSandbox>(r#"{"memroy_bytes": 5}"#).is_err());
         assert!(serde_json::from_str::<ExecRequest>(r#"{"argv": "ls"}"#).is_err());
+        // Objects inside a request are objects, never arrays of their fields.
+        assert!(serde_json::from_str::<CreateSandbox>(r#"{"network": [null]}"#).is_err());
+        assert!(serde_json::from_str::<CreateSandbox>(r#"{"mounts": [["/a", "/b"]]}"#).is_err());
+        assert!(serde_json::from_str::<CreateSandbox>(r#"{"volumes": [["v", "/b"]]}"#).is_err());
+        let c: CreateSandbox =
+            serde_json::from_str(r#"{"network": {"mode": "none"}, "mounts": [{"host": "/a", "target": "/b"}]}"#)
+                .unwrap();
+        assert_eq!((c.network.mode.as_deref(), c.mounts.len()), (Some("none"), 1));
     }
 
     #[test]

@@ -191,6 +191,19 @@ pub struct DaemonArgs {
     /// The disk quota of a sandbox created without --disk, when the pool enforces quotas.
     #[arg(long, default_value = "10G", value_parser = parse_size, value_name = "SIZE")]
     pub default_disk: u64,
+    /// Connections each listener (the socket, the TCP listener) serves at once; one more is answered 503.
+    #[arg(long, value_name = "N", default_value = "512", value_parser = parse_count_usize)]
+    pub max_connections: usize,
+    /// Largest request head (request line and headers), on every listener; a larger one is answered 431.
+    #[arg(long, value_name = "SIZE", default_value = "64k", value_parser = parse_size)]
+    pub max_header_size: u64,
+    /// Time a request head has to arrive (also how long a kept-alive connection may sit idle); a client that
+    /// is slower is answered 408 and its connection closed.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+    /// Largest JSON request body; a larger one is answered 413 (file and tar uploads have a bound of their own).
+    #[arg(long, value_name = "SIZE", default_value = "1m", value_parser = parse_size)]
+    pub max_body_size: u64,
 }
 
 impl DaemonArgs {

@@ -93,7 +93,7 @@ fn bad_requests_get_4xx_never_5xx() {
         ("POST", "/v1/sandboxes", r#"{"name": "bad name"}"#, 400),
         ("POST", "/v1/sandboxes", r#"{"cpus": -2}"#, 400),
         ("POST", "/v1/sandboxes", r#"{"memory_bytes": 1024}"#, 400),
-        ("POST", "/v1/sandboxes", r#"{"image": "nope"}"#, 400),
+        ("POST", "/v1/sandboxes", r#"{"image": "nope"}"#, 404),
         ("POST", "/v1/sandboxes", r#"{"mounts": [{"host": "/nonexistent-berth", "target": "/x"}]}"#, 400),
         ("POST", "/v1/sandboxes", r#"{"mounts": [{"host": "/etc", "target": "/x"}]}"#, 400),
         ("GET", "/v1/sandboxes/nope", "", 404),

@@ -345,8 +345,11 @@ impl Engine {
             Some(w) => berth_runtime::spec::sandbox_path(w).map_err(|e| EngineError::invalid(e.to_string()))?,
             None => "/workspace".to_string(),
         };
-        if let Some(t) = req.timeout_seconds.filter(|t| !(t.is_finite() && *t > 0.0)) {
-            return Err(EngineError::invalid(format!("timeout_seconds must be positive, not {t}")));
+        if let Some(t) = req.timeout_seconds.filter(|t| !(*t > 0.0 && *t <= berth_api::MAX_DURATION_SECONDS)) {
+            return Err(EngineError::invalid(format!(
+                "timeout_seconds must be positive and at most {} (100 years), not {t}",
+                berth_api::MAX_DURATION_SECONDS
+            )));
         }
         let max_output = req.max_output_bytes.unwrap_or(exec::DEFAULT_MAX_OUTPUT);
         if max_output < 64 {
@@ -475,7 +478,10 @@ impl Engine {
     pub fn info(&self) -> berth_api::DaemonInfo {
         berth_api::DaemonInfo {
             version: env!("CARGO_PKG_VERSION").to_string(),
-            bounds: std::iter::once(self.files_bound()).chain(crate::bounds::table(&self.bounds)).collect(),
+            bounds: std::iter::once(self.files_bound())
+                .chain(crate::bounds::table(&self.bounds))
+                .chain(crate::listen::table(&crate::listen::bounds()))
+                .collect(),
         }
     }
 
@@ -550,8 +556,9 @@ impl Engine {
             }
             let running = l.execs.lock().await.values().any(|e| e.done.borrow().is_none());
             let expired = r.expires_at_ms.is_some_and(|t| now >= t);
-            let idle =
-                !running && r.idle_timeout_seconds.is_some_and(|s| now >= r.last_activity_ms + (s * 1000.0) as u64);
+            let idle = !running
+                && r.idle_timeout_seconds
+                    .is_some_and(|s| now >= r.last_activity_ms.saturating_add((s * 1000.0) as u64));
             if expired {
                 due.push(r.id.clone());
             } else if idle && r.persistent {

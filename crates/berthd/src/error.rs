@@ -22,7 +22,7 @@ pub enum EngineError {
     NoSnapshot(String),
     #[error("there is no volume {0:?}")]
     NoVolume(String),
-    #[error("there is no image {0:?}")]
+    #[error("there is no image {0:?}: see berth image ls")]
     NoImage(String),
     #[error("there is no secret {0:?}: set it with berth secret set {0}")]
     NoSecret(String),

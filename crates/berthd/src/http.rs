@@ -19,9 +19,6 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::{Engine, EngineError};
 
-/// Largest request body accepted.
-const MAX_BODY: usize = 1 << 20;
-
 /// An API error response.
 pub struct Failure(pub(crate) ErrorCode, pub(crate) String);
 
@@ -45,17 +42,64 @@ impl From<EngineError> for Failure {
 }
 
 /// JSON input whose rejections (bad syntax, wrong types, unknown fields, too large) are API errors.
+///
+/// A number with a zero fraction (`46.0`) is the integer it equals, as JSON Schema has it: it is read as one
+/// wherever an integer is expected.
 pub struct ApiJson<T>(pub T);
 
 impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = Failure;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(ApiJson(v)),
+        let mut value = match Json::<serde_json::Value>::from_request(req, state).await {
+            Ok(Json(v)) => v,
             Err(JsonRejection::BytesRejection(e)) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                Err(Failure(ErrorCode::PayloadTooLarge, format!("the request body is larger than {MAX_BODY} bytes")))
+                let max = crate::listen::bounds().max_body_bytes;
+                return Err(Failure(
+                    ErrorCode::PayloadTooLarge,
+                    format!("the request body is larger than {max} bytes"),
+                ));
             }
+            Err(e) => return Err(Failure(ErrorCode::InvalidRequest, e.body_text())),
+        };
+        // A request body is an object: serde would also take an array of a struct's fields in order.
+        if !value.is_object() {
+            return Err(Failure(ErrorCode::InvalidRequest, "the request body must be a JSON object".into()));
+        }
+        integral_numbers(&mut value);
+        serde_json::from_value(value).map(ApiJson).map_err(|e| {
+            Failure(ErrorCode::InvalidRequest, format!("Failed to deserialize the JSON body into the target type: {e}"))
+        })
+    }
+}
+
+/// Rewrite every number with a zero fraction that fits a 64-bit integer as that integer.
+fn integral_numbers(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Number(n) => {
+            let Some(f) = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0) else { return };
+            // Within ±2^63, where every such float is exactly an i64 (and a u64 when not negative).
+            if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
+                *n = serde_json::Number::from(f as u64);
+            } else if (-9_223_372_036_854_775_808.0..0.0).contains(&f) {
+                *n = serde_json::Number::from(f as i64);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(integral_numbers),
+        serde_json::Value::Object(fields) => fields.values_mut().for_each(integral_numbers),
+        _ => {}
+    }
+}
+
+/// Query parameters whose rejections (unknown parameters, values of the wrong type) are API errors.
+pub struct ApiQuery<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = Failure;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(q)) => Ok(ApiQuery(q)),
             Err(e) => Err(Failure(ErrorCode::InvalidRequest, e.body_text())),
         }
     }
@@ -125,6 +169,7 @@ pub fn app(engine: Arc<Engine>) -> Router {
         .route("/v1/tokens", post(mint_token).get(list_tokens))
         .route("/v1/tokens/{token}", delete(revoke_token))
         .layer(axum::middleware::from_fn(log_request))
+        .layer(axum::middleware::from_fn(crate::listen::limit_head))
         .with_state(engine)
 }
 
@@ -147,8 +192,11 @@ async fn log_request(req: Request, next: axum::middleware::Next) -> Response {
 /// The API as the TCP listener serves it: every request needs a bearer token, and no token can be minted.
 pub fn tcp_app(engine: Arc<Engine>) -> Router {
     routes()
+        .route("/v1/tokens", get(unix_only).post(unix_only))
+        .route("/v1/tokens/{token}", delete(unix_only))
         .layer(axum::middleware::from_fn(log_request))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&engine), require_token))
+        .layer(axum::middleware::from_fn(crate::listen::limit_head))
         .with_state(engine)
 }
 
@@ -174,6 +222,14 @@ async fn require_token(State(e): Api, req: Request, next: axum::middleware::Next
         )
         .into_response(),
     }
+}
+
+/// The token routes where they are not served: every other method on their paths is then a 405, as anywhere.
+async fn unix_only() -> Failure {
+    Failure(
+        ErrorCode::NotFound,
+        "no such route: tokens are minted, listed and revoked over the unix socket only".into(),
+    )
 }
 
 async fn list_tokens(State(e): Api) -> Result<Response, Failure> {
@@ -208,7 +264,7 @@ fn routes() -> Router<Arc<Engine>> {
         .merge(crate::shell::routes())
         .merge(crate::projects_http::routes())
         .fallback(|| async { Failure(ErrorCode::NotFound, "no such route".into()) })
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(DefaultBodyLimit::max(crate::listen::bounds().max_body_bytes))
 }
 
 /// The daemon's version and the bounds it keeps.
@@ -327,7 +383,7 @@ struct EventsQuery {
 }
 
 /// Recent lifecycle events as JSON; with `follow`, those and every later one as server-sent events.
-async fn events(State(e): Api, axum::extract::Query(q): axum::extract::Query<EventsQuery>) -> Response {
+async fn events(State(e): Api, ApiQuery(q): ApiQuery<EventsQuery>) -> Response {
     let (recent, live) = e.events();
     if !q.follow {
         return Json(recent).into_response();
@@ -354,7 +410,7 @@ struct JournalQuery {
 async fn journal(
     State(e): Api,
     UrlPath(id): UrlPath<String>,
-    axum::extract::Query(q): axum::extract::Query<JournalQuery>,
+    ApiQuery(q): ApiQuery<JournalQuery>,
 ) -> Result<Response, Failure> {
     if q.verify {
         return Ok(Json(e.journal_verify(&id).await?).into_response());
@@ -394,9 +450,9 @@ struct LogQuery {
 async fn log(
     State(e): Api,
     UrlPath((id, exec)): UrlPath<(String, String)>,
-    q: Result<axum::extract::Query<LogQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(q): ApiQuery<LogQuery>,
 ) -> Result<Response, Failure> {
-    let follow = q.map_err(|err| Failure(ErrorCode::InvalidRequest, err.body_text()))?.follow;
+    let follow = q.follow;
     let path = e.log_path(&id, &exec).await?;
     let mut done = e.exec_done(&id, &exec).await?;
     let mut file = tokio::fs::File::open(&path).await.map_err(|err| Failure::from(EngineError::Log(err)))?;
@@ -430,15 +486,20 @@ async fn log(
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }
 
-/// Serve the API on a unix socket until the process is stopped; reap expired sandboxes meanwhile.
+/// Serve the API on a unix socket until the process is stopped; reap expired sandboxes meanwhile. Every
+/// listener keeps `listeners`.
 pub async fn serve(
     root: &Path,
     socket: &Path,
     listen: Option<std::net::SocketAddr>,
     bounds: crate::Bounds,
     storage: crate::StorageOptions,
+    listeners: crate::listen::Bounds,
 ) -> Result<(), EngineError> {
     let io = |action: &str, e: std::io::Error| berth_sys::SysError::new(format!("{action} {}", socket.display()), e);
+    if !crate::listen::set_bounds(listeners) {
+        return Err(EngineError::invalid("the listeners' bounds were already set"));
+    }
     let engine = Engine::open_with(root, bounds, storage).await?;
     if let Some(dir) = socket.parent() {
         tokio::fs::create_dir_all(dir).await.map_err(|e| io("create the directory of", e))?;
@@ -459,18 +520,17 @@ pub async fn serve(
         let tcp = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| berth_sys::SysError::new(format!("listen on {addr}"), e))?;
-        let app = tcp_app(Arc::clone(&engine));
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(tcp, app).await {
-                crate::log::warn("the TCP listener stopped", serde_json::json!({"error": e.to_string()}));
-            }
-        });
+        tokio::spawn(crate::listen::serve(tcp, tcp_app(Arc::clone(&engine)), "tcp", None));
     }
     crate::log::info(
         "listening",
-        serde_json::json!({"socket": socket, "tcp": listen.map(|a| a.to_string()), "version": env!("CARGO_PKG_VERSION")}),
+        serde_json::json!({
+            "socket": socket, "tcp": listen.map(|a| a.to_string()), "version": env!("CARGO_PKG_VERSION"),
+            "max_connections": listeners.max_connections, "max_head_bytes": listeners.max_head_bytes,
+            "head_timeout_seconds": listeners.head_timeout.as_secs_f64(), "max_body_bytes": listeners.max_body_bytes,
+        }),
     );
     crate::bounds::log_table(&bounds);
-    axum::serve(listener, app(engine)).await.map_err(|e| io("serve on", e))?;
+    crate::listen::serve(listener, app(engine), "unix", None).await;
     Ok(())
 }

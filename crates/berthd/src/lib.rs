@@ -18,6 +18,7 @@ pub mod files;
 mod http;
 pub mod journal;
 mod launch;
+pub mod listen;
 pub mod log;
 mod memory;
 mod projects_http;

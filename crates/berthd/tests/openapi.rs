@@ -294,3 +294,28 @@ fn routes_lists_every_route_in_the_source() {
         listed.difference(&found).collect::<Vec<_>>()
     );
 }
+
+/// The limits the description states are the server's own constants, so that the two cannot drift apart.
+#[test]
+fn the_descriptions_limits_are_the_servers() {
+    let spec = spec();
+    let schemas = &spec["components"]["schemas"];
+    for (schema, field) in [
+        ("CreateSandbox", "ttl_seconds"),
+        ("CreateSandbox", "idle_timeout_seconds"),
+        ("ExecRequest", "timeout_seconds"),
+    ] {
+        let max = schemas[schema]["properties"][field]["maximum"].as_f64();
+        assert_eq!(max, Some(berth_api::MAX_DURATION_SECONDS), "{schema}.{field}");
+    }
+    let memory = schemas["CreateSandbox"]["properties"]["memory_bytes"]["minimum"].as_u64();
+    assert_eq!(memory, Some(berth_runtime::spec::MIN_MEMORY), "CreateSandbox.memory_bytes");
+    // The error codes the description lists are the server's, with a status each; 408 and 431 among them.
+    let statuses: BTreeSet<u16> = schemas["ErrorCode"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| serde_json::from_value::<berth_api::ErrorCode>(c.clone()).unwrap().status())
+        .collect();
+    assert_eq!(statuses, BTreeSet::from([400, 401, 404, 408, 409, 413, 431, 500, 503]));
+}

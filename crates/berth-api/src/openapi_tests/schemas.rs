@@ -60,9 +60,20 @@ fn all_streams() -> Vec<Stream> {
 pub(super) fn all_codes() -> Vec<ErrorCode> {
     use ErrorCode::*;
     match Internal {
-        InvalidRequest | Unauthorized | NotFound | Conflict | PayloadTooLarge | Internal | Unavailable => {}
+        InvalidRequest | Unauthorized | NotFound | RequestTimeout | Conflict | PayloadTooLarge | HeadersTooLarge
+        | Internal | Unavailable => {}
     }
-    vec![InvalidRequest, Unauthorized, NotFound, Conflict, PayloadTooLarge, Internal, Unavailable]
+    vec![
+        InvalidRequest,
+        Unauthorized,
+        NotFound,
+        RequestTimeout,
+        Conflict,
+        PayloadTooLarge,
+        HeadersTooLarge,
+        Internal,
+        Unavailable,
+    ]
 }
 
 fn all_event_kinds() -> Vec<EventKind> {

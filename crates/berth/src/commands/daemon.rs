@@ -10,13 +10,28 @@ pub fn daemon(root: &Path, socket: &Path, args: crate::cli::DaemonArgs) -> anyho
     }
     let bounds = args.bounds();
     bounds.check().map_err(anyhow::Error::msg)?;
+    if args.max_header_size < 1024 || args.max_header_size > 1 << 20 {
+        anyhow::bail!("--max-header-size must be between 1k and 1m");
+    }
+    if args.header_timeout.is_zero() {
+        anyhow::bail!("--header-timeout must be longer than zero");
+    }
+    if args.max_connections > 1 << 20 {
+        anyhow::bail!("--max-connections must be at most 1048576");
+    }
+    let listeners = berthd::listen::Bounds {
+        max_connections: args.max_connections,
+        max_head_bytes: args.max_header_size as usize,
+        head_timeout: args.header_timeout,
+        max_body_bytes: usize::try_from(args.max_body_size).context("--max-body-size is too large")?,
+    };
     // Checks the data root and the cgroup layout, and sweeps what crashed runs left, before serving.
     berth_runtime::Runtime::open(root)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("start the async runtime")?;
     rt.block_on(async {
         let storage =
             berthd::StorageOptions { choice: args.storage, pool_size: args.pool_size, default_disk: args.default_disk };
-        let serve = berthd::serve(root, socket, args.listen, bounds, storage);
+        let serve = berthd::serve(root, socket, args.listen, bounds, storage, listeners);
         tokio::select! {
             r = serve => r.map_err(anyhow::Error::from),
             _ = tokio::signal::ctrl_c() => Ok(()),

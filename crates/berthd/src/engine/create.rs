@@ -22,12 +22,15 @@ impl Engine {
             return Err(EngineError::invalid(format!("{c} is not a CPU count: use a positive number of cores")));
         }
         for (what, v) in [("ttl_seconds", req.ttl_seconds), ("idle_timeout_seconds", req.idle_timeout_seconds)] {
-            if v.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
-                return Err(EngineError::invalid(format!("{what} must be a positive number of seconds")));
+            if v.is_some_and(|s| !(s > 0.0 && s <= berth_api::MAX_DURATION_SECONDS)) {
+                return Err(EngineError::invalid(format!(
+                    "{what} must be a positive number of seconds, at most {} (100 years)",
+                    berth_api::MAX_DURATION_SECONDS
+                )));
             }
         }
-        for k in req.env.keys() {
-            berth_runtime::spec::parse_env(&format!("{k}=")).map_err(|e| EngineError::invalid(e.to_string()))?;
+        for (k, v) in &req.env {
+            berth_runtime::spec::parse_env(&format!("{k}={v}")).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
         let owner = actor().strip_prefix("session:").map(str::to_string);
         // Children are made one at a time: their count and their share of the owner's limits are checked
@@ -116,7 +119,7 @@ impl Engine {
             image: req.image.clone().unwrap_or_else(|| "host".into()),
             state: SandboxState::Creating,
             created_at_ms,
-            expires_at_ms: req.ttl_seconds.map(|t| created_at_ms + (t * 1000.0) as u64),
+            expires_at_ms: req.ttl_seconds.map(|t| created_at_ms.saturating_add((t * 1000.0) as u64)),
             idle_timeout_seconds: req.idle_timeout_seconds,
             last_activity_ms: now,
             memory_bytes: req.memory_bytes,

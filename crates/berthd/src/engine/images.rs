@@ -58,10 +58,7 @@ impl Engine {
     }
 
     pub fn image(&self, name: &str) -> Result<Image, EngineError> {
-        self.images()?
-            .into_iter()
-            .find(|i| i.name == name)
-            .ok_or_else(|| EngineError::invalid(format!("there is no image {name:?}: see berth image ls")))
+        self.images()?.into_iter().find(|i| i.name == name).ok_or_else(|| EngineError::NoImage(name.to_string()))
     }
 
     /// Start importing an image; its progress, then its result, arrive on the returned channel. What can be

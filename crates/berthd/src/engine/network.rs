@@ -60,6 +60,12 @@ impl tokio::io::AsyncWrite for Counted {
     }
 }
 
+impl std::os::fd::AsFd for Counted {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 /// The API's connections from one sandbox, as a listener axum can serve.
 struct Connections(mpsc::UnboundedReceiver<Counted>);
 
@@ -96,9 +102,8 @@ impl Engine {
         let Some(engine) = self.this.get().and_then(std::sync::Weak::upgrade) else { return };
         let (api_tx, api_rx) = mpsc::unbounded_channel();
         let app = crate::http::tcp_app(Arc::clone(&engine));
-        let api = tokio::spawn(async move {
-            let _ = axum::serve(Connections(api_rx), app).await;
-        });
+        // Held to the sandbox's cap on connections (Slot) before they get here.
+        let api = tokio::spawn(crate::listen::serve(Connections(api_rx), app, "sandbox", Some(MAX_CONNECTIONS)));
         live.keep_task(api);
         let weak = Arc::downgrade(live);
         let open = Arc::new(AtomicUsize::new(0));

@@ -92,7 +92,8 @@ impl Engine {
     pub(crate) fn check_quota(&self, disk: Option<u64>) -> Result<(), EngineError> {
         match disk {
             Some(b) if b < (16 << 20) => Err(EngineError::invalid("disk_bytes must be at least 16M")),
-            Some(_) if self.pool().mode() != berth_storage::Mode::Btrfs => Err(EngineError::invalid(format!(
+            // The request is well formed; the host is what cannot take it.
+            Some(_) if self.pool().mode() != berth_storage::Mode::Btrfs => Err(EngineError::Conflict(format!(
                 "disk quotas need a btrfs storage pool and this one is {}: run `berth storage init` (the running daemon takes it up at once)",
                 self.pool().mode()
             ))),

@@ -105,8 +105,9 @@ struct ArchiveQuery {
 fn parse_mode(m: Option<&str>) -> Result<Option<u32>> {
     let Some(m) = m else { return Ok(None) };
     let digits = m.strip_prefix("0o").unwrap_or(m);
+    let octal = !digits.is_empty() && digits.bytes().all(|b| (b'0'..=b'7').contains(&b));
     match u32::from_str_radix(digits, 8) {
-        Ok(v) if v <= 0o7777 && !digits.is_empty() => Ok(Some(v)),
+        Ok(v) if v <= 0o7777 && octal => Ok(Some(v)),
         _ => Err(FileError::Invalid(format!("{m:?} is not a file mode: use octal, such as 0644"))),
     }
 }
