@@ -28,6 +28,9 @@ pub fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
                 if !p.ends_with("pool") {
                     stack.push(p);
                 }
+            } else if p.ends_with("pool.img") {
+                // The pool's file system, mounted on `pool`: the same files, as blocks.
+                continue;
             } else if meta.is_file() && std::fs::read(&p).is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle)) {
                 hits.push(p.display().to_string());
             }
