@@ -27,6 +27,7 @@ mod images;
 mod live;
 mod network;
 mod projects;
+mod reap;
 mod receipt;
 mod recovery;
 mod retain;
@@ -535,62 +536,6 @@ impl Engine {
         let _ = tokio::time::timeout(Duration::from_secs(10), done.wait_for(|r| r.is_some())).await;
         let execs = live.execs.lock().await;
         execs.get(exec_id).map(|e| e.info(exec_id)).ok_or(EngineError::InitGone)
-    }
-
-    /// Remove every sandbox whose TTL or idle timeout has run out. Returns the ids removed.
-    pub async fn reap(&self) -> Vec<String> {
-        let now = now_ms();
-        let all: Vec<Arc<Live>> = self.sandboxes.lock().await.values().cloned().collect();
-        let mut due = Vec::new();
-        let mut idle_persistent = Vec::new();
-        let mut ended = Vec::new();
-        let removing: std::collections::HashSet<String> = self.removing.lock().map(|r| r.clone()).unwrap_or_default();
-        for l in all {
-            let r = l.record.lock().await;
-            if removing.contains(&r.id) || r.state == SandboxState::Stopping {
-                continue;
-            }
-            if l.session.is_closed() {
-                ended.push((r.id.clone(), Arc::clone(&l)));
-                continue;
-            }
-            let running = l.execs.lock().await.values().any(|e| e.done.borrow().is_none());
-            let expired = r.expires_at_ms.is_some_and(|t| now >= t);
-            let idle = !running
-                && r.idle_timeout_seconds
-                    .is_some_and(|s| now >= r.last_activity_ms.saturating_add((s * 1000.0) as u64));
-            if expired {
-                due.push(r.id.clone());
-            } else if idle && r.persistent {
-                // Idle costs nothing: a persistent sandbox is stopped, its files kept, not removed.
-                idle_persistent.push(r.id.clone());
-            } else if idle {
-                due.push(r.id.clone());
-            }
-        }
-        // A stopped sandbox's lifetime runs out too.
-        for s in self.store.stopped().unwrap_or_default() {
-            if s.expires_at_ms.is_some_and(|t| now >= t) {
-                due.push(s.id);
-            }
-        }
-        for id in &due {
-            let _ = self.remove_because(id, "reaped").await;
-        }
-        for id in &idle_persistent {
-            let _ = self.stop_because(id, "idle").await;
-        }
-        // A shim whose daemon died while creating it was never adopted; it is now.
-        self.adopt(Some(Duration::from_secs(5))).await;
-        // A sandbox whose init died (killed from outside, or its supervisor gone) ended on its own: its shim
-        // tore it down; what is left is to say so.
-        for (id, live) in ended {
-            self.sandboxes.lock().await.remove(&id);
-            drop(live);
-            self.supervisor_gone(&id, "its init exited", "ended").await;
-            due.push(id);
-        }
-        due
     }
 }
 
