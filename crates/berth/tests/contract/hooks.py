@@ -83,3 +83,12 @@ schemathesis.openapi.format(
         st.builds(lambda n, r: f"{n}@http://{r}", _secret_name, _rule),
     ),
 )
+
+
+# A bind mount's target inside the sandbox: absolute, normal, and not one of the paths berth mounts itself
+# (`/`, `/proc`, `/sys`, `/dev`, `/usr` and what is under them).
+_segment = st.from_regex(r"\A[a-z][a-z0-9_-]{0,10}\Z")
+_target = st.lists(_segment, min_size=1, max_size=3).filter(lambda parts: parts[0] not in ("proc", "sys", "dev", "usr")).map(
+    lambda parts: "/" + "/".join(parts)
+)
+schemathesis.openapi.format("sandbox-mount-target", _target)
