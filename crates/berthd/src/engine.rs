@@ -304,7 +304,8 @@ impl Engine {
         let kind = if why == "reaped" { EventKind::Reaped } else { EventKind::Removed };
         self.events.emit(sid, kind, None, None);
         let _ = tokio::fs::remove_dir_all(self.root.join("logs").join(sid)).await;
-        // 5: nothing left.
+        // 5: nothing left (a shim killed earlier leaves its socket behind: it goes now).
+        self.remove_stale_socket(sid).await;
         self.check_leaks(sid, &mut receipt);
         receipt.finished_at_ms = now_ms();
         self.keep_receipt(&receipt);

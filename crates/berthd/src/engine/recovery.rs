@@ -32,6 +32,19 @@ impl Engine {
             let (root, h, sid) = (self.root.clone(), h.clone(), id.to_string());
             let _ = tokio::task::spawn_blocking(move || berth_runtime::sweep_sandbox(&root, &h, &sid)).await;
         }
+        self.remove_stale_socket(id).await;
+    }
+
+    /// A shim's socket that nothing answers on any more (its shim was killed): removed, so that it is neither
+    /// left behind nor taken for a supervisor. A socket a shim still answers on is left alone.
+    pub(super) async fn remove_stale_socket(&self, id: &str) {
+        let path = crate::shim::socket_path(&self.root, id);
+        let _ = tokio::task::spawn_blocking(move || {
+            if path.exists() && berth_sys::fd::seqpacket_connect(&path).is_err() {
+                let _ = std::fs::remove_file(&path);
+            }
+        })
+        .await;
     }
 
     /// Shims that a daemon which died had started and that are still building their sandbox: each either
