@@ -215,3 +215,48 @@ print(answer(b""))
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).split_whitespace().collect::<Vec<_>>(), ["431", "408"], "{}", text(&out.stderr));
 }
+
+/// Uploads are read whole before they are written, so the daemon holds at most 256 MiB of them at once:
+/// four clients that declare 64 MiB bodies and send them slowly take the whole budget, a fifth upload gets
+/// a 503 that says why (after waiting its 10 s), and once one of the four goes, uploads are taken again.
+#[test]
+fn uploads_in_flight_are_bounded_and_past_the_bound_an_upload_gets_503() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let put = |len: u64| {
+        format!(
+            "PUT /v1/sandboxes/{id}/files?path=/workspace/f HTTP/1.1\r\nHost: berth\r\nContent-Type: \
+             application/octet-stream\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+        )
+    };
+    let mut slow: Vec<UnixStream> = (0..4)
+        .map(|_| {
+            let mut c = UnixStream::connect(d.socket()).unwrap();
+            c.write_all(put(64 << 20).as_bytes()).unwrap();
+            c.write_all(b"a first few bytes").unwrap();
+            c
+        })
+        .collect();
+    // Let the daemon take all four before the fifth arrives.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut fifth = UnixStream::connect(d.socket()).unwrap();
+    fifth.write_all(format!("{}hello", put(5)).as_bytes()).unwrap();
+    let answer = read_to_close(&mut fifth);
+    assert_eq!(status_and_code(&answer), (503, "unavailable".into()), "{answer}");
+    assert!(answer.contains("256 MiB of uploads"), "{answer}");
+    // One slow upload gives up: its place is free again, and a small upload is written.
+    drop(slow.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut c = UnixStream::connect(d.socket()).unwrap();
+        c.write_all(format!("{}hello", put(5)).as_bytes()).unwrap();
+        let answer = read_to_close(&mut c);
+        if status_and_code(&answer).0 == 201 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "uploads stayed refused after one slow upload went: {answer}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = d.berth(&["exec", &id, "--", "cat", "/workspace/f"]);
+    assert_eq!(text(&out.stdout), "hello");
+}

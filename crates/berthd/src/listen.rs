@@ -89,7 +89,8 @@ pub fn table(b: &Bounds) -> Vec<berth_api::Bound> {
             "files API body",
             size(crate::files::MAX_FILE),
             "fixed",
-            "a larger upload, tar stream or file read is answered 413",
+            "a larger upload, tar stream or file read is answered 413; uploads are read whole before they are \
+             written, and the daemon holds at most 256 MiB of them at once (one past it waits 10 s, then 503)",
         ),
     ]
 }

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path as UrlPath, Query, State};
+use axum::handler::Handler;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -147,11 +148,48 @@ type Api = State<Arc<Engine>>;
 /// The files API's routes, merged into the daemon's router.
 pub fn routes() -> Router<Arc<Engine>> {
     let upload = DefaultBodyLimit::max(MAX_FILE as usize);
+    let held = axum::middleware::from_fn(hold_body);
     Router::new()
-        .route("/v1/sandboxes/{id}/files", get(get_files).put(put_file).delete(delete_files).layer(upload))
+        .route(
+            "/v1/sandboxes/{id}/files",
+            get(get_files).put(put_file.layer(held.clone())).delete(delete_files).layer(upload),
+        )
         .route("/v1/sandboxes/{id}/stat", get(stat))
         .route("/v1/sandboxes/{id}/mkdir", post(mkdir))
-        .route("/v1/sandboxes/{id}/archive", get(get_archive).put(put_archive).layer(upload))
+        .route("/v1/sandboxes/{id}/archive", get(get_archive).put(put_archive.layer(held)).layer(upload))
+}
+
+/// Bytes of uploaded file and tar bodies the daemon holds in memory at once, across all its listeners: an
+/// upload is read whole before it is written, so without this 512 connections could make it hold 32 GiB.
+pub const MAX_BODIES_IN_FLIGHT: u64 = 4 * MAX_FILE;
+
+/// How long an upload waits for its place before it is answered 503.
+const BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The daemon's budget for upload bodies, in KiB.
+static IN_FLIGHT: std::sync::LazyLock<Arc<tokio::sync::Semaphore>> =
+    std::sync::LazyLock::new(|| Arc::new(tokio::sync::Semaphore::new((MAX_BODIES_IN_FLIGHT >> 10) as usize)));
+
+/// Reserve an upload's body (its `Content-Length`, or the largest a body may be) in the daemon's budget
+/// before it is read, and give it back when the answer is made.
+async fn hold_body(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let kib = declared.map_or(MAX_FILE, |n| n.min(MAX_FILE)).div_ceil(1024).max(1) as u32;
+    match tokio::time::timeout(BODY_WAIT, Arc::clone(&IN_FLIGHT).acquire_many_owned(kib)).await {
+        Ok(Ok(place)) => {
+            let answer = next.run(req).await;
+            drop(place);
+            answer
+        }
+        _ => Failure::new(
+            ErrorCode::Unavailable,
+            format!(
+                "the daemon already holds {} MiB of uploads, its most at once: try again when they are written",
+                MAX_BODIES_IN_FLIGHT >> 20
+            ),
+        )
+        .into_response(),
+    }
 }
 
 async fn get_files(
