@@ -13,7 +13,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::daemon::Daemon;
 use common::text;
@@ -35,14 +35,7 @@ fn the_api_keeps_its_description() {
         "{} is missing: run scripts/setup, which installs schemathesis (pinned) into target/venv",
         st.display()
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
-    let d = Daemon::start_with(&["--listen", &addr]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(Instant::now() < deadline, "the TCP listener did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (d, addr) = Daemon::start_with_tcp(&[]);
     let token = d.berth(&["token", "create", "--name", "contract"]);
     assert!(token.status.success(), "{}", text(&token.stderr));
     let token = text(&token.stdout).trim().to_string();

@@ -249,14 +249,7 @@ fn tcp_http(addr: &str, method: &str, path: &str, token: Option<&str>) -> (u16, 
 
 #[test]
 fn tcp_requires_a_token_and_cannot_mint_one() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
-    let d = Daemon::start_with(&["--listen", &addr]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(Instant::now() < deadline, "the TCP listener did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (d, addr) = Daemon::start_with_tcp(&[]);
     let (status, body) = tcp_http(&addr, "GET", "/v1/sandboxes", None);
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("unauthorized"), "{body}");

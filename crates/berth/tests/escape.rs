@@ -10,27 +10,11 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::{Berth, text};
-
-/// Python prelude: `sc(nr, *args)` makes a raw syscall and returns `ok` or the errno's name.
-const PY: &str = "import ctypes, errno, os, socket, sys
-libc = ctypes.CDLL(None, use_errno=True)
-def name(e): return errno.errorcode.get(e, str(e))
-def sc(nr, *a):
-    ctypes.set_errno(0)
-    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x if x < 2**63 else x - 2**64) for x in a])
-    return 'ok' if r != -1 else name(ctypes.get_errno())
-def attempt(f):
-    try:
-        f()
-        return 'ok'
-    except OSError as e:
-        return name(e.errno)
-";
+use common::{Berth, PY_SYSCALLS, text};
 
 /// Run `python3 -c PY+code args...` in a sandbox.
 fn py(b: &Berth, opts: &[&str], code: &str, args: &[&str]) -> Output {
-    let code = format!("{PY}{code}");
+    let code = format!("{PY_SYSCALLS}{code}");
     let mut cmd = vec!["python3", "-c", &code];
     cmd.extend_from_slice(args);
     b.run(opts, &cmd)
@@ -429,7 +413,7 @@ fn sandbox_blocks_reopening_host_stdio_through_proc() {
     std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).unwrap();
     let stdout = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
     let code = format!(
-        "{PY}print('read=' + attempt(lambda: sys.stderr.write(open('/proc/self/fd/1').read())), file=sys.stderr)
+        "{PY_SYSCALLS}print('read=' + attempt(lambda: sys.stderr.write(open('/proc/self/fd/1').read())), file=sys.stderr)
 print('truncate=' + attempt(lambda: open('/proc/self/fd/1', 'w')), file=sys.stderr)
 print('appended')
 "

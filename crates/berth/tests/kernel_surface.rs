@@ -9,26 +9,11 @@ mod common;
 use std::collections::BTreeMap;
 use std::process::Output;
 
-use common::{Berth, text};
+use common::{Berth, PY_SYSCALLS, text};
 
-/// Python prelude: `sc(nr, *args)` makes a raw syscall (unused arguments are 0) and returns `ok` or the
-/// errno's name; `attempt(f)` does the same for a Python call; `state(path)` says `absent`, `empty` or
-/// `data` (a file that reads some bytes, a directory with entries) or the errno of a failed read.
-const PY: &str = "import ctypes, errno, fcntl, os, socket, struct, sys
-libc = ctypes.CDLL(None, use_errno=True)
-def name(e): return errno.errorcode.get(e, str(e))
-def sc(nr, *a):
-    a = list(a) + [0] * (6 - len(a))
-    ctypes.set_errno(0)
-    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x if x < 2**63 else x - 2**64) for x in a])
-    return 'ok' if r != -1 else name(ctypes.get_errno())
-def attempt(f):
-    try:
-        f()
-        return 'ok'
-    except OSError as e:
-        return name(e.errno)
-def state(p):
+/// Python prelude, after [`PY_SYSCALLS`]: `state(path)` says `absent`, `empty` or `data` (a file that reads
+/// some bytes, a directory with entries) or the errno of a failed read; `write(path)` tries to write `1`.
+const PY: &str = "def state(p):
     if not os.path.lexists(p):
         return 'absent'
     try:
@@ -51,7 +36,7 @@ def write(p):
 
 /// Run `python3 -c PY+code` in a sandbox and return its `key=value` lines.
 fn probe(b: &Berth, code: &str) -> BTreeMap<String, String> {
-    let out = b.run(&[], &["python3", "-c", &format!("{PY}{code}")]);
+    let out = b.run(&[], &["python3", "-c", &format!("{PY_SYSCALLS}{PY}{code}")]);
     results(&out)
 }
 

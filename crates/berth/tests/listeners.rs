@@ -59,16 +59,7 @@ fn get(path: &str, auth: &str, extra: &str) -> String {
 
 /// A daemon with a TCP listener and a token for it.
 fn with_tcp(extra: &[&str]) -> (Daemon, String, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
-    let mut args = vec!["--listen", &addr];
-    args.extend_from_slice(extra);
-    let d = Daemon::start_with(&args);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(&addr).is_err() {
-        assert!(Instant::now() < deadline, "the TCP listener did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (d, addr) = Daemon::start_with_tcp(extra);
     let out = d.berth(&["token", "create", "--name", "bounds"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let auth = format!("Authorization: Bearer {}\r\n", text(&out.stdout).trim());

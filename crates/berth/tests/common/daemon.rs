@@ -41,6 +41,22 @@ impl Daemon {
         Daemon { dir, child: None, extra: extra.iter().map(|s| s.to_string()).collect(), env: Vec::new() }
     }
 
+    /// A daemon that also serves the API on a free TCP port of 127.0.0.1 (`--listen`), started with extra
+    /// options, once that port answers. Returns the daemon and `ADDR:PORT`.
+    pub fn start_with_tcp(extra: &[&str]) -> (Daemon, String) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut args = vec!["--listen", addr.as_str()];
+        args.extend_from_slice(extra);
+        let d = Daemon::start_with(&args);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < deadline, "the TCP listener did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (d, addr)
+    }
+
     /// A daemon started with extra environment variables.
     pub fn start_with_env(env: &[(&str, &str)]) -> Daemon {
         let mut d = Daemon::new(&[]);

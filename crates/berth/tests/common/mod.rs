@@ -75,6 +75,24 @@ impl Drop for Berth {
     }
 }
 
+/// Python for tests that try calls from inside a sandbox: `sc(nr, *args)` makes a raw syscall (unused
+/// arguments are 0) and returns `ok` or the errno's name; `attempt(f)` does the same for a Python call.
+pub const PY_SYSCALLS: &str = "import ctypes, errno, fcntl, os, socket, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def name(e): return errno.errorcode.get(e, str(e))
+def sc(nr, *a):
+    a = list(a) + [0] * (6 - len(a))
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x if x < 2**63 else x - 2**64) for x in a])
+    return 'ok' if r != -1 else name(ctypes.get_errno())
+def attempt(f):
+    try:
+        f()
+        return 'ok'
+    except OSError as e:
+        return name(e.errno)
+";
+
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
