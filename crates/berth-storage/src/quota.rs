@@ -113,6 +113,38 @@ pub(crate) fn forget(root: &impl AsFd, id: u64) {
     let _ = btrfs::remove_qgroup(root.as_fd(), id);
 }
 
+/// The ids of the level-0 qgroups the kernel lists for the file system (`0_<id>` in sysfs).
+fn level0_qgroups(fsid: &[u8; 16]) -> Vec<u64> {
+    let Ok(entries) = std::fs::read_dir(qgroups_dir(fsid)) else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("0_")?.parse().ok())
+        .filter(|&id| id != 5)
+        .collect()
+}
+
+impl Pool {
+    /// Remove the qgroups whose subvolume is gone (what `btrfs qgroup clear-stale` does), and return how many
+    /// were removed. A removal the kernel refused while it was still freeing blocks is done here once it is
+    /// done; a group whose subvolume exists, or is still being deleted, is never touched. Without quotas, or
+    /// outside btrfs, there is nothing to do.
+    pub fn prune_qgroups(&self) -> Result<usize, StorageError> {
+        let Some(fsid) = self.fsid.filter(|_| self.mode == Mode::Btrfs && self.quotas_enabled()) else {
+            return Ok(0);
+        };
+        let root = self.open_root()?;
+        let mut removed = 0;
+        for id in level0_qgroups(&fsid) {
+            if btrfs::subvolume_exists(root.as_fd(), id).unwrap_or(true) {
+                continue;
+            }
+            if btrfs::remove_qgroup(root.as_fd(), id).is_ok() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -162,11 +162,20 @@ fn quota_stops_writes_at_the_limit() {
     t.pool.sync().unwrap();
     let sync = Command::new("btrfs").args(["subvolume", "sync"]).arg(t.pool.path()).output().unwrap();
     assert!(sync.status.success());
+    // What the kernel did not remove itself, pruning does; a live volume's group is kept.
+    let live = t.at("sandboxes/live");
+    t.pool.create(&live).unwrap();
+    t.pool.set_quota(&live, Some(32 * MIB)).unwrap();
+    t.pool.prune_qgroups().unwrap();
+    let live_id = berth_sys::btrfs::subvolume_id(fs::File::open(&live).unwrap().as_fd()).unwrap();
     let show = Command::new("btrfs").args(["qgroup", "show", "--raw"]).arg(t.pool.path()).output().unwrap();
     let show = String::from_utf8_lossy(&show.stdout);
     for id in ids {
         assert!(!show.lines().any(|l| l.starts_with(&format!("0/{id} "))), "qgroup 0/{id} is left:\n{show}");
     }
+    assert!(show.lines().any(|l| l.starts_with(&format!("0/{live_id} "))), "the live volume's group went:\n{show}");
+    let (_, err) = fill(&live.join("big"), 64 * MIB);
+    assert!(err.is_some(), "the live volume's quota was lost with the pruning");
 }
 
 #[test]

@@ -218,6 +218,19 @@ pub fn subvolume_id(fd: BorrowedFd<'_>) -> SysResult<u64> {
     Ok(args.treeid)
 }
 
+/// Whether the subvolume with id `id` still exists on the file system of `fd` (one being deleted whose
+/// root the cleaner has not dropped yet counts as existing).
+pub fn subvolume_exists(fd: BorrowedFd<'_>, id: u64) -> SysResult<bool> {
+    // Looking up a subvolume's root directory in the tree `id` fails with ENOENT once that tree is gone.
+    let mut args = InoLookupArgs { treeid: id, objectid: SUBVOLUME_ROOT_INO, name: [0; INO_LOOKUP_PATH_MAX] };
+    // SAFETY: BTRFS_IOC_INO_LOOKUP reads and writes a `struct btrfs_ioctl_ino_lookup_args`.
+    match unsafe { ioctl_ptr(fd, INO_LOOKUP, &mut args) } {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(e) => Err(SysError::new(format!("look up subvolume {id}"), e)),
+    }
+}
+
 /// The file system's UUID, which names its directory in /sys/fs/btrfs.
 pub fn fsid(fd: BorrowedFd<'_>) -> SysResult<[u8; 16]> {
     // SAFETY: all-zero bytes are a valid FsInfoArgs (integers and byte arrays only).

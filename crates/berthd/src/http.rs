@@ -511,9 +511,12 @@ pub async fn serve(
     crate::memory::spawn_trimmer();
     let reaper = Arc::clone(&engine);
     tokio::spawn(async move {
-        loop {
+        for tick in 1u64.. {
             tokio::time::sleep(Duration::from_millis(500)).await;
             reaper.reap().await;
+            if tick % 120 == 0 {
+                reaper.prune_storage().await;
+            }
         }
     });
     if let Some(addr) = listen {

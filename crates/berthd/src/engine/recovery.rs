@@ -133,6 +133,7 @@ impl Engine {
                 let _ = self.pool_op(move |pool| pool.create(&dir)).await;
             }
         }
+        self.prune_storage().await;
         // Images being imported or removed (`.import-*`, `.removing-*`) when the daemon died.
         if let Ok(entries) = std::fs::read_dir(self.root.join("images")) {
             for entry in entries.flatten() {
@@ -140,6 +141,16 @@ impl Engine {
                     let _ = std::fs::remove_dir_all(entry.path());
                 }
             }
+        }
+    }
+
+    /// Remove the quota groups of volumes removed before the kernel had freed them (it keeps such a group,
+    /// empty, and every stale group makes each commit a little slower). Run at start and every minute.
+    pub(crate) async fn prune_storage(&self) {
+        if let Ok(n) = self.pool_op(|pool| pool.prune_qgroups()).await
+            && n > 0
+        {
+            crate::log::info("removed stale quota groups", serde_json::json!({"count": n}));
         }
     }
 
