@@ -179,6 +179,12 @@ pub struct DaemonArgs {
     /// Most host-name lookups one sandbox may have in progress (at most 64, the daemon's whole).
     #[arg(long, value_parser = parse_count_usize, value_name = "N", default_value = "8")]
     pub max_lookups: usize,
+    /// Memory limit of a sandbox created without --memory (no swap), or `none`.
+    #[arg(long, value_parser = parse_optional_size, value_name = "SIZE|none", default_value = "4G")]
+    pub default_memory: Limit,
+    /// Process limit of a sandbox created without --pids, or `none`.
+    #[arg(long, value_parser = parse_optional_count, value_name = "N|none", default_value = "4096")]
+    pub default_pids: Limit,
     /// How sandboxes' files are bounded. auto: make a btrfs storage pool (a sparse file under the data root)
     /// when there is none and the host can, else warn that they are not bounded; pool: the same, but refuse
     /// to start without one; none: use the data root as it is.
@@ -216,6 +222,8 @@ impl DaemonArgs {
             max_proxy_connections: self.max_proxy_connections,
             max_proxy_pending: self.max_proxy_pending,
             max_lookups: self.max_lookups,
+            default_memory_bytes: self.default_memory.0,
+            default_pids: self.default_pids.0,
         }
     }
 }
@@ -331,6 +339,16 @@ pub struct ProbeArgs {
 
 fn parse_size(s: &str) -> Result<u64, String> {
     spec::parse_size(s).map_err(|e| e.to_string())
+}
+/// A limit, or `none` for no limit.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit(pub Option<u64>);
+
+fn parse_optional_size(s: &str) -> Result<Limit, String> {
+    if s == "none" { Ok(Limit(None)) } else { parse_size(s).map(|n| Limit(Some(n))) }
+}
+fn parse_optional_count(s: &str) -> Result<Limit, String> {
+    if s == "none" { Ok(Limit(None)) } else { parse_count(s).map(|n| Limit(Some(n))) }
 }
 fn parse_count(s: &str) -> Result<u64, String> {
     spec::parse_count(s).map_err(|e| e.to_string())

@@ -345,3 +345,49 @@ fn berth_info_lists_the_daemons_bounds() {
     assert!(!bad.status.success());
     assert!(text(&bad.stderr).contains("--max-lookups"), "{}", text(&bad.stderr));
 }
+
+#[test]
+fn a_sandbox_that_asks_for_no_limits_gets_the_daemons_memory_and_process_limits() {
+    let d = Daemon::start_with(&["--default-memory", "64M", "--default-pids", "48"]);
+    let id = d.create(&[]);
+    let (status, body) = d.http("GET", &format!("/v1/sandboxes/{id}"), "");
+    assert_eq!(status, 200, "{body}");
+    let sb: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(sb["memory_bytes"], 64 << 20, "{sb}");
+    assert_eq!(sb["pids"], 48, "{sb}");
+    // Memory past the default: the sandbox's own process is OOM-killed (SIGKILL), the host is untouched.
+    let out = d.berth(&["exec", &id, "--", "python3", "-c", "b = bytearray(256 << 20); print(len(b))"]);
+    assert_eq!(out.status.code(), Some(137), "{} {}", text(&out.stdout), text(&out.stderr));
+    // A fork bomb stops at the process limit: fork fails inside, and the sandbox still answers.
+    let out = d.berth(&[
+        "exec",
+        &id,
+        "--",
+        "python3",
+        "-c",
+        "import os, time\nn = 0\ntry:\n    for _ in range(200):\n        if os.fork() == 0:\n            time.sleep(5); os._exit(0)\n        n += 1\nexcept OSError as e:\n    print('refused after', n, e.errno)",
+    ]);
+    let said = text(&out.stdout);
+    assert!(said.starts_with("refused after "), "{said} {}", text(&out.stderr));
+    let forked: u64 = said.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(forked < 48, "{said}");
+    assert!(d.berth(&["exec", &id, "--", "true"]).status.success() || forked > 0);
+    // A sandbox's own limits win over the defaults; `none` lifts the default.
+    let own = d.create(&["--memory", "128M", "--pids", "100"]);
+    let (_, body) = d.http("GET", &format!("/v1/sandboxes/{own}"), "");
+    let sb: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((sb["memory_bytes"].clone(), sb["pids"].clone()), (Value::from(128u64 << 20), Value::from(100)));
+    let (_, info) = d.http("GET", "/v1/info", "");
+    assert!(info.contains("64 MiB per sandbox unless it asks for another limit"), "{info}");
+    let free = Daemon::start_with(&["--default-memory", "none", "--default-pids", "none"]);
+    let id = free.create(&[]);
+    let (_, body) = free.http("GET", &format!("/v1/sandboxes/{id}"), "");
+    let sb: Value = serde_json::from_str(&body).unwrap();
+    assert!(sb["memory_bytes"].is_null() && sb["pids"].is_null(), "{sb}");
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["daemon", "--default-memory", "1K"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("--default-memory must be at least"), "{}", text(&bad.stderr));
+}

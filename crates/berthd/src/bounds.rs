@@ -30,6 +30,10 @@ pub struct Bounds {
     /// Host-name lookups one sandbox may have in progress at once (of the process's 64), together with the
     /// sandboxes it creates.
     pub max_lookups: usize,
+    /// Memory limit of a sandbox created without `memory_bytes` (`None`: no limit of its own).
+    pub default_memory_bytes: Option<u64>,
+    /// Process limit of a sandbox created without `pids` (`None`: no limit of its own).
+    pub default_pids: Option<u64>,
 }
 
 impl Default for Bounds {
@@ -42,9 +46,19 @@ impl Default for Bounds {
             max_proxy_connections: 128,
             max_proxy_pending: 32,
             max_lookups: 8,
+            default_memory_bytes: Some(DEFAULT_MEMORY_BYTES),
+            default_pids: Some(DEFAULT_PIDS),
         }
     }
 }
+
+/// The memory limit a sandbox gets when it asks for none: enough for a compiler or a test suite, and a
+/// sandbox that runs away hits its own limit (and its own OOM kill) before the host's memory runs out.
+pub const DEFAULT_MEMORY_BYTES: u64 = 4 << 30;
+/// The process limit a sandbox gets when it asks for none: a fork bomb stops there.
+pub const DEFAULT_PIDS: u64 = 4096;
+/// The smallest memory limit the runtime accepts.
+pub const MIN_MEMORY_BYTES: u64 = 4 * MIB;
 
 /// The smallest exec log bound accepted (room for a head, a marker and a tail).
 pub const MIN_LOG_BYTES: u64 = 1024;
@@ -64,6 +78,12 @@ impl Bounds {
         at_least("max-proxy-connections", 1, self.max_proxy_connections as u64)?;
         at_least("max-proxy-pending", 1, self.max_proxy_pending as u64)?;
         at_least("max-lookups", 1, self.max_lookups as u64)?;
+        if let Some(m) = self.default_memory_bytes {
+            at_least("default-memory", MIN_MEMORY_BYTES, m)?;
+        }
+        if let Some(p) = self.default_pids {
+            at_least("default-pids", 16, p)?;
+        }
         if self.max_lookups > berth_egress::MAX_LOOKUPS {
             return Err(format!(
                 "--max-lookups cannot exceed the {} lookups the whole daemon has, not {}",
@@ -168,18 +188,35 @@ pub fn table(b: &Bounds) -> Vec<Bound> {
             "further ones are refused (409 conflict) until one ends; each holds up to 64 KiB of buffer and its \
              log's tail (at most 1 MiB) in the daemon's memory, outside the sandbox's memory limit",
         ),
-        row(
-            "memory",
-            "none unless asked for".into(),
-            "berth create --memory (memory_bytes)",
-            "a sandbox created without it has no memory limit of its own",
-        ),
-        row(
-            "processes",
-            "none unless asked for".into(),
-            "berth create --pids (pids)",
-            "a sandbox created without it has no process limit of its own",
-        ),
+        match b.default_memory_bytes {
+            Some(m) => row(
+                "memory",
+                format!("{} per sandbox unless it asks for another limit", size(m)),
+                "berth daemon --default-memory; per sandbox: berth create --memory (memory_bytes)",
+                "no swap; past it the sandbox's own processes are OOM-killed, not the host's; the limit is shown \
+                 as the sandbox's memory_bytes",
+            ),
+            None => row(
+                "memory",
+                "none unless asked for".into(),
+                "berth daemon --default-memory; per sandbox: berth create --memory (memory_bytes)",
+                "this daemon was started with --default-memory none: a sandbox created without a limit has none",
+            ),
+        },
+        match b.default_pids {
+            Some(p) => row(
+                "processes",
+                format!("{p} per sandbox unless it asks for another limit"),
+                "berth daemon --default-pids; per sandbox: berth create --pids (pids)",
+                "past it fork and clone fail with EAGAIN inside the sandbox; the limit is shown as its pids",
+            ),
+            None => row(
+                "processes",
+                "none unless asked for".into(),
+                "berth daemon --default-pids; per sandbox: berth create --pids (pids)",
+                "this daemon was started with --default-pids none: a sandbox created without a limit has none",
+            ),
+        },
         row(
             "CPU",
             "none unless asked for".into(),

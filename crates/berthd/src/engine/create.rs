@@ -42,6 +42,9 @@ impl Engine {
         if let Some(o) = &owner {
             self.as_child(o, &mut req).await?;
         }
+        // Without limits of its own, a sandbox gets the daemon's defaults (a child gets its share above).
+        req.memory_bytes = req.memory_bytes.or(self.bounds.default_memory_bytes);
+        req.pids = req.pids.or(self.bounds.default_pids);
         self.check_volumes(&req.volumes)?;
         receipt::check_outputs(&req.outputs)?;
         network::policy_of(&req.network)?;
@@ -150,7 +153,7 @@ impl Engine {
             name: record.name.clone(),
             image: record.image.clone(),
             memory_bytes: req.memory_bytes,
-            pids: req.pids.or(Some(4096)),
+            pids: req.pids,
             cpu_millis: req.cpus.map(|c| (c * 1000.0).round() as u64),
             mounts: req.mounts.clone(),
             record,
