@@ -455,8 +455,10 @@ impl ErrorCode {
     }
 }
 
+mod contexts;
 mod network;
 mod storage;
+pub use contexts::*;
 pub use network::*;
 pub use storage::*;
 

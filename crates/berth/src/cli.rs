@@ -8,8 +8,10 @@ use clap::builder::ArgPredicate;
 use clap::{Args, Parser, Subcommand};
 
 mod api;
+mod contexts;
 mod projects;
 pub use api::*;
+pub use contexts::*;
 pub use projects::*;
 
 #[derive(Debug, Parser)]
@@ -69,6 +71,9 @@ pub enum Command {
     Cp(CpArgs),
     /// Open an interactive shell (or run --cmd) on a terminal in a sandbox; exits with its exit code.
     Shell(ShellArgs),
+    /// Live code contexts: interpreters whose variables and imports survive from one run to the next.
+    #[command(subcommand)]
+    Context(ContextCommand),
     /// Stop a sandbox's processes and keep its files (berth start brings it back).
     Stop(IdArgs),
     /// Start a stopped sandbox again on its kept files.

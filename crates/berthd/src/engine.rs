@@ -20,6 +20,8 @@ use crate::shim::{self, ShimReply, ShimRequest};
 
 mod attach;
 mod changes;
+mod context_run;
+pub(crate) mod contexts;
 mod create;
 mod events;
 mod fork;
@@ -74,6 +76,8 @@ pub struct Engine {
     this: std::sync::OnceLock<std::sync::Weak<Engine>>,
     /// What one sandbox may take of the host (see `bounds`).
     pub(crate) bounds: crate::bounds::Bounds,
+    /// Sandboxes' code contexts (see `contexts`).
+    contexts: contexts::Contexts,
 }
 
 pub fn now_ms() -> u64 {
@@ -122,6 +126,7 @@ impl Engine {
             child_creates: Mutex::new(()),
             lookup_shares: std::sync::Mutex::new(HashMap::new()),
             bounds,
+            contexts: contexts::Contexts::default(),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
@@ -304,6 +309,7 @@ impl Engine {
         let kind = if why == "reaped" { EventKind::Reaped } else { EventKind::Removed };
         self.events.emit(sid, kind, None, None);
         let _ = tokio::fs::remove_dir_all(self.root.join("logs").join(sid)).await;
+        self.forget_contexts(sid).await;
         // 5: nothing left (a shim killed earlier leaves its socket behind: it goes now).
         self.remove_stale_socket(sid).await;
         self.check_leaks(sid, &mut receipt);

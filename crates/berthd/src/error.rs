@@ -10,6 +10,8 @@ pub enum EngineError {
     NoSandbox(String),
     #[error("sandbox {sandbox} has no exec {exec:?}")]
     NoExec { sandbox: String, exec: String },
+    #[error("sandbox {sandbox} has no code context {context:?}: see GET /v1/sandboxes/{sandbox}/contexts")]
+    NoContext { sandbox: String, context: String },
     #[error("the name {name:?} is already used by sandbox {id}: choose another, or remove that sandbox first")]
     NameTaken { name: String, id: String },
     #[error("the name {0:?} is already used by a sandbox being created at this moment: choose another")]
@@ -52,7 +54,9 @@ impl EngineError {
     pub fn code(&self) -> ErrorCode {
         match self {
             EngineError::InvalidRequest { .. } => ErrorCode::InvalidRequest,
-            EngineError::NoSandbox(_) | EngineError::NoExec { .. } => ErrorCode::NotFound,
+            EngineError::NoSandbox(_) | EngineError::NoExec { .. } | EngineError::NoContext { .. } => {
+                ErrorCode::NotFound
+            }
             EngineError::NameTaken { .. }
             | EngineError::NameBeingTaken(_)
             | EngineError::Busy { .. }

@@ -161,6 +161,13 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/secrets"),
     ("PUT", "/v1/secrets/{name}"),
     ("DELETE", "/v1/secrets/{name}"),
+    ("GET", "/v1/sandboxes/{id}/contexts"),
+    ("POST", "/v1/sandboxes/{id}/contexts"),
+    ("GET", "/v1/sandboxes/{id}/contexts/{ctx}"),
+    ("DELETE", "/v1/sandboxes/{id}/contexts/{ctx}"),
+    ("POST", "/v1/sandboxes/{id}/contexts/{ctx}/restart"),
+    ("POST", "/v1/sandboxes/{id}/contexts/{ctx}/interrupt"),
+    ("POST", "/v1/sandboxes/{id}/contexts/{ctx}/run"),
 ];
 
 /// The API as the unix socket serves it (file-system permissions guard the socket; tokens are minted here).
@@ -263,6 +270,7 @@ fn routes() -> Router<Arc<Engine>> {
         .merge(crate::files::routes())
         .merge(crate::shell::routes())
         .merge(crate::projects_http::routes())
+        .merge(crate::contexts_http::routes())
         .fallback(|| async { Failure(ErrorCode::NotFound, "no such route".into()) })
         .layer(DefaultBodyLimit::max(crate::listen::bounds().max_body_bytes))
 }

@@ -10,6 +10,7 @@
 
 pub mod bounds;
 mod budget;
+mod contexts_http;
 mod engine;
 mod error;
 mod exec;

@@ -12,6 +12,7 @@
 //! the egress types.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod contexts_samples;
 mod network_samples;
 mod schemas;
 mod storage_samples;

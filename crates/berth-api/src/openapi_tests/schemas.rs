@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::contexts_samples::{contexts_full_samples, contexts_sparse_samples};
 use super::network_samples::{network_full_samples, network_sample, network_sparse_samples};
 use super::storage_samples::{all_change_kinds, import_frame_samples, storage_full_samples, storage_sparse_samples};
 use super::validator::{assert_full, compare_fields, properties, validate};
@@ -254,6 +255,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
     samples.extend(frame_samples().iter().map(|f| ("ExecFrame", to_value(f))));
     samples.extend(storage_full_samples());
     samples.extend(network_full_samples());
+    samples.extend(contexts_full_samples());
     samples
 }
 
@@ -310,6 +312,7 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
     ];
     samples.extend(storage_sparse_samples());
     samples.extend(network_sparse_samples());
+    samples.extend(contexts_sparse_samples());
     samples
 }
 
@@ -441,7 +444,9 @@ fn check_request<T: Serialize + DeserializeOwned>(spec: &Value, name: &str, full
 }
 
 /// The request schemas: exactly those that refuse unknown fields.
-const REQUESTS: [&str; 15] = [
+const REQUESTS: [&str; 17] = [
+    "CreateContext",
+    "RunCode",
     "CreateSandbox",
     "InitStorage",
     "Mount",
@@ -482,6 +487,8 @@ fn request_schemas_match_deserialization() {
     check::<InitStorage>(&spec, &samples, "InitStorage");
     check::<Network>(&spec, &samples, "Network");
     check::<NetChange>(&spec, &samples, "NetChange");
+    check::<CreateContext>(&spec, &samples, "CreateContext");
+    check::<RunCode>(&spec, &samples, "RunCode");
     let closed: BTreeSet<&str> = spec["components"]["schemas"]
         .as_object()
         .unwrap()

@@ -8,6 +8,7 @@ mod bench_exec;
 mod bench_soak;
 mod bench_soak_check;
 mod bench_storage;
+mod context;
 mod cp;
 mod create;
 mod daemon;
@@ -62,6 +63,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Events(args) => events::events(&cli.socket, args),
         Command::Cp(args) => cp::cp(&cli.socket, args),
         Command::Shell(args) => shell::shell(&cli.socket, args),
+        Command::Context(cmd) => context::context(&cli.socket, cmd),
         Command::Stop(args) => projects::lifecycle(&cli.socket, "stop", args),
         Command::Start(args) => projects::lifecycle(&cli.socket, "start", args),
         Command::Rebuild(args) => projects::lifecycle(&cli.socket, "rebuild", args),

@@ -25,7 +25,10 @@ impl Engine {
                 ended.push((r.id.clone(), Arc::clone(&l)));
                 continue;
             }
-            let running = l.execs.lock().await.values().any(|e| e.done.borrow().is_none());
+            // A context's interpreter runs between runs too: only a run going on is activity.
+            let (context_busy, interpreters) = self.context_activity(&r.id).await;
+            let running = context_busy
+                || l.execs.lock().await.iter().any(|(id, e)| e.done.borrow().is_none() && !interpreters.contains(id));
             let expired = r.expires_at_ms.is_some_and(|t| now >= t);
             let idle = !running
                 && r.idle_timeout_seconds

@@ -50,7 +50,7 @@ impl Engine {
         self.journal_room(&sid, bytes, refused)
     }
 
-    fn journal_room(&self, sid: &str, bytes: u64, refused: &str) -> Result<(), EngineError> {
+    pub(super) fn journal_room(&self, sid: &str, bytes: u64, refused: &str) -> Result<(), EngineError> {
         if bytes < self.bounds.max_journal_bytes {
             return Ok(());
         }

@@ -152,6 +152,22 @@ impl SandboxFs {
         Ok(entry(parts.last().unwrap_or(&"/").to_string(), &st, None, Some(self.ids)))
     }
 
+    /// Connect to the unix socket at `path` inside the sandbox. The path is resolved inside its root like every
+    /// other, the socket is opened `O_PATH` and connected to through `/proc/self/fd`, so that a link planted
+    /// inside cannot point the daemon at a socket of the host's.
+    pub fn connect(&self, path: &str) -> Result<std::os::unix::net::UnixStream> {
+        let parts = parse_path(path)?;
+        let _ids = self.act()?;
+        let fd = self.resolve(&parts, OFlags::PATH).map_err(|e| sys("open", path, e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| sys("stat", path, e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::Socket {
+            return Err(not_regular(path, FileType::from_raw_mode(st.st_mode)));
+        }
+        use std::os::fd::AsRawFd;
+        std::os::unix::net::UnixStream::connect(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .map_err(|e| io_err("connect to", path, e))
+    }
+
     /// A new pseudo-terminal in the sandbox's own devpts (`/dev/pts/N` inside), owned by its root.
     pub fn open_terminal(&self) -> Result<berth_sys::pty::Pty> {
         let _ids = self.act()?;
