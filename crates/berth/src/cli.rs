@@ -190,6 +190,9 @@ pub struct DaemonArgs {
     /// Process limit of a sandbox created without --pids, or `none`.
     #[arg(long, value_parser = parse_optional_count, value_name = "N|none", default_value = "4096")]
     pub default_pids: Limit,
+    /// Removed sandboxes whose journal, receipt and outputs are kept (the oldest go first).
+    #[arg(long, value_parser = parse_count_usize, value_name = "N", default_value = "1000")]
+    pub keep_removed: usize,
     /// How sandboxes' files are bounded. auto: make a btrfs storage pool (a sparse file under the data root)
     /// when there is none and the host can, else warn that they are not bounded; pool: the same, but refuse
     /// to start without one; none: use the data root as it is.
@@ -229,6 +232,7 @@ impl DaemonArgs {
             max_lookups: self.max_lookups,
             default_memory_bytes: self.default_memory.0,
             default_pids: self.default_pids.0,
+            keep_removed: self.keep_removed,
         }
     }
 }

@@ -391,3 +391,25 @@ fn a_sandbox_that_asks_for_no_limits_gets_the_daemons_memory_and_process_limits(
     assert!(!bad.status.success());
     assert!(text(&bad.stderr).contains("--default-memory must be at least"), "{}", text(&bad.stderr));
 }
+
+#[test]
+fn past_keep_removed_the_oldest_removed_sandboxes_journal_receipt_and_record_go() {
+    let d = Daemon::start_with(&["--keep-removed", "2"]);
+    let ids: Vec<String> = (0..3).map(|_| d.create(&[])).collect();
+    for id in &ids {
+        assert!(d.berth(&["rm", id]).status.success());
+    }
+    let (status, body) = d.http("GET", &format!("/v1/sandboxes/{}/receipt", ids[0]), "");
+    assert_eq!(status, 404, "the oldest receipt went: {body}");
+    let (status, _) = d.http("GET", &format!("/v1/sandboxes/{}/journal", ids[0]), "");
+    assert_eq!(status, 404, "the oldest journal went");
+    assert!(!d.root().join("journal").join(format!("{}.jsonl", ids[0])).exists());
+    for id in &ids[1..] {
+        let (status, body) = d.http("GET", &format!("/v1/sandboxes/{id}/receipt"), "");
+        assert_eq!(status, 200, "{body}");
+        let (status, _) = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
+        assert_eq!(status, 200);
+    }
+    let (_, info) = d.http("GET", "/v1/info", "");
+    assert!(info.contains("the newest 2 removed sandboxes"), "{info}");
+}

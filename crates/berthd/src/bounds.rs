@@ -34,6 +34,8 @@ pub struct Bounds {
     pub default_memory_bytes: Option<u64>,
     /// Process limit of a sandbox created without `pids` (`None`: no limit of its own).
     pub default_pids: Option<u64>,
+    /// Removed sandboxes whose journal, receipt, outputs and record are kept; the oldest go first.
+    pub keep_removed: usize,
 }
 
 impl Default for Bounds {
@@ -48,6 +50,7 @@ impl Default for Bounds {
             max_lookups: 8,
             default_memory_bytes: Some(DEFAULT_MEMORY_BYTES),
             default_pids: Some(DEFAULT_PIDS),
+            keep_removed: 1000,
         }
     }
 }
@@ -78,6 +81,7 @@ impl Bounds {
         at_least("max-proxy-connections", 1, self.max_proxy_connections as u64)?;
         at_least("max-proxy-pending", 1, self.max_proxy_pending as u64)?;
         at_least("max-lookups", 1, self.max_lookups as u64)?;
+        at_least("keep-removed", 1, self.keep_removed as u64)?;
         if let Some(m) = self.default_memory_bytes {
             at_least("default-memory", MIN_MEMORY_BYTES, m)?;
         }
@@ -187,6 +191,13 @@ pub fn table(b: &Bounds) -> Vec<Bound> {
             "berth daemon --max-running-execs",
             "further ones are refused (409 conflict) until one ends; each holds up to 64 KiB of buffer and its \
              log's tail (at most 1 MiB) in the daemon's memory, outside the sandbox's memory limit",
+        ),
+        row(
+            "removed sandboxes",
+            format!("the newest {} removed sandboxes' journals, receipts and outputs", b.keep_removed),
+            "berth daemon --keep-removed",
+            "past it, the oldest removed sandbox's journal, receipt, copied-out outputs and record are deleted \
+             (berth journal and berth receipt then answer 404 for it); a live sandbox's are never deleted",
         ),
         match b.default_memory_bytes {
             Some(m) => row(

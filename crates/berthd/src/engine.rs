@@ -315,6 +315,7 @@ impl Engine {
         self.check_leaks(sid, &mut receipt);
         receipt.finished_at_ms = now_ms();
         self.keep_receipt(&receipt);
+        self.forget_old_removed().await;
         Ok(receipt)
     }
 
@@ -441,12 +442,15 @@ impl Engine {
             }
         });
         let started_at_ms = now_ms();
+        // One read of the watch: two guards held at once deadlock against the exec's end sending its result
+        // between them (the lock lets a waiting writer in first).
+        let result = running.done.borrow().clone();
         let info = ExecInfo {
             exec_id: exec_id.clone(),
             argv: req.argv.clone(),
             started_at_ms,
-            running: running.done.borrow().is_none(),
-            result: running.done.borrow().clone(),
+            running: result.is_none(),
+            result,
         };
         live.execs
             .lock()

@@ -279,6 +279,17 @@ impl Engine {
         }
     }
 
+    /// Past `--keep-removed`, what is kept of the oldest removed sandboxes goes: journal, receipt, outputs
+    /// and record.
+    pub(crate) async fn forget_old_removed(&self) {
+        let Ok(ids) = self.store.forget_removed_beyond(self.bounds.keep_removed) else { return };
+        for id in ids {
+            let _ = tokio::fs::remove_file(super::journal_path(&self.root, &id)).await;
+            let _ = tokio::fs::remove_file(self.receipts_dir().join(format!("{id}.json"))).await;
+            let _ = tokio::fs::remove_dir_all(self.outputs_dir(&id)).await;
+        }
+    }
+
     /// A removed sandbox's receipt.
     pub fn receipt(&self, id: &str) -> Result<Teardown, EngineError> {
         let valid = id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit());

@@ -224,6 +224,22 @@ impl Store {
         })
     }
 
+    /// Forget the removed sandboxes past the newest `keep`: their records go, and their ids are returned
+    /// (oldest first) so that what is kept of them elsewhere can go too.
+    pub fn forget_removed_beyond(&self, keep: usize) -> Result<Vec<String>, StoreError> {
+        self.with(|c| {
+            let mut stmt = c.prepare(
+                "SELECT id FROM sandboxes WHERE gone_at_ms IS NOT NULL ORDER BY gone_at_ms DESC, id DESC LIMIT -1 OFFSET ?1",
+            )?;
+            let mut ids = stmt.query_map([keep as i64], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+            ids.reverse();
+            for id in &ids {
+                c.execute("DELETE FROM sandboxes WHERE id = ?1 AND gone_at_ms IS NOT NULL", [id])?;
+            }
+            Ok(ids)
+        })
+    }
+
     /// Why a sandbox is gone, if the database knows it and it is.
     pub fn gone_reason(&self, id: &str) -> Result<Option<String>, StoreError> {
         self.with(|c| {
