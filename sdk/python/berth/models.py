@@ -1,0 +1,544 @@
+"""Typed models of the API's objects, as plain dataclasses.
+
+Each model names the OpenAPI schema it mirrors in ``__schema__``; the SDK's tests hold every model to
+``crates/berth-api/openapi.json`` (same properties, compatible types). Answers are read with ``from_dict``,
+which ignores fields a newer daemon adds, so an older SDK keeps working against it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional, TypeVar
+
+T = TypeVar("T")
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+    return _HINTS[cls]
+
+
+def build(tp: Any, value: Any) -> Any:
+    """Convert decoded JSON ``value`` into type ``tp`` (a model, a list/dict/Optional of them, or a scalar)."""
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return build(args[0], value) if len(args) == 1 else value
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        return [build(item, v) for v in value]
+    if origin is tuple:
+        return tuple(build(a, v) for a, v in zip(typing.get_args(tp), value))
+    if origin is dict:
+        _, item = typing.get_args(tp)
+        return {k: build(item, v) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+        return tp.from_dict(value)
+    if tp is float and isinstance(value, int):
+        return float(value)
+    return value
+
+
+class Model:
+    """Shared behaviour of the models: reading from and writing to the API's JSON."""
+
+    __schema__: str = ""
+
+    @classmethod
+    def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+        hints = _hints(cls)
+        kwargs = {f.name: build(hints[f.name], data[f.name]) for f in dataclasses.fields(cls) if f.name in data}  # type: ignore[arg-type]
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+# ---- Sandboxes ----
+
+
+@dataclass
+class Network(Model):
+    """An egress policy: ``mode`` (none, enforce, learn, allow_all), ``allow`` and ``deny`` rules, ``add_hosts``."""
+
+    __schema__ = "Network"
+    mode: Optional[str] = None
+    allow: list[str] = field(default_factory=list)
+    deny: list[str] = field(default_factory=list)
+    add_hosts: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Mount(Model):
+    """A host path brought into a sandbox (create's ``mounts``)."""
+
+    __schema__ = "Mount"
+    host: str
+    target: str
+    readonly: bool = False
+
+
+@dataclass
+class VolumeMount(Model):
+    """A named volume brought into a sandbox (create's ``volumes``)."""
+
+    __schema__ = "VolumeMount"
+    name: str
+    target: str
+    readonly: bool = False
+
+
+@dataclass
+class SandboxInfo(Model):
+    """A sandbox's record, as ``GET /v1/sandboxes/{id}`` shows it."""
+
+    __schema__ = "Sandbox"
+    id: str
+    name: str
+    image: str
+    state: str
+    created_at_ms: int
+    last_activity_ms: int
+    expires_at_ms: Optional[int] = None
+    idle_timeout_seconds: Optional[float] = None
+    memory_bytes: Optional[int] = None
+    pids: Optional[int] = None
+    cpus: Optional[float] = None
+    labels: dict[str, str] = field(default_factory=dict)
+    pid: Optional[int] = None
+    persistent: bool = False
+    disk_bytes: Optional[int] = None
+    parent: Optional[str] = None
+    network: Network = field(default_factory=Network)
+    owner: Optional[str] = None
+
+
+@dataclass
+class OutputFile(Model):
+    """A file copied out of a sandbox at teardown."""
+
+    __schema__ = "OutputFile"
+    path: str
+    saved_as: str
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class Receipt(Model):
+    """What removing a sandbox did (its teardown receipt)."""
+
+    __schema__ = "Teardown"
+    id: str
+    steps: list[str] = field(default_factory=list)
+    leftovers: list[str] = field(default_factory=list)
+    name: str = ""
+    reason: str = ""
+    outputs: list[OutputFile] = field(default_factory=list)
+    patch: Optional[OutputFile] = None
+    revoked: list[str] = field(default_factory=list)
+    flushed: dict[str, int] = field(default_factory=dict)
+    clean: bool = False
+    started_at_ms: int = 0
+    finished_at_ms: int = 0
+
+
+# ---- Execs ----
+
+
+@dataclass
+class ExecResult(Model):
+    """How an exec ended (the ``exit`` frame's fields)."""
+
+    __schema__ = "ExecResult"
+    exec_id: str
+    exit_code: int
+    signal: Optional[int] = None
+    duration_ms: int = 0
+    timed_out: bool = False
+    killed: bool = False
+    bytes_dropped: int = 0
+    output_bytes: int = 0
+    log_bytes_dropped: int = 0
+    error: Optional[str] = None
+
+
+@dataclass
+class ExecInfo(Model):
+    """An exec as the exec list shows it: ``result`` is None while it runs."""
+
+    __schema__ = "ExecInfo"
+    exec_id: str
+    argv: list[str]
+    started_at_ms: int
+    running: bool
+    result: Optional[ExecResult] = None
+
+
+@dataclass
+class ExecStarted(Model):
+    """Stream frame: the command is running (``pid`` inside the sandbox)."""
+
+    __schema__ = "ExecFrameStarted"
+    type: str
+    exec_id: str
+    pid: int
+
+
+@dataclass
+class ExecOutput(Model):
+    """Stream frame: a piece of stdout or stderr."""
+
+    __schema__ = "ExecFrameOutput"
+    type: str
+    stream: str
+    seq: int
+    data: str
+
+
+@dataclass
+class ExecTruncated(Model):
+    """Stream frame: ``dropped_bytes`` from the middle of the output were not sent (the tail follows)."""
+
+    __schema__ = "ExecFrameTruncated"
+    type: str
+    dropped_bytes: int
+
+
+@dataclass
+class ExecExit(ExecResult):
+    """Stream frame: the last one, with the exec's result."""
+
+    __schema__ = "ExecFrameExit"
+    type: str = "exit"
+
+
+# ---- Journal, events, info, tokens ----
+
+
+@dataclass
+class JournalRecord(Model):
+    """One action in a sandbox's hash-chained journal."""
+
+    __schema__ = "JournalRecord"
+    seq: int
+    time_ms: int
+    actor: str
+    action: str
+    args: Any
+    result: Any
+    prev: str
+    hash: str
+
+
+@dataclass
+class JournalVerdict(Model):
+    """The outcome of checking a journal's chain: ``first_bad`` is (line, why) or None."""
+
+    __schema__ = "JournalVerdict"
+    ok: bool
+    records: int
+    first_bad: Optional[tuple[int, str]] = None
+
+
+@dataclass
+class LifecycleEvent(Model):
+    """A daemon lifecycle event (created, exec_finished, removed...)."""
+
+    __schema__ = "LifecycleEvent"
+    seq: int
+    time_ms: int
+    sandbox: str
+    kind: str
+    exec_id: Optional[str] = None
+    exit_code: Optional[int] = None
+
+
+@dataclass
+class Health(Model):
+    __schema__ = "Health"
+    status: str
+
+
+@dataclass
+class Bound(Model):
+    """One bound the daemon holds sandboxes to, and what sets it."""
+
+    __schema__ = "Bound"
+    resource: str
+    bound: str
+    set_by: str
+    note: str
+
+
+@dataclass
+class DaemonInfo(Model):
+    __schema__ = "DaemonInfo"
+    version: str
+    bounds: list[Bound] = field(default_factory=list)
+
+
+@dataclass
+class MintedToken(Model):
+    """A freshly minted API token: the only time ``token`` is shown."""
+
+    __schema__ = "MintedToken"
+    id: str
+    name: str
+    token: str
+
+
+@dataclass
+class TokenInfo(Model):
+    __schema__ = "TokenInfo"
+    id: str
+    name: str
+    created_at_ms: int
+
+
+@dataclass
+class SecretInfo(Model):
+    """A secret's name, size and times (never its value)."""
+
+    __schema__ = "SecretInfo"
+    name: str
+    created_at_ms: int
+    updated_at_ms: int
+    bytes: int
+
+
+# ---- Files ----
+
+
+@dataclass
+class FileEntry(Model):
+    """A file inside a sandbox: ``kind`` is file, directory, symlink, fifo, socket, char_device or block_device."""
+
+    __schema__ = "FileEntry"
+    name: str
+    kind: str
+    size: int
+    mode: int
+    mtime_ms: int
+    uid: int
+    gid: int
+    link_target: Optional[str] = None
+
+    @property
+    def is_dir(self) -> bool:
+        return self.kind == "directory"
+
+    @property
+    def is_file(self) -> bool:
+        return self.kind == "file"
+
+
+@dataclass
+class Extracted(Model):
+    __schema__ = "Extracted"
+    entries: int
+
+
+# ---- Durable projects ----
+
+
+@dataclass
+class Snapshot(Model):
+    """A read-only copy of a sandbox's files; ``origin`` is ``snapshot`` or ``fork``."""
+
+    __schema__ = "Snapshot"
+    id: str
+    sandbox_id: str
+    image: str
+    created_at_ms: int
+    origin: str
+    name: Optional[str] = None
+
+
+@dataclass
+class Forked(Model):
+    __schema__ = "Forked"
+    parent: str
+    sandboxes: list[SandboxInfo] = field(default_factory=list)
+
+
+@dataclass
+class PathState(Model):
+    """One side of a change: ``type`` is file, dir, symlink or other."""
+
+    __schema__ = "PathState"
+    type: str
+    mode: int
+    size: int
+    symlink_target: Optional[str] = None
+
+
+@dataclass
+class Change(Model):
+    """A changed path: ``kind`` is added, modified or deleted."""
+
+    __schema__ = "Change"
+    path: str
+    kind: str
+    old: Optional[PathState] = None
+    new: Optional[PathState] = None
+
+
+@dataclass
+class Diff(Model):
+    __schema__ = "Diff"
+    against: str
+    changes: list[Change] = field(default_factory=list)
+
+
+@dataclass
+class Exported(Model):
+    __schema__ = "Exported"
+    branch: str
+    commit: str
+    files: int
+
+
+@dataclass
+class Volume(Model):
+    __schema__ = "Volume"
+    name: str
+    created_at_ms: int
+    used_by: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StorageInfo(Model):
+    """The storage pool: ``mode`` is btrfs, reflink or copy."""
+
+    __schema__ = "StorageInfo"
+    mode: str
+    size_bytes: int
+    free_bytes: int
+    quotas: bool
+    bounded: bool
+    default_disk_bytes: Optional[int] = None
+    unbounded: Optional[str] = None
+
+
+@dataclass
+class RejectedEntry(Model):
+    __schema__ = "RejectedEntry"
+    path: str
+    reason: str
+
+
+@dataclass
+class Image(Model):
+    """An image sandboxes are built from: ``kind`` is host, directory, tarball, oci or docker."""
+
+    __schema__ = "Image"
+    name: str
+    kind: str
+    created_at_ms: int
+    layers: int = 0
+    files: int = 0
+    bytes: int = 0
+    rejected: list[RejectedEntry] = field(default_factory=list)
+    env: list[str] = field(default_factory=list)
+    cmd: list[str] = field(default_factory=list)
+    workdir: Optional[str] = None
+    used_by: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ImportProgress(Model):
+    """An image import's progress frame."""
+
+    __schema__ = "ImportFrameProgress"
+    type: str
+    layer: int
+    layers: int
+    bytes_done: int
+    bytes_total: int
+
+
+# ---- Egress ----
+
+
+@dataclass
+class NetChanged(Model):
+    """The policy after a live change, and how many open connections it closed."""
+
+    __schema__ = "NetChanged"
+    network: Network
+    closed: int
+
+
+@dataclass
+class EgressRecord(Model):
+    """One egress attempt: ``verdict`` is allowed, denied or error."""
+
+    __schema__ = "EgressRecord"
+    time_ms: int
+    sandbox: str
+    host: str
+    port: int
+    method: str
+    verdict: str
+    reason: str
+    bytes_up: int
+    bytes_down: int
+    duration_ms: int
+    rule: Optional[str] = None
+    exec: Optional[str] = None
+
+
+@dataclass
+class NetSuggestion(Model):
+    __schema__ = "NetSuggestion"
+    allow: list[str] = field(default_factory=list)
+
+
+# ---- Code contexts ----
+
+
+@dataclass
+class ContextInfo(Model):
+    """A live code context (an interpreter kept running in a sandbox): ``state`` is idle or busy."""
+
+    __schema__ = "Context"
+    id: str
+    sandbox_id: str
+    language: str
+    cwd: str
+    state: str
+    execution_count: int
+    created_at_ms: int
+    last_run_at_ms: Optional[int] = None
+    #: The exec that is the context's interpreter (listed with the sandbox's execs while it runs).
+    exec_id: str = ""
+
+
+@dataclass
+class RunEnd(Model):
+    """How a code run ended (its ``end`` frame); :class:`berth.Execution` carries the same fields."""
+
+    __schema__ = "RunEnd"
+    execution_count: int
+    duration_ms: int = 0
+    interrupted: bool = False
+    timed_out: bool = False
+    killed: bool = False
+    output_bytes: int = 0
+    bytes_dropped: int = 0
+
+
+#: Every model, for the conformance test and for readers.
+MODELS: list[type[Model]] = [
+    cls for cls in list(globals().values()) if isinstance(cls, type) and issubclass(cls, Model) and cls.__schema__
+]

@@ -1,0 +1,125 @@
+"""Egress, secrets, tokens, the TCP listener, and the SDK used from inside a sandbox with its session token."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+import berth
+from conftest import SDK
+
+
+def test_network_policy_changes_and_log(client):
+    with berth.Sandbox.create(client=client, ttl=300, network={"allow": ["example.com:443"], "deny": ["gist.github.com"]}) as sb:
+        assert sb.info.network.mode == "enforce" and sb.info.network.allow == ["example.com:443"]
+        changed = sb.net.deny("*.example.org")
+        assert "*.example.org" in changed.network.deny and changed.closed == 0
+        changed = sb.net.allow("pypi.org:443")
+        assert "pypi.org:443" in changed.network.allow
+        assert sb.refresh().network.allow == changed.network.allow
+        r = sb.exec("curl -sS -o /dev/null -w '%{http_code}' http://denied.example.org/ || true", timeout=30)
+        assert "403" in r.stdout
+        log = sb.net.log()
+        assert any(rec.host == "denied.example.org" and rec.verdict == "denied" for rec in log)
+        assert sb.net.suggest().allow == []
+        with pytest.raises(berth.InvalidRequest):
+            sb.net.allow("*")
+
+
+def test_network_model_is_accepted(client):
+    with berth.Sandbox.create(client=client, ttl=300, network=berth.Network(mode="learn")) as sb:
+        assert sb.info.network.mode == "learn"
+
+
+def test_secrets_set_list_use_remove(client):
+    name = f"SDK_SECRET_{uuid.uuid4().hex[:6].upper()}"
+    info = client.secrets.set(name, "s3cret-value")
+    assert info.name == name and info.bytes == len("s3cret-value")
+    try:
+        assert name in [s.name for s in client.secrets.list()]
+        with berth.Sandbox.create(client=client, ttl=300, secrets=[name]) as sb:
+            r = sb.exec(f'test "${name}" = s3cret-value && echo "${name}"', timeout=10)
+            assert r.exit_code == 0 and "s3cret-value" not in r.stdout and f"[redacted:{name}]" in r.stdout
+    finally:
+        client.secrets.remove(name)
+    with pytest.raises(berth.NotFound):
+        client.secrets.remove(name)
+    with pytest.raises(berth.InvalidRequest):
+        client.secrets.set("bad name", "x")
+
+
+def test_tokens_mint_list_revoke(client, daemon):
+    minted = client.tokens.create("sdk-temp")
+    assert minted.token.startswith("berth_") and minted.name == "sdk-temp"
+    assert minted.id in [t.id for t in client.tokens.list()]
+    with berth.Client(url=daemon.url, token=minted.token) as c:
+        assert c.health().status == "ok"
+        client.tokens.revoke(minted.id)
+        with pytest.raises(berth.Unauthorized):
+            c.health()
+    with pytest.raises(berth.NotFound):
+        client.tokens.revoke(minted.id)
+
+
+def test_tcp_needs_a_token(tcp_client, daemon):
+    with berth.Client(url=daemon.url) as anonymous:
+        with pytest.raises(berth.Unauthorized) as info:
+            anonymous.list_sandboxes()
+        assert info.value.status == 401
+    with berth.Client(url=daemon.url, token="berth_wrong") as wrong:
+        with pytest.raises(berth.Unauthorized):
+            wrong.health()
+    with berth.Sandbox.create(client=tcp_client, ttl=300) as sb:
+        assert sb.exec("echo over tcp", timeout=10).stdout == "over tcp\n"
+    with pytest.raises(berth.NotFound):
+        tcp_client.tokens.list()
+
+
+def _package_dir(module: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    assert spec and spec.origin
+    origin = Path(spec.origin)
+    return origin.parent if origin.name == "__init__.py" else origin
+
+
+INSIDE = r"""
+import json
+from berth import Sandbox, Client, Unauthorized
+out = {"transport": repr(Client().config)}
+me = Sandbox.connect(__import__("os").environ["BERTH_SANDBOX_ID"])
+out["me"] = me.id
+with Sandbox.create(ttl=120, name="child") as kid:
+    r = kid.exec("echo from the child", timeout=10)
+    out["child_stdout"] = r.stdout
+    out["owner"] = kid.info.owner
+    kid.files.write("/workspace/f", "x")
+    out["file"] = kid.files.read_text("/workspace/f")
+try:
+    Sandbox.list()
+except Unauthorized as e:
+    out["list"] = e.code
+print(json.dumps(out))
+"""
+
+
+def test_inside_a_sandbox_the_sdk_uses_berth_api_and_its_session_token(sandbox):
+    """No arguments: BERTH_API and BERTH_TOKEN, which every exec has, drive the sandbox's own children."""
+    for module in ("berth", "httpx", "httpcore", "h11", "anyio", "idna", "certifi", "sniffio"):
+        if importlib.util.find_spec(module) is None:
+            continue
+        src = _package_dir(module) if module != "berth" else SDK / "berth"
+        sandbox.files.upload(str(src), f"/opt/sdk/{module}" if src.is_dir() else "/opt/sdk")
+    sandbox.files.write("/workspace/inside.py", INSIDE)
+    r = sandbox.exec(["python3", "/workspace/inside.py"], env={"PYTHONPATH": "/opt/sdk"}, timeout=120)
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert "http://127.0.0.1:3129" in out["transport"] and "token=set" in out["transport"]
+    assert out["me"] == sandbox.id and out["owner"] == sandbox.id
+    assert out["child_stdout"] == "from the child\n" and out["file"] == "x"
+    assert out["list"] == "unauthorized"
+    assert os.environ.get("BERTH_API") is None
