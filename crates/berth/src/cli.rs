@@ -309,6 +309,11 @@ pub struct BenchArgs {
     /// leftover.
     #[arg(long, conflicts_with_all = ["exec", "storage", "egress"])]
     pub soak: bool,
+    /// Instead: time a step of code in a live context of a sandbox of the daemon at --socket (`1 + 1`, and an
+    /// import already made) against the same step as a new interpreter per exec (`python3 -c`), as a client
+    /// without contexts runs it.
+    #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak"])]
+    pub contexts: bool,
     /// With --soak: clients looping at once, each on its own connections.
     #[arg(long, default_value = "20", value_parser = parse_count_usize, value_name = "N")]
     pub clients: usize,
