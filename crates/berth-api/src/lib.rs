@@ -56,6 +56,9 @@ pub struct CreateSandbox {
     /// proxy puts the value in its place in requests to HOST only (HOST as an egress rule: a name, a glob or
     /// an address, with an optional port).
     pub secrets: Vec<String>,
+    /// Limits on what it may use (CPU, egress, running time); at 100 % of one it is removed.
+    #[serde(deserialize_with = "object_only")]
+    pub budget: Budget,
 }
 
 /// Read a struct from a JSON object only. serde's derive also takes an array of the fields' values in order
@@ -148,6 +151,9 @@ pub struct Sandbox {
     /// The sandbox that created it with its session token: it is removed with that one.
     #[serde(default)]
     pub owner: Option<String>,
+    /// What it has used, as of its last sample (none while it is not running).
+    #[serde(default)]
+    pub usage: Option<Usage>,
 }
 
 /// `POST /v1/sandboxes/{id}/execs`
@@ -266,6 +272,8 @@ pub enum EventKind {
     Snapshotted,
     Restored,
     Forked,
+    /// A sandbox reached 80 % of a limit of its budget (its journal says which).
+    BudgetWarning,
 }
 
 /// `POST /v1/tokens` (unix socket only): mint a token for the TCP listener.
@@ -346,6 +354,9 @@ pub struct Teardown {
     pub started_at_ms: u64,
     #[serde(default)]
     pub finished_at_ms: u64,
+    /// What it had used, measured just before its runtime was destroyed.
+    #[serde(default)]
+    pub usage: Option<Usage>,
 }
 
 /// A file copied out of a sandbox at teardown.
@@ -458,9 +469,11 @@ impl ErrorCode {
 mod contexts;
 mod network;
 mod storage;
+mod usage;
 pub use contexts::*;
 pub use network::*;
 pub use storage::*;
+pub use usage::*;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

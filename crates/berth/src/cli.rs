@@ -10,9 +10,11 @@ use clap::{Args, Parser, Subcommand};
 mod api;
 mod contexts;
 mod projects;
+mod usage;
 pub use api::*;
 pub use contexts::*;
 pub use projects::*;
+pub use usage::*;
 
 #[derive(Debug, Parser)]
 #[command(name = "berth", version, about = "Sandboxes where AI coding agents live and do their work")]
@@ -48,11 +50,15 @@ pub enum Command {
     #[command(hide = true)]
     Shim,
     /// Create a sandbox in the daemon and print its id.
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// List the daemon's sandboxes.
     Ls(LsArgs),
     /// Show one sandbox as JSON.
     Inspect(InspectArgs),
+    /// What sandboxes have used (CPU, memory, disk, egress) and their budgets; one sandbox, or all running.
+    Usage(UsageArgs),
+    /// Change a running sandbox's budget, such as berth budget ID cpu=10m,egress=1G,wall=2h.
+    Budget(BudgetArgs),
     /// Remove sandboxes and say what removing each took.
     Rm(RmArgs),
     /// Run a command in a sandbox and stream its output; exits with the command's exit code.

@@ -36,6 +36,7 @@ mod retain;
 mod secrets;
 mod sessions;
 mod storage;
+mod usage;
 
 pub(crate) use attach::AttachedExec;
 use events::Events;
@@ -78,6 +79,9 @@ pub struct Engine {
     pub(crate) bounds: crate::bounds::Bounds,
     /// Sandboxes' code contexts (see `contexts`).
     contexts: contexts::Contexts,
+    /// Metering rounds run, and sandboxes removed for passing their budget (see `usage`).
+    samples: std::sync::atomic::AtomicU64,
+    budget_removals: std::sync::atomic::AtomicU64,
 }
 
 pub fn now_ms() -> u64 {
@@ -127,6 +131,8 @@ impl Engine {
             lookup_shares: std::sync::Mutex::new(HashMap::new()),
             bounds,
             contexts: contexts::Contexts::default(),
+            samples: std::sync::atomic::AtomicU64::new(0),
+            budget_removals: std::sync::atomic::AtomicU64::new(0),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
@@ -290,6 +296,7 @@ impl Engine {
             }
         }
         self.count_flushed(sid, &mut receipt);
+        receipt.usage = self.final_usage(sid).await;
         // 4: the sandbox itself.
         if let Some(live) = &live {
             match self.halt(live, sid).await {

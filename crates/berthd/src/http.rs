@@ -168,6 +168,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/sandboxes/{id}/contexts/{ctx}/restart"),
     ("POST", "/v1/sandboxes/{id}/contexts/{ctx}/interrupt"),
     ("POST", "/v1/sandboxes/{id}/contexts/{ctx}/run"),
+    ("GET", "/v1/sandboxes/{id}/usage"),
+    ("POST", "/v1/sandboxes/{id}/budget"),
+    ("GET", "/v1/usage"),
+    ("GET", "/metrics"),
 ];
 
 /// The API as the unix socket serves it (file-system permissions guard the socket; tokens are minted here).
@@ -271,6 +275,7 @@ fn routes() -> Router<Arc<Engine>> {
         .merge(crate::shell::routes())
         .merge(crate::projects_http::routes())
         .merge(crate::contexts_http::routes())
+        .merge(crate::usage_http::routes())
         .fallback(|| async { Failure(ErrorCode::NotFound, "no such route".into()) })
         .layer(DefaultBodyLimit::max(crate::listen::bounds().max_body_bytes))
 }
@@ -341,7 +346,7 @@ async fn list(State(e): Api) -> Response {
 }
 
 async fn inspect(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
-    Ok(Json(e.get(&id).await?).into_response())
+    Ok(Json(e.inspect(&id).await?).into_response())
 }
 
 async fn remove(State(e): Api, headers: HeaderMap, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
@@ -517,6 +522,7 @@ pub async fn serve(
     std::fs::set_permissions(socket, std::os::unix::fs::PermissionsExt::from_mode(0o660))
         .map_err(|e| io("set the mode of", e))?;
     crate::memory::spawn_trimmer();
+    engine.spawn_meter();
     let reaper = Arc::clone(&engine);
     tokio::spawn(async move {
         for tick in 1u64.. {

@@ -28,6 +28,7 @@ mod shell;
 pub mod shim;
 pub mod store;
 pub mod tokens;
+mod usage_http;
 
 pub use bounds::Bounds;
 pub use engine::{DEFAULT_DISK, Engine, StorageChoice, StorageOptions};

@@ -81,7 +81,7 @@ fn all_event_kinds() -> Vec<EventKind> {
     use EventKind::*;
     match Created {
         Created | Adopted | ExecStarted | ExecFinished | ExecTimedOut | ExecKilled | Removed | Reaped | Stopped
-        | Started | Snapshotted | Restored | Forked => {}
+        | Started | Snapshotted | Restored | Forked | BudgetWarning => {}
     }
     vec![
         Created,
@@ -97,6 +97,7 @@ fn all_event_kinds() -> Vec<EventKind> {
         Snapshotted,
         Restored,
         Forked,
+        BudgetWarning,
     ]
 }
 
@@ -140,7 +141,33 @@ pub(super) fn sandbox_sample() -> Sandbox {
         parent: Some("fedcba987654".into()),
         network: network_sample(),
         owner: Some("abcdefabcdef".into()),
+        usage: Some(usage_sample()),
     }
+}
+
+/// A fully populated usage record, with a budget of every kind.
+pub(super) fn usage_sample() -> Usage {
+    Usage {
+        id: "0123456789ab".into(),
+        name: "agent-1".into(),
+        cpu_seconds: 12.5,
+        memory_bytes: 64 << 20,
+        memory_gib_seconds: 3.25,
+        peak_memory_bytes: 128 << 20,
+        disk_bytes: 4096,
+        egress_bytes_out: 1024,
+        egress_bytes_in: 65536,
+        execs: 7,
+        running_seconds: 90.5,
+        paused_seconds: 0.0,
+        budget: budget_sample(),
+        charged: Charged { cpu_seconds: 14.5, egress_bytes: 70000, wall_seconds: 90.5 },
+        sampled_at_ms: 1_700_000_090_500,
+    }
+}
+
+fn budget_sample() -> Budget {
+    Budget { cpu_seconds: Some(600.0), egress_bytes: Some(1 << 30), wall_seconds: Some(7200.0) }
 }
 
 fn file_sample() -> FileEntry {
@@ -178,6 +205,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         outputs: vec!["/workspace/dist/*.whl".into()],
         network: network_sample(),
         secrets: vec!["GITHUB_TOKEN@api.github.com".into()],
+        budget: budget_sample(),
     };
     let request = ExecRequest {
         argv: vec!["sh".into(), "-c".into(), "make test".into()],
@@ -215,6 +243,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         clean: false,
         started_at_ms: 1_700_000_000_000,
         finished_at_ms: 1_700_000_000_050,
+        usage: Some(usage_sample()),
     };
     let error =
         ErrorBody { error: ApiError { code: ErrorCode::NotFound, message: "there is no sandbox \"x\"".into() } };
@@ -229,6 +258,9 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         ("Teardown", to_value(&teardown)),
         ("OutputFile", to_value(&output)),
         ("ErrorBody", to_value(&error)),
+        ("Usage", to_value(&usage_sample())),
+        ("Budget", to_value(&budget_sample())),
+        ("Charged", to_value(&usage_sample().charged)),
         ("ApiError", to_value(&error.error)),
         ("LifecycleEvent", to_value(&event_sample())),
         ("FileEntry", to_value(&file_sample())),
@@ -280,6 +312,7 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
         parent: None,
         network: Network::default(),
         owner: None,
+        usage: None,
     };
     let result = ExecResult {
         exec_id: "x0".into(),
@@ -309,6 +342,8 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
         ("FileEntry", to_value(&FileEntry { kind: FileKind::File, link_target: None, ..file_sample() })),
         ("Extracted", to_value(&Extracted { entries: 0 })),
         ("MintToken", to_value(&MintToken::default())),
+        ("Budget", to_value(&Budget::default())),
+        ("Usage", to_value(&Usage::default())),
     ];
     samples.extend(storage_sparse_samples());
     samples.extend(network_sparse_samples());
@@ -444,7 +479,8 @@ fn check_request<T: Serialize + DeserializeOwned>(spec: &Value, name: &str, full
 }
 
 /// The request schemas: exactly those that refuse unknown fields.
-const REQUESTS: [&str; 17] = [
+const REQUESTS: [&str; 18] = [
+    "Budget",
     "CreateContext",
     "RunCode",
     "CreateSandbox",
@@ -489,6 +525,7 @@ fn request_schemas_match_deserialization() {
     check::<NetChange>(&spec, &samples, "NetChange");
     check::<CreateContext>(&spec, &samples, "CreateContext");
     check::<RunCode>(&spec, &samples, "RunCode");
+    check::<Budget>(&spec, &samples, "Budget");
     let closed: BTreeSet<&str> = spec["components"]["schemas"]
         .as_object()
         .unwrap()

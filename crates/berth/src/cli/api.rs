@@ -75,6 +75,11 @@ pub struct CreateArgs {
     /// in requests to HOST only).
     #[arg(long = "secret", value_name = "NAME[@HOST]")]
     pub secrets: Vec<String>,
+    /// Limits on what it may use, such as cpu=10m,egress=1G,wall=2h (CPU time, egress bytes both ways,
+    /// running time; each optional). At 80 % of one a budget_warning event; at 100 % it is removed, with the
+    /// limit in its receipt. What sandboxes it makes with its session token use counts against it.
+    #[arg(long, value_parser = super::parse_budget, value_name = "KIND=AMOUNT[,...]")]
+    pub budget: Option<berth_api::Budget>,
     /// How the proxy resolves NAME (repeatable); naming an address this way counts as a rule naming it.
     #[arg(long = "add-host", value_name = "NAME:IP")]
     pub add_hosts: Vec<String>,

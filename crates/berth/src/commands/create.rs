@@ -47,6 +47,7 @@ pub fn create(socket: &Path, args: CreateArgs) -> anyhow::Result<i32> {
         outputs: args.outputs,
         network,
         secrets: args.secrets,
+        budget: args.budget.unwrap_or_default(),
     };
     let client = Client::connect(socket)?;
     let (_, body) = client.post_json("/v1/sandboxes", &request)?;

@@ -31,6 +31,7 @@ mod rm;
 mod run;
 mod shell;
 mod storage;
+mod usage;
 
 use crate::cli::{Cli, Command};
 
@@ -53,9 +54,11 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Token(crate::cli::TokenCommand::Ls { json }) => daemon::token_ls(&cli.socket, json),
         Command::Token(crate::cli::TokenCommand::Rm { id }) => daemon::token_rm(&cli.socket, &id),
         Command::Shim => Ok(berthd::shim::main(&cli.root)),
-        Command::Create(args) => create::create(&cli.socket, args),
+        Command::Create(args) => create::create(&cli.socket, *args),
         Command::Ls(args) => ls::ls(&cli.socket, args),
         Command::Inspect(args) => inspect::inspect(&cli.socket, args),
+        Command::Usage(args) => usage::usage(&cli.socket, args),
+        Command::Budget(args) => usage::budget(&cli.socket, args),
         Command::Rm(args) => rm::rm(&cli.socket, args),
         Command::Exec(args) => exec::exec(&cli.socket, args),
         Command::Logs(args) => logs::logs(&cli.socket, args),

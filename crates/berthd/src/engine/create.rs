@@ -29,6 +29,7 @@ impl Engine {
                 )));
             }
         }
+        super::usage::check_budget(&req.budget)?;
         for (k, v) in &req.env {
             berth_runtime::spec::parse_env(&format!("{k}={v}")).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
@@ -97,7 +98,7 @@ impl Engine {
             "name": record.name, "image": record.image, "memory_bytes": req.memory_bytes, "pids": req.pids,
             "cpus": req.cpus, "ttl_seconds": req.ttl_seconds, "idle_timeout_seconds": req.idle_timeout_seconds,
             "labels": req.labels, "mounts": req.mounts, "env_names": env_names, "persistent": req.persistent,
-            "disk_bytes": req.disk_bytes, "volumes": req.volumes, "from_snapshot": parent_id,
+            "disk_bytes": req.disk_bytes, "volumes": req.volumes, "from_snapshot": parent_id, "budget": req.budget,
         });
         if let Ok(live) = self.live(&record.id).await {
             live.note("create", args, serde_json::json!({"id": record.id, "pid": record.pid}));
@@ -135,6 +136,7 @@ impl Engine {
             parent,
             network: network::network_of(&network::policy_of(&req.network)?),
             owner,
+            usage: None,
         };
         // A session token for this run of the sandbox (its API at BERTH_API, as BERTH_TOKEN); revoked when it
         // stops or is removed. Neither it nor the proxy settings are part of the kept spec.

@@ -27,6 +27,8 @@ pub(super) struct Live {
     pub(super) redactor: Option<berth_secrets::Redactor>,
     /// Which exec opened each open proxy connection (if it could be told), by the client's port.
     pub(super) connecting: std::sync::Mutex<std::collections::HashMap<u16, Option<String>>>,
+    /// What the daemon meters of it (see `usage`).
+    pub(super) meter: std::sync::Mutex<super::usage::Meter>,
     /// Tasks that serve the sandbox (its connections, its egress log); ended with it.
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -74,6 +76,7 @@ impl Live {
             egress,
             redactor,
             connecting: std::sync::Mutex::new(std::collections::HashMap::new()),
+            meter: std::sync::Mutex::new(super::usage::Meter::load(root, &sid)),
             tasks: std::sync::Mutex::new(Vec::new()),
         })
     }

@@ -207,6 +207,9 @@ impl Engine {
                 let Some(live) = weak.upgrade() else { return };
                 let id = live.record.lock().await.id.clone();
                 let exec = live.connecting.lock().ok().and_then(|mut c| c.remove(&a.client_port)).flatten();
+                if let Ok(mut m) = live.meter.lock() {
+                    m.add_egress(a.bytes_up, a.bytes_down);
+                }
                 // What the sandbox wrote (a host name, a header quoted in a reason) is kept short in the journal.
                 let short = |s: &str| -> String {
                     if s.len() <= 256 {

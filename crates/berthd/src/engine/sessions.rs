@@ -23,6 +23,8 @@ impl Engine {
         match (method, parts.as_slice()) {
             ("GET", ["healthz"]) | ("GET", ["v1", "openapi.json"]) | ("GET", ["v1", "info"]) => Ok(()),
             ("POST", ["v1", "sandboxes"]) => Ok(()),
+            // Its own sandbox's and its children's metrics only (the handler leaves out the rest).
+            ("GET", ["metrics"]) => Ok(()),
             (_, ["v1", "sandboxes", target, rest @ ..]) => {
                 // Removed children keep their records (for their journal and receipt).
                 let record = match self.get(target).await {
@@ -34,7 +36,7 @@ impl Engine {
                 };
                 if record.id == owner {
                     // Itself: it may look, nothing more (it runs its own commands directly).
-                    return if method == "GET" && rest.is_empty() { Ok(()) } else { refuse() };
+                    return if method == "GET" && matches!(rest, [] | ["usage"]) { Ok(()) } else { refuse() };
                 }
                 if record.owner.as_deref() != Some(owner) {
                     return refuse();
@@ -46,7 +48,7 @@ impl Engine {
                     ["execs", ..] | ["contexts", ..] | ["files"] | ["stat"] | ["mkdir"] | ["archive"] | ["shell"] => {
                         true
                     }
-                    ["journal"] | ["receipt"] | ["diff"] | ["net", "log"] => method == "GET",
+                    ["journal"] | ["receipt"] | ["diff"] | ["net", "log"] | ["usage"] => method == "GET",
                     _ => false,
                 };
                 if allowed { Ok(()) } else { refuse() }

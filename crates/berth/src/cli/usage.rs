@@ -1,0 +1,81 @@
+//! The metering verbs, as data: `berth usage`, `berth budget`, and the budget form `create --budget` takes.
+
+use clap::Args;
+
+use super::api::parse_id;
+
+#[derive(Debug, Args)]
+pub struct UsageArgs {
+    /// The sandbox's id or name (without: every running sandbox).
+    #[arg(value_parser = parse_id, value_name = "ID")]
+    pub id: Option<String>,
+    /// Print the API's JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BudgetArgs {
+    /// The sandbox's id or name.
+    #[arg(value_parser = parse_id, value_name = "ID")]
+    pub id: String,
+    /// The limits to set, such as cpu=10m,egress=1G,wall=2h (those not named stay as they are).
+    #[arg(value_parser = parse_budget, value_name = "KIND=AMOUNT[,...]", required = true)]
+    pub budget: Vec<berth_api::Budget>,
+    /// Print the API's JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parse a budget: `cpu=DURATION`, `egress=SIZE`, `wall=DURATION`, comma-separated, each at most once.
+/// Durations are as `--ttl` takes them (`90s`, `10m`, `2h`; a bare number is seconds); sizes as `--memory`
+/// (`1G` is 2^30 bytes).
+pub fn parse_budget(s: &str) -> Result<berth_api::Budget, String> {
+    let mut b = berth_api::Budget::default();
+    for part in s.split(',').map(str::trim) {
+        let Some((kind, amount)) = part.split_once('=') else {
+            return Err(format!("{part:?} is not KIND=AMOUNT (cpu=10m, egress=1G, wall=2h)"));
+        };
+        let duration = || super::parse_duration(amount).map(|d| d.as_secs_f64());
+        let twice = || format!("the budget names {kind} twice");
+        match kind.trim() {
+            "cpu" if b.cpu_seconds.is_none() => b.cpu_seconds = Some(duration()?),
+            "wall" if b.wall_seconds.is_none() => b.wall_seconds = Some(duration()?),
+            "egress" if b.egress_bytes.is_none() => b.egress_bytes = Some(super::parse_size(amount)?),
+            "cpu" | "wall" | "egress" => return Err(twice()),
+            other => return Err(format!("{other:?} is not a kind of budget: use cpu, egress or wall")),
+        }
+    }
+    Ok(b)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_contract_form_parses() {
+        let b = parse_budget("cpu=10m,egress=1G,wall=2h").unwrap();
+        assert_eq!(b.cpu_seconds, Some(600.0));
+        assert_eq!(b.egress_bytes, Some(1 << 30));
+        assert_eq!(b.wall_seconds, Some(7200.0));
+        assert_eq!(parse_budget("egress=512K").unwrap().egress_bytes, Some(512 << 10));
+        assert_eq!(parse_budget("cpu=1.5").unwrap().cpu_seconds, Some(1.5));
+    }
+
+    #[test]
+    fn nonsense_is_refused_with_a_sentence() {
+        for (bad, says) in [
+            ("ram=1G", "not a kind of budget"),
+            ("cpu", "not kind=amount"),
+            ("cpu=0", "duration"),
+            ("cpu=fast", "duration"),
+            ("egress=0", "size"),
+            ("cpu=1m,cpu=2m", "twice"),
+        ] {
+            let e = parse_budget(bad).unwrap_err();
+            assert!(e.to_lowercase().contains(says), "{bad}: {e}");
+        }
+    }
+}

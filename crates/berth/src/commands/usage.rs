@@ -1,0 +1,77 @@
+//! `berth usage` and `berth budget`: what sandboxes have used, and the limits on it.
+
+use std::path::Path;
+
+use berth_api::Usage;
+
+use super::output;
+use crate::cli::{BudgetArgs, UsageArgs};
+use crate::client::{self, Client};
+
+pub fn usage(socket: &Path, args: UsageArgs) -> anyhow::Result<i32> {
+    let client = Client::connect(socket)?;
+    let path = match &args.id {
+        Some(id) => format!("/v1/sandboxes/{}/usage", client::segment(id)),
+        None => "/v1/usage".to_string(),
+    };
+    let (_, body) = client.get(&path)?;
+    if args.json {
+        output::print_raw(&body)?;
+        return Ok(0);
+    }
+    let all: Vec<Usage> = match &args.id {
+        Some(_) => vec![client::decode(&body)?],
+        None => client::decode(&body)?,
+    };
+    table(&all)?;
+    Ok(0)
+}
+
+pub fn budget(socket: &Path, args: BudgetArgs) -> anyhow::Result<i32> {
+    let mut change = berth_api::Budget::default();
+    for b in args.budget {
+        change.cpu_seconds = b.cpu_seconds.or(change.cpu_seconds);
+        change.egress_bytes = b.egress_bytes.or(change.egress_bytes);
+        change.wall_seconds = b.wall_seconds.or(change.wall_seconds);
+    }
+    let client = Client::connect(socket)?;
+    let (_, body) = client.post_json(&format!("/v1/sandboxes/{}/budget", client::segment(&args.id)), &change)?;
+    if args.json {
+        output::print_raw(&body)?;
+        return Ok(0);
+    }
+    table(&[client::decode(&body)?])?;
+    Ok(0)
+}
+
+fn limit(used: f64, limit: Option<f64>, unit: &str) -> String {
+    match limit {
+        Some(l) => format!("{used:.1}/{l}{unit} ({:.0}%)", used / l * 100.0),
+        None => format!("{used:.1}{unit}"),
+    }
+}
+
+fn table(all: &[Usage]) -> anyhow::Result<()> {
+    let mib = |b: u64| format!("{:.1}M", b as f64 / (1u64 << 20) as f64);
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|u| {
+            vec![
+                u.id.clone(),
+                u.name.clone(),
+                limit(u.charged.cpu_seconds, u.budget.cpu_seconds, "s"),
+                mib(u.memory_bytes),
+                mib(u.peak_memory_bytes),
+                format!("{:.2}", u.memory_gib_seconds),
+                mib(u.disk_bytes),
+                format!("{}/{}", u.egress_bytes_out, u.egress_bytes_in),
+                u.execs.to_string(),
+                limit(u.running_seconds, u.budget.wall_seconds, "s"),
+            ]
+        })
+        .collect();
+    output::print_table(
+        &["ID", "NAME", "CPU", "MEM", "PEAK", "GIB-S", "DISK", "EGRESS OUT/IN", "EXECS", "RUNNING"],
+        &rows,
+    )
+}

@@ -1,0 +1,133 @@
+//! The HTTP routes of metering: a sandbox's usage, every sandbox's, a change of budget, and `/metrics` in
+//! the Prometheus text format.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{get, post};
+use berth_api::{Budget, SandboxState, Usage};
+
+use crate::Engine;
+use crate::http::{Api, ApiJson, Failure, detached};
+
+pub fn routes() -> Router<Arc<Engine>> {
+    Router::new()
+        .route("/v1/sandboxes/{id}/usage", get(usage))
+        .route("/v1/sandboxes/{id}/budget", post(budget))
+        .route("/v1/usage", get(usage_all))
+        .route("/metrics", get(metrics))
+}
+
+async fn usage(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(e.usage(&id).await?).into_response())
+}
+
+async fn usage_all(State(e): Api) -> Json<Vec<Usage>> {
+    Json(e.usage_all().await)
+}
+
+async fn budget(State(e): Api, UrlPath(id): UrlPath<String>, ApiJson(b): ApiJson<Budget>) -> Result<Response, Failure> {
+    Ok(Json(detached(&e, move |e| async move { e.set_budget(&id, b).await }).await?).into_response())
+}
+
+/// A label value, escaped as the text format wants.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// One per-sandbox metric: its name, type, help and how to read it from a usage record.
+type Series = (&'static str, &'static str, &'static str, fn(&Usage) -> f64);
+
+/// The metrics of these sandboxes, and the daemon's own (counts of sandboxes by state).
+pub(crate) fn render(usage: &[Usage], states: &[(SandboxState, usize)], counts: (u64, u64)) -> String {
+    let mut out = String::new();
+    let series: [Series; 8] = [
+        ("berth_sandbox_cpu_seconds_total", "counter", "CPU seconds burned by the sandbox's processes", |u| {
+            u.cpu_seconds
+        }),
+        ("berth_sandbox_memory_bytes", "gauge", "Memory charged to the sandbox now", |u| u.memory_bytes as f64),
+        ("berth_sandbox_memory_peak_bytes", "gauge", "The most memory ever charged to the sandbox", |u| {
+            u.peak_memory_bytes as f64
+        }),
+        ("berth_sandbox_memory_gib_seconds_total", "counter", "The sandbox's memory integrated over time", |u| {
+            u.memory_gib_seconds
+        }),
+        ("berth_sandbox_disk_bytes", "gauge", "Bytes the sandbox's files take in the pool", |u| u.disk_bytes as f64),
+        ("berth_sandbox_execs_total", "counter", "Execs started in the sandbox", |u| u.execs as f64),
+        ("berth_sandbox_running_seconds", "gauge", "Seconds the sandbox has run", |u| u.running_seconds),
+        ("berth_sandbox_paused_seconds", "gauge", "Seconds the sandbox was paused", |u| u.paused_seconds),
+    ];
+    for (name, kind, help, value) in series {
+        let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} {kind}");
+        for u in usage {
+            let _ = writeln!(out, "{name}{{sandbox=\"{}\",name=\"{}\"}} {}", label(&u.id), label(&u.name), value(u));
+        }
+    }
+    let name = "berth_sandbox_egress_bytes_total";
+    let _ = writeln!(out, "# HELP {name} Bytes through the sandbox's egress proxy.\n# TYPE {name} counter");
+    for u in usage {
+        for (direction, v) in [("out", u.egress_bytes_out), ("in", u.egress_bytes_in)] {
+            let _ = writeln!(
+                out,
+                "{name}{{sandbox=\"{}\",name=\"{}\",direction=\"{direction}\"}} {v}",
+                label(&u.id),
+                label(&u.name)
+            );
+        }
+    }
+    let _ = writeln!(out, "# HELP berth_sandboxes Sandboxes by state.\n# TYPE berth_sandboxes gauge");
+    for (state, n) in states {
+        let state = serde_json::to_value(state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        let _ = writeln!(out, "berth_sandboxes{{state=\"{state}\"}} {n}");
+    }
+    let (samples, removals) = counts;
+    let _ = writeln!(
+        out,
+        "# HELP berth_metering_samples_total Metering rounds run.\n# TYPE berth_metering_samples_total counter\n\
+         berth_metering_samples_total {samples}\n\
+         # HELP berth_budget_removals_total Sandboxes removed for passing a budget.\n\
+         # TYPE berth_budget_removals_total counter\nberth_budget_removals_total {removals}"
+    );
+    out
+}
+
+/// `GET /metrics`: every sandbox, or with a session token its own sandbox and its children only.
+async fn metrics(State(e): Api) -> Response {
+    let actor = crate::engine::actor();
+    let session = actor.strip_prefix("session:").map(str::to_string);
+    let mut records = e.list().await;
+    let mut usage = e.usage_all().await;
+    if let Some(own) = &session {
+        let mine = |id: &str, owner: Option<&str>| id == own || owner == Some(own.as_str());
+        records.retain(|r| mine(&r.id, r.owner.as_deref()));
+        let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
+        usage.retain(|u| ids.contains(&u.id));
+    }
+    let mut states: Vec<(SandboxState, usize)> = Vec::new();
+    for state in [SandboxState::Creating, SandboxState::Running, SandboxState::Stopping, SandboxState::Stopped] {
+        states.push((state, records.iter().filter(|r| r.state == state).count()));
+    }
+    let body = render(&usage, &states, e.meter_counts());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_escaped_and_every_line_is_a_sample_or_a_comment() {
+        let u = Usage { id: "0123456789ab".into(), name: "a\"b\\c".into(), cpu_seconds: 1.5, ..Usage::default() };
+        let text = render(&[u], &[(SandboxState::Running, 1)], (3, 0));
+        assert!(text.contains("berth_sandbox_cpu_seconds_total{sandbox=\"0123456789ab\",name=\"a\\\"b\\\\c\"} 1.5\n"));
+        assert!(text.contains("berth_sandboxes{state=\"running\"} 1\n"));
+        assert!(text.contains("direction=\"in\"} 0\n"));
+        for line in text.lines() {
+            assert!(line.starts_with("# ") || line.split(' ').count() >= 2, "{line}");
+        }
+    }
+}
