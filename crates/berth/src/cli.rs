@@ -320,6 +320,13 @@ pub struct BenchArgs {
     /// without contexts runs it.
     #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak"])]
     pub contexts: bool,
+    /// Instead: the cost of metering: the daemon's CPU at --socket over --window with no sandboxes, then with
+    /// --idle idle sandboxes (each sampled every second), per sandbox per minute.
+    #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts"])]
+    pub metering: bool,
+    /// With --metering: how long each measurement lasts.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub window: Duration,
     /// With --soak: clients looping at once, each on its own connections.
     #[arg(long, default_value = "20", value_parser = parse_count_usize, value_name = "N")]
     pub clients: usize,

@@ -342,7 +342,7 @@ pub(super) fn kib_field(text: &str, key: &str) -> Option<u64> {
 }
 
 /// The unit of /proc/PID/stat's times (USER_HZ).
-fn clock_ticks() -> f64 {
+pub(super) fn clock_ticks() -> f64 {
     Command::new("getconf")
         .arg("CLK_TCK")
         .stderr(Stdio::null())

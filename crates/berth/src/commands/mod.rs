@@ -6,6 +6,7 @@ mod bench_contexts;
 mod bench_daemon;
 mod bench_egress;
 mod bench_exec;
+mod bench_meter;
 mod bench_soak;
 mod bench_soak_check;
 mod bench_storage;
@@ -43,6 +44,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Info => info::info(&cli.root, &cli.socket),
         Command::Bench(args) if args.storage => bench_storage::bench_storage(&cli.root, &cli.socket, args),
         Command::Bench(args) if args.egress => bench_egress::bench_egress(&cli.socket, args),
+        Command::Bench(args) if args.metering => bench_meter::bench_meter(&cli.socket, args),
         Command::Bench(args) if args.contexts => bench_contexts::bench_contexts(&cli.socket, args),
         Command::Bench(args) if args.soak => bench_soak::bench_soak(&cli.socket, args),
         Command::Bench(args) if args.exec => bench_exec::bench_exec(&cli.socket, args),
