@@ -1,4 +1,4 @@
-//! Metering and budgets, end to end: CPU, memory and egress as the kernel and the proxy count them, `/metrics`
+//! Metering and budgets, end to end: CPU, memory, disk and egress as the kernel and the proxy count them, `/metrics`
 //! in the Prometheus text format, budgets that warn at 80 % and end a sandbox at 100 % (CPU, egress, running
 //! time, a child drawing on its owner's), counters kept across a daemon restart, and bad budgets refused.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -74,7 +74,7 @@ fn cpu_seconds_are_what_the_sandbox_burned() {
 }
 
 #[test]
-fn peak_memory_holds_what_was_allocated_and_memory_is_integrated() {
+fn peak_memory_holds_what_was_allocated_disk_what_was_written_and_memory_is_integrated() {
     let d = Daemon::start();
     let id = d.create(&["--memory", "512M"]);
     // 96 MiB written (so every page is charged), held until the exec ends.
@@ -84,6 +84,10 @@ fn peak_memory_holds_what_was_allocated_and_memory_is_integrated() {
     let peak = u["peak_memory_bytes"].as_u64().unwrap();
     assert!(peak >= 96 << 20, "peak {peak} below the 96 MiB allocated");
     assert!(peak <= 512 << 20, "peak {peak} above the limit");
+    // Disk: what its files take in the pool (read again when older than 5 s; btrfs counts as of its last
+    // commit, which sync makes).
+    d.sh(&id, "head -c 8388608 /dev/urandom > /workspace/blob && sync");
+    wait_for("8 MiB on disk", || (usage(&d, &id)["disk_bytes"].as_u64().unwrap() >= 8 << 20).then_some(()));
     // The integral grows with every sample of memory above zero.
     wait_for("memory integrated over two samples", || {
         (usage(&d, &id)["memory_gib_seconds"].as_f64().unwrap() > 0.0).then_some(())

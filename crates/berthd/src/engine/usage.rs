@@ -24,8 +24,10 @@ use crate::EngineError;
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 /// How often what only the daemon counts is written out.
 const PERSIST_EVERY_MS: u64 = 10_000;
-/// How often a sandbox's disk use is read (it may take a walk of its files).
+/// How often a sandbox's disk use is read by the sampler (it may take a walk of its files), and how old a
+/// reading may be when usage is asked for.
 const DISK_EVERY_MS: u64 = 30_000;
+const DISK_ASKED_MS: u64 = 5_000;
 /// The share of a limit at which a warning is given.
 const WARN_AT: f64 = 0.8;
 
@@ -180,14 +182,15 @@ impl Engine {
         .unwrap_or_default()
     }
 
-    /// Sample these sandboxes: update each meter, and return their usage (own use only in `charged`).
-    async fn sample(&self, live: &[(String, Arc<Live>)], disk_now: bool) -> Vec<Usage> {
+    /// Sample these sandboxes: update each meter, and return their usage (own use only in `charged`). Disk
+    /// use is read again where the last reading is older than `disk_age_ms`.
+    async fn sample(&self, live: &[(String, Arc<Live>)], disk_age_ms: u64) -> Vec<Usage> {
         let now = now_ms();
         let due: Vec<(String, bool)> = live
             .iter()
             .map(|(id, l)| {
-                let disk_due = disk_now
-                    || l.meter.lock().map(|m| now.saturating_sub(m.disk_at_ms) >= DISK_EVERY_MS).unwrap_or(false);
+                let disk_due = disk_age_ms == 0
+                    || l.meter.lock().map(|m| now.saturating_sub(m.disk_at_ms) >= disk_age_ms).unwrap_or(false);
                 (id.clone(), disk_due)
             })
             .collect();
@@ -295,7 +298,7 @@ impl Engine {
     /// One round: sample every running sandbox, warn at 80 % of a limit, and remove those past one.
     async fn sample_all(&self) {
         let live = self.metered().await;
-        let mut usage = self.sample(&live, false).await;
+        let mut usage = self.sample(&live, DISK_EVERY_MS).await;
         self.charge_children(&mut usage).await;
         let mut ending = Vec::new();
         for u in &usage {
@@ -342,7 +345,7 @@ impl Engine {
     pub async fn usage(&self, id: &str) -> Result<Usage, EngineError> {
         let live = self.live(id).await?;
         let sid = live.record.lock().await.id.clone();
-        let mut all = self.sample(&[(sid.clone(), Arc::clone(&live))], true).await;
+        let mut all = self.sample(&[(sid.clone(), Arc::clone(&live))], DISK_ASKED_MS).await;
         // Its live children's use is charged to it.
         let children: Vec<(String, Arc<Live>)> = {
             let mut out = Vec::new();
@@ -354,7 +357,7 @@ impl Engine {
             }
             out
         };
-        all.extend(self.sample(&children, false).await);
+        all.extend(self.sample(&children, DISK_EVERY_MS).await);
         self.charge_children(&mut all).await;
         all.into_iter().find(|u| u.id == sid).ok_or_else(|| EngineError::NoSandbox(id.to_string()))
     }
@@ -367,7 +370,7 @@ impl Engine {
             created.insert(id.clone(), l.record.lock().await.created_at_ms);
         }
         live.sort_by_key(|(id, _)| created.get(id).copied().unwrap_or(0));
-        let mut usage = self.sample(&live, false).await;
+        let mut usage = self.sample(&live, DISK_EVERY_MS).await;
         self.charge_children(&mut usage).await;
         usage
     }
@@ -398,7 +401,7 @@ impl Engine {
     pub(super) async fn final_usage(&self, sid: &str) -> Option<Usage> {
         let live = self.live(sid).await.ok()?;
         let owner = live.record.lock().await.owner.clone();
-        let mut u = self.sample(&[(sid.to_string(), Arc::clone(&live))], true).await.pop()?;
+        let mut u = self.sample(&[(sid.to_string(), Arc::clone(&live))], 0).await.pop()?;
         // What its removed children used is in its meter; its live ones are removed before it.
         let own_egress = u.egress_bytes_out + u.egress_bytes_in;
         if let Some(owner) = owner
