@@ -137,7 +137,7 @@ fn egress_bytes_are_counted_each_way_and_kept_across_a_daemon_restart() {
     assert!(inn >= 100_000, "egress_bytes_in {inn}: the body alone is 100000 bytes");
     assert!(out > 0 && out < 10_000, "egress_bytes_out {out}: one request");
     // What only the daemon counts is written out within 10 s; a new daemon reads it back.
-    let file = d.root().join("logs").join(&id).join("usage.json");
+    let file = d.root().join("meters").join(format!("{id}.json"));
     wait_for("the meter written out", || {
         let m: Value = serde_json::from_slice(&std::fs::read(&file).ok()?).ok()?;
         (m["egress_in_closed"].as_u64()? >= 100_000).then_some(())
@@ -148,6 +148,7 @@ fn egress_bytes_are_counted_each_way_and_kept_across_a_daemon_restart() {
     assert!(after["egress_bytes_in"].as_u64().unwrap() >= inn, "lost across a restart: {after}");
     assert!(after["cpu_seconds"].as_f64().unwrap() >= u["cpu_seconds"].as_f64().unwrap(), "the kernel's count");
     d.berth(&["rm", &id]);
+    assert!(!file.exists(), "the meter goes with the sandbox");
 }
 
 /// One sample of the Prometheus text format: its name, labels and value.

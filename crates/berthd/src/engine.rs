@@ -316,6 +316,7 @@ impl Engine {
         let kind = if why == "reaped" { EventKind::Reaped } else { EventKind::Removed };
         self.events.emit(sid, kind, None, None);
         let _ = tokio::fs::remove_dir_all(self.root.join("logs").join(sid)).await;
+        let _ = tokio::fs::remove_file(usage::meter_path(&self.root, sid)).await;
         self.forget_contexts(sid).await;
         // 5: nothing left (a shim killed earlier leaves its socket behind: it goes now).
         self.remove_stale_socket(sid).await;

@@ -3,7 +3,7 @@
 //! (closed connections as their attempts are logged, open ones read live); disk is the pool's count of its
 //! volume. The daemon samples every running sandbox once a second: memory is integrated over time from these
 //! samples, and budgets are checked against them. What only the daemon knows (the integral, closed
-//! connections' bytes, what removed children used) is written beside the sandbox's logs every 10 seconds and
+//! connections' bytes, what removed children used) is written under `<root>/meters/` every 10 seconds and
 //! read back when a restarted daemon adopts the sandbox.
 //!
 //! Pausing (when it exists) adds to `paused_seconds` through [`Meter::paused_ms`]: running time, and with it
@@ -61,8 +61,8 @@ pub(super) struct Meter {
 }
 
 /// The file the meter of sandbox `id` is kept in.
-fn meter_path(root: &Path, id: &str) -> PathBuf {
-    root.join("logs").join(id).join("usage.json")
+pub(super) fn meter_path(root: &Path, id: &str) -> PathBuf {
+    root.join("meters").join(format!("{id}.json"))
 }
 
 impl Meter {
@@ -253,8 +253,11 @@ impl Engine {
             if now.saturating_sub(m.persisted_at_ms) >= PERSIST_EVERY_MS {
                 m.persisted_at_ms = now;
                 let path = meter_path(&self.root, id);
-                if let Some(dir) = path.parent() {
+                if let Some(dir) = path.parent()
+                    && !dir.exists()
+                {
                     let _ = std::fs::create_dir_all(dir);
+                    let _ = std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700));
                 }
                 if let Ok(json) = serde_json::to_vec(&*m) {
                     let _ = std::fs::write(&path, json);
