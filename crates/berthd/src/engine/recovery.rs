@@ -99,6 +99,7 @@ impl Engine {
                 }
                 let mut t = Teardown { id: id.to_string(), ..Teardown::default() };
                 self.discard_files(id, &mut t).await;
+                let _ = tokio::fs::remove_file(super::usage::meter_path(&self.root, id)).await;
                 self.events.emit(id, EventKind::Removed, None, None);
             }
         }
