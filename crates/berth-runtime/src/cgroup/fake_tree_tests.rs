@@ -141,6 +141,20 @@ fn v1_comounted_cpu_cpuacct_is_made_once() {
     fs::write(at("memory").join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n").unwrap();
     let usage = cg.usage().unwrap();
     assert_eq!((usage.cpu_ns, usage.oom_kills), (123_456_789, 2));
+    fs::write(
+        at("memory").join("memory.usage_in_bytes"),
+        "4096
+",
+    )
+    .unwrap();
+    fs::write(
+        at("memory").join("memory.max_usage_in_bytes"),
+        "8192
+",
+    )
+    .unwrap();
+    let counters = cg.counters().unwrap();
+    assert_eq!((counters.cpu_ns, counters.memory_bytes, counters.peak_memory_bytes), (123_456_789, 4096, 8192));
 
     cg.freeze().unwrap();
     assert_eq!(read_trimmed(&at("freezer").join("freezer.state")), "FROZEN");

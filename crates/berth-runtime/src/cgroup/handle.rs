@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rustix::io::Errno;
 
 use super::fsio::{self, Fs};
-use super::{CgroupError, Usage, Version, kill, v1, v2};
+use super::{CgroupError, Counters, Usage, Version, kill, v1, v2};
 
 /// How long [`Cgroup::remove`] keeps retrying a busy directory (its tasks may still be exiting).
 const REMOVE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -131,6 +131,15 @@ impl Cgroup {
             Kind::V1(dirs) => v1::usage(dirs),
             Kind::V2(dir) => v2::usage(dir),
             Kind::Invalid { .. } => self.check().map(|()| Usage::default()),
+        }
+    }
+
+    /// CPU time, memory and peak memory only: what metering samples.
+    pub fn counters(&self) -> Result<Counters, CgroupError> {
+        match &self.kind {
+            Kind::V1(dirs) => v1::counters(dirs),
+            Kind::V2(dir) => v2::counters(dir),
+            Kind::Invalid { .. } => self.check().map(|()| Counters::default()),
         }
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::fsio::{self, Fs};
 use super::limits::{self, CPU_PERIOD_US, Limits};
 use super::mountinfo::Mount;
-use super::{CgroupError, PARENT_DIR, Usage};
+use super::{CgroupError, Counters, PARENT_DIR, Usage};
 
 /// The controllers berth uses on v1.
 pub(crate) const CONTROLLERS: [&str; 5] = ["memory", "pids", "cpu", "cpuacct", "freezer"];
@@ -123,6 +123,14 @@ pub(crate) fn usage(dirs: &Dirs) -> Result<Usage, CgroupError> {
         // The "oom_kill" line came with Linux 4.13.
         oom_kills: fsio::keyed(&oom_control, "oom_kill").unwrap_or(0),
         pids: fsio::read_u64(&dirs.pids.join("pids.current"))?,
+    })
+}
+
+pub(crate) fn counters(dirs: &Dirs) -> Result<Counters, CgroupError> {
+    Ok(Counters {
+        cpu_ns: fsio::read_u64(&dirs.cpuacct.join("cpuacct.usage"))?,
+        memory_bytes: fsio::read_u64(&dirs.memory.join("memory.usage_in_bytes"))?,
+        peak_memory_bytes: fsio::read_u64(&dirs.memory.join("memory.max_usage_in_bytes"))?,
     })
 }
 

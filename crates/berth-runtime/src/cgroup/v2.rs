@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::fsio::{self, Fs};
 use super::limits::{self, Limits};
 use super::mountinfo::Mount;
-use super::{CgroupError, PARENT_DIR, Usage};
+use super::{CgroupError, Counters, PARENT_DIR, Usage};
 
 /// Where a pure-v2 host mounts the tree.
 pub(crate) const DEFAULT_ROOT: &str = "/sys/fs/cgroup";
@@ -103,6 +103,14 @@ pub(crate) fn usage(dir: &Path) -> Result<Usage, CgroupError> {
         peak_memory_bytes: fsio::read_u64_or_zero(&dir.join("memory.peak"))?,
         oom_kills: fsio::keyed(&events, "oom_kill").unwrap_or(0),
         pids: fsio::read_u64(&dir.join("pids.current"))?,
+    })
+}
+
+pub(crate) fn counters(dir: &Path) -> Result<Counters, CgroupError> {
+    Ok(Counters {
+        cpu_ns: fsio::read_keyed(&dir.join("cpu.stat"), "usage_usec")?.saturating_mul(1000),
+        memory_bytes: fsio::read_u64(&dir.join("memory.current"))?,
+        peak_memory_bytes: fsio::read_u64_or_zero(&dir.join("memory.peak"))?,
     })
 }
 
@@ -213,8 +221,14 @@ mod tests {
         let expected = Usage { cpu_ns: 2_500_000, memory_bytes: 8192, peak_memory_bytes: 16384, oom_kills: 1, pids: 3 };
         assert_eq!(usage, expected);
 
+        assert_eq!(
+            counters(&dir).unwrap(),
+            Counters { cpu_ns: 2_500_000, memory_bytes: 8192, peak_memory_bytes: 16384 }
+        );
+
         fs::remove_file(dir.join("memory.peak")).unwrap();
         assert_eq!(super::usage(&dir).unwrap().peak_memory_bytes, 0);
+        assert_eq!(counters(&dir).unwrap().peak_memory_bytes, 0, "no memory.peak before Linux 5.19");
         fs::write(dir.join("pids.current"), "lots\n").unwrap();
         assert!(matches!(super::usage(&dir), Err(CgroupError::Read { .. })));
     }

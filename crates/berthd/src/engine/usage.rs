@@ -107,7 +107,7 @@ fn merged(b: &Budget, change: &Budget) -> Budget {
 
 /// What the kernel says of one cgroup, and the disk count when it was due.
 struct Reading {
-    cgroup: Option<berth_runtime::cgroup::Usage>,
+    cgroup: Option<berth_runtime::cgroup::Counters>,
     disk: Option<u64>,
 }
 
@@ -171,7 +171,7 @@ impl Engine {
         tokio::task::spawn_blocking(move || {
             ids.into_iter()
                 .map(|(id, disk_due)| {
-                    let cgroup = cgroups.as_ref().and_then(|h| h.open(&id).usage().ok());
+                    let cgroup = cgroups.as_ref().and_then(|h| h.open(&id).counters().ok());
                     let dir = pool.path().join("sandboxes").join(&id);
                     let disk = disk_due.then(|| pool.usage(&dir).ok()).flatten();
                     (id, Reading { cgroup, disk })
