@@ -151,7 +151,7 @@ pub struct Sandbox {
     /// The sandbox that created it with its session token: it is removed with that one.
     #[serde(default)]
     pub owner: Option<String>,
-    /// What it has used, as of its last sample (none while it is not running).
+    /// What it has used, measured when it is inspected while it runs (none otherwise, and in the list).
     #[serde(default)]
     pub usage: Option<Usage>,
 }
