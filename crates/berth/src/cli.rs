@@ -76,6 +76,11 @@ pub enum Command {
     Context(ContextCommand),
     /// Stop a sandbox's processes and keep its files (berth start brings it back).
     Stop(IdArgs),
+    /// Freeze every process of a sandbox, keeping their memory (no CPU used); berth resume, or any exec,
+    /// shell, context run or file call, continues them where they were.
+    Pause(IdArgs),
+    /// Continue a paused sandbox's processes.
+    Resume(IdArgs),
     /// Start a stopped sandbox again on its kept files.
     Start(IdArgs),
     /// Replace a sandbox's runtime with a fresh one from its image, keeping its files.

@@ -161,6 +161,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/secrets"),
     ("PUT", "/v1/secrets/{name}"),
     ("DELETE", "/v1/secrets/{name}"),
+    ("POST", "/v1/sandboxes/{id}/pause"),
+    ("POST", "/v1/sandboxes/{id}/resume"),
     ("GET", "/v1/sandboxes/{id}/contexts"),
     ("POST", "/v1/sandboxes/{id}/contexts"),
     ("GET", "/v1/sandboxes/{id}/contexts/{ctx}"),

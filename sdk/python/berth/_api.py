@@ -18,11 +18,18 @@ from .errors import ApiError, from_response
 
 # Fields of POST /v1/sandboxes (the conformance test holds this to the spec's CreateSandbox).
 CREATE_FIELDS = (
-    "name", "image", "memory_bytes", "pids", "cpus", "ttl_seconds", "idle_timeout_seconds", "env", "labels",
+    "name", "image", "memory_bytes", "pids", "cpus", "ttl_seconds", "idle_timeout_seconds", "idle_pause_seconds",
+    "ttl_active_only", "env", "labels",
     "mounts", "persistent", "disk_bytes", "volumes", "from_snapshot", "outputs", "network", "secrets",
 )  # fmt: skip
 # Friendly names accepted by Sandbox.create, and the field each stands for.
-CREATE_ALIASES = {"memory": "memory_bytes", "disk": "disk_bytes", "ttl": "ttl_seconds", "idle_timeout": "idle_timeout_seconds"}
+CREATE_ALIASES = {
+    "memory": "memory_bytes",
+    "disk": "disk_bytes",
+    "ttl": "ttl_seconds",
+    "idle_timeout": "idle_timeout_seconds",
+    "idle_pause": "idle_pause_seconds",
+}
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
           "g": 1024**3, "gb": 1024**3, "gib": 1024**3, "t": 1024**4, "tb": 1024**4, "tib": 1024**4}  # fmt: skip
@@ -337,6 +344,13 @@ class SandboxAPI:
 
     def start(self) -> m.SandboxInfo:
         return self._lifecycle("start")
+
+    def pause(self) -> m.SandboxInfo:
+        """Freeze every process, keeping its memory; ``resume`` (or any exec, context run or file call) wakes it."""
+        return self._lifecycle("pause")
+
+    def resume(self) -> m.SandboxInfo:
+        return self._lifecycle("resume")
 
     def rebuild(self) -> m.SandboxInfo:
         return self._lifecycle("rebuild")

@@ -110,6 +110,10 @@ class SandboxInfo(Model):
     last_activity_ms: int
     expires_at_ms: Optional[int] = None
     idle_timeout_seconds: Optional[float] = None
+    last_activity: Optional[str] = None
+    idle_pause_seconds: Optional[float] = None
+    ttl_active_only: bool = False
+    paused_at_ms: Optional[int] = None
     memory_bytes: Optional[int] = None
     pids: Optional[int] = None
     cpus: Optional[float] = None

@@ -185,3 +185,18 @@ def test_default_client_from_the_environment(monkeypatch, daemon):
     monkeypatch.setenv("BERTH_SOCKET", daemon.socket)
     with berth.Sandbox.create(ttl=300) as sb:
         assert sb.exec("echo via default", timeout=10).stdout == "via default\n"
+
+
+def test_pause_keeps_state_and_any_call_wakes_it(client):
+    with berth.Sandbox.create(client=client, ttl=300, idle_pause=60) as sb:
+        assert sb.info.idle_pause_seconds == 60.0
+        ctx = sb.create_code_context("python")
+        ctx.run_code("kept = 41", timeout=30)
+        paused = sb.pause()
+        assert paused.state == "paused" and paused.paused_at_ms
+        assert sb.refresh().state == "paused"
+        assert ctx.run_code("kept + 1", timeout=30).text == "42"
+        woken = sb.refresh()
+        assert woken.state == "running" and woken.last_activity == "context"
+        sb.pause()
+        assert sb.resume().state == "running"

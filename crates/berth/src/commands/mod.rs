@@ -66,6 +66,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Cp(args) => cp::cp(&cli.socket, args),
         Command::Shell(args) => shell::shell(&cli.socket, args),
         Command::Context(cmd) => context::context(&cli.socket, cmd),
+        Command::Pause(args) => projects::lifecycle(&cli.socket, "pause", args),
+        Command::Resume(args) => projects::lifecycle(&cli.socket, "resume", args),
         Command::Stop(args) => projects::lifecycle(&cli.socket, "stop", args),
         Command::Start(args) => projects::lifecycle(&cli.socket, "start", args),
         Command::Rebuild(args) => projects::lifecycle(&cli.socket, "rebuild", args),

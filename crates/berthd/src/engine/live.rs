@@ -29,6 +29,8 @@ pub(super) struct Live {
     pub(super) connecting: std::sync::Mutex<std::collections::HashMap<u16, Option<String>>>,
     /// Tasks that serve the sandbox (its connections, its egress log); ended with it.
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Time spent paused, for the clocks that count only time running.
+    pub(super) pause: Arc<super::pause::PauseClock>,
 }
 
 impl Drop for Live {
@@ -75,6 +77,7 @@ impl Live {
             redactor,
             connecting: std::sync::Mutex::new(std::collections::HashMap::new()),
             tasks: std::sync::Mutex::new(Vec::new()),
+            pause: Arc::default(),
         })
     }
 

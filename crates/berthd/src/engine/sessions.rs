@@ -43,9 +43,15 @@ impl Engine {
                 // its files from elsewhere, more sandboxes by forking) and never touch host paths.
                 let allowed = match rest {
                     [] => matches!(method, "GET" | "DELETE"),
-                    ["execs", ..] | ["contexts", ..] | ["files"] | ["stat"] | ["mkdir"] | ["archive"] | ["shell"] => {
-                        true
-                    }
+                    ["execs", ..]
+                    | ["contexts", ..]
+                    | ["pause"]
+                    | ["resume"]
+                    | ["files"]
+                    | ["stat"]
+                    | ["mkdir"]
+                    | ["archive"]
+                    | ["shell"] => true,
                     ["journal"] | ["receipt"] | ["diff"] | ["net", "log"] => method == "GET",
                     _ => false,
                 };
