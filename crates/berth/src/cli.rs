@@ -319,6 +319,10 @@ pub struct BenchArgs {
     /// without contexts runs it.
     #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak"])]
     pub contexts: bool,
+    /// Instead: time pause and resume of a sandbox of the daemon at --socket through the API, against writing
+    /// the same cgroup's freezer files directly (and waiting for the kernel to say frozen), interleaved.
+    #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts"])]
+    pub pause: bool,
     /// With --soak: clients looping at once, each on its own connections.
     #[arg(long, default_value = "20", value_parser = parse_count_usize, value_name = "N")]
     pub clients: usize,

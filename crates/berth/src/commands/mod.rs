@@ -6,6 +6,7 @@ mod bench_contexts;
 mod bench_daemon;
 mod bench_egress;
 mod bench_exec;
+mod bench_pause;
 mod bench_soak;
 mod bench_soak_check;
 mod bench_storage;
@@ -42,6 +43,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Info => info::info(&cli.root, &cli.socket),
         Command::Bench(args) if args.storage => bench_storage::bench_storage(&cli.root, &cli.socket, args),
         Command::Bench(args) if args.egress => bench_egress::bench_egress(&cli.socket, args),
+        Command::Bench(args) if args.pause => bench_pause::bench_pause(&cli.socket, args),
         Command::Bench(args) if args.contexts => bench_contexts::bench_contexts(&cli.socket, args),
         Command::Bench(args) if args.soak => bench_soak::bench_soak(&cli.socket, args),
         Command::Bench(args) if args.exec => bench_exec::bench_exec(&cli.socket, args),
