@@ -154,11 +154,9 @@ impl Engine {
         self.touch(&live, cause).await
     }
 
-    /// Before a sandbox's processes are ended (stop, removal): thaw them, so that they can die.
+    /// Before a sandbox's processes are ended (stop, removal): thaw them, so that they can die (frozen tasks
+    /// of a v1 freezer do not, even of SIGKILL). Done whether or not berth paused it: whatever froze it.
     pub(super) async fn thaw_to_end(&self, live: &Arc<Live>) {
-        if !live.pause.is_paused() {
-            return;
-        }
         let id = live.record.lock().await.id.clone();
         if let Some(h) = &self.cgroups {
             let cg = h.open(&id);

@@ -30,7 +30,13 @@ impl Engine {
             let (context_busy, interpreters) = self.context_activity(&r.id).await;
             let running = context_busy
                 || l.execs.lock().await.iter().any(|(id, e)| e.done.borrow().is_none() && !interpreters.contains(id));
-            let expired = r.expires_at_ms.is_some_and(|t| now >= t);
+            // A TTL that counts only active time does not run during the pause going on (it is added back to
+            // `expires_at_ms` at the resume).
+            let paused_for = match (r.ttl_active_only, r.paused_at_ms) {
+                (true, Some(at)) => now.saturating_sub(at),
+                _ => 0,
+            };
+            let expired = r.expires_at_ms.is_some_and(|t| now >= t.saturating_add(paused_for));
             let idle = !running
                 && r.idle_timeout_seconds
                     .is_some_and(|s| now >= r.last_activity_ms.saturating_add((s * 1000.0) as u64));
