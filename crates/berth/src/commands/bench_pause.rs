@@ -4,22 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use berth_api::{CreateSandbox, ExecRequest, Sandbox};
+use berth_api::ExecRequest;
 
 use crate::cli::BenchArgs;
 use crate::client::Client;
 
 pub fn bench_pause(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
-    let client = Client::connect(socket)?;
-    let (_, body) = client.post_json("/v1/sandboxes", &CreateSandbox::default())?;
-    let sandbox: Sandbox = serde_json::from_slice(&body)?;
-    let result = measure(socket, &sandbox.id, &args);
-    let _ = Client::connect(socket)?.delete(&format!("/v1/sandboxes/{}", sandbox.id));
-    let report = result?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    }
-    Ok(0)
+    super::bench_contexts::on_a_sandbox(socket, &args, measure)
 }
 
 /// The freezer of the sandbox's cgroup, as the kernel shows it: v2's `cgroup.freeze` and `cgroup.events`, or
