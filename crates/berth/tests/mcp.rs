@@ -82,6 +82,10 @@ fn record<'a>(journal: &'a [Value], action: &str) -> &'a Value {
 fn a_session_over_stdio() {
     let d = Daemon::start();
     let berth = env!("CARGO_BIN_EXE_berth");
+    // An earlier protocol's handshake too, as most MCP hosts still speak it.
+    let legacy = client(&["stdio", berth, d.socket().to_str().unwrap(), "session", "legacy"]);
+    check_session_errors(&d, &legacy);
+    assert_ne!(legacy["protocol"], "2026-07-28", "{legacy}");
     let report = client(&["stdio", berth, d.socket().to_str().unwrap(), "session"]);
     check_session_errors(&d, &report);
     // Each tool call was an API request: the budgeted exec is in the removed sandbox's journal as the API
@@ -128,7 +132,11 @@ fn a_session_over_streamable_http_with_a_token() {
         assert!(answer.contains(r#""code":"unauthorized""#), "{answer}");
     }
 
-    let report = client(&["http", &format!("http://{addr}/mcp"), token, "session"]);
+    let url = format!("http://{addr}/mcp");
+    let legacy = client(&["http", &url, token, "session", "legacy"]);
+    check_session_errors(&d, &legacy);
+    assert_ne!(legacy["protocol"], "2026-07-28", "{legacy}");
+    let report = client(&["http", &url, token, "session"]);
     check_session_errors(&d, &report);
     // The tools' calls carried the caller's token: the API journaled them as that token's.
     let journal = journal(&d, report["removed"][1].as_str().unwrap());

@@ -1,10 +1,12 @@
 """Drive berth's MCP server with the official MCP client (the `mcp` package), as a model's host would.
 
-    client.py stdio BERTH SOCKET SCENARIO     berth --socket SOCKET mcp, over stdio
-    client.py http URL TOKEN SCENARIO         streamable HTTP at URL, with TOKEN as the bearer token
+    client.py stdio BERTH SOCKET SCENARIO [MODE]    berth --socket SOCKET mcp, over stdio
+    client.py http URL TOKEN SCENARIO [MODE]        streamable HTTP at URL, with TOKEN as the bearer token
 
 SCENARIO is `session` (a whole session: create, exec, files, fork, diff, remove) or `scoped` (a sandbox's
-session token: only its tools, and the API's refusals). Checks fail with an AssertionError; what was seen is
+session token: only its tools, and the API's refusals). MODE is the client's: `auto` (the default: the
+newest protocol, discovered) or `legacy` (the initialize handshake of earlier protocol versions, which most
+MCP hosts still speak). Checks fail with an AssertionError; what was seen is
 printed as one JSON object on stdout for the test to check against the API.
 """
 
@@ -132,13 +134,14 @@ async def scoped(client, report):
 
 async def main():
     transport, where, secret, scenario = sys.argv[1:5]
+    mode = sys.argv[5] if len(sys.argv) > 5 else "auto"
     if transport == "stdio":
         server = StdioServerParameters(command=where, args=["--socket", secret, "mcp"])
     else:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"}, timeout=httpx2.Timeout(30, read=300))
         server = streamable_http_client(where, http_client=http)
     report = {}
-    async with Client(server, cache=None) as client:
+    async with Client(server, cache=None, mode=mode) as client:
         report["protocol"] = client.protocol_version
         await {"session": session, "scoped": scoped}[scenario](client, report)
     print(json.dumps(report))
