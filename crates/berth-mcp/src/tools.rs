@@ -37,11 +37,14 @@ fn refuse(message: &str) -> CallToolResult {
 
 #[tool_router]
 impl Berth {
-    #[tool(description = "Create a new Linux sandbox (isolated, root inside, nothing leaks to the host) and \
+    #[tool(
+        description = "Create a new Linux sandbox (isolated, root inside, nothing leaks to the host) and \
                        return its record; use its id or name in the other tools. It has no network unless \
                        allow_net (or net_mode) says what it may reach. Files persist between execs; \
                        everything is removed by sandbox_remove, or when ttl_seconds or idle_timeout_seconds \
-                       run out.")]
+                       run out.",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
     async fn sandbox_create(
         &self,
         Parameters(a): Parameters<CreateArgs>,
@@ -70,12 +73,18 @@ impl Berth {
         self.json_tool(&ctx, "POST", "/v1/sandboxes".into(), Some(Value::Object(body)), None).await
     }
 
-    #[tool(description = "List this host's sandboxes, running and stopped, oldest first, with their records.")]
+    #[tool(
+        description = "List this host's sandboxes, running and stopped, oldest first, with their records.",
+        annotations(read_only_hint = true)
+    )]
     async fn sandbox_list(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
         self.json_tool(&ctx, "GET", "/v1/sandboxes".into(), None, Some("sandboxes")).await
     }
 
-    #[tool(description = "Show one sandbox's record: state, limits, network policy, creation and expiry times.")]
+    #[tool(
+        description = "Show one sandbox's record: state, limits, network policy, creation and expiry times.",
+        annotations(read_only_hint = true)
+    )]
     async fn sandbox_inspect(
         &self,
         Parameters(a): Parameters<SandboxArgs>,
@@ -138,8 +147,11 @@ impl Berth {
         self.run_code_in(a, &ctx).await.unwrap_or_else(failed)
     }
 
-    #[tool(description = "Read a file from a sandbox. Text comes back as it is; a file that is not UTF-8 comes \
-                       back as base64 (the answer says which). A directory gets its listing instead.")]
+    #[tool(
+        description = "Read a file from a sandbox. Text comes back as it is; a file that is not UTF-8 comes \
+                       back as base64 (the answer says which). A directory gets its listing instead.",
+        annotations(read_only_hint = true)
+    )]
     async fn file_read(
         &self,
         Parameters(a): Parameters<FileReadArgs>,
@@ -159,8 +171,11 @@ impl Berth {
         files::write(self, a, &ctx).await.unwrap_or_else(failed)
     }
 
-    #[tool(description = "List a directory in a sandbox (default /workspace): each entry's name, kind (file, \
-                       directory, symlink...), size, mode and modification time.")]
+    #[tool(
+        description = "List a directory in a sandbox (default /workspace): each entry's name, kind (file, \
+                       directory, symlink...), size, mode and modification time.",
+        annotations(read_only_hint = true)
+    )]
     async fn file_list(
         &self,
         Parameters(a): Parameters<FileListArgs>,
@@ -169,8 +184,11 @@ impl Berth {
         files::list(self, a, &ctx).await.unwrap_or_else(failed)
     }
 
-    #[tool(description = "Snapshot a sandbox's files (its root file system's changes and /workspace) at this \
-                       instant, to restore later or to start new sandboxes from. Returns the snapshot's record.")]
+    #[tool(
+        description = "Snapshot a sandbox's files (its root file system's changes and /workspace) at this \
+                       instant, to restore later or to start new sandboxes from. Returns the snapshot's record.",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
     async fn snapshot(
         &self,
         Parameters(a): Parameters<SnapshotArgs>,
@@ -188,24 +206,33 @@ impl Berth {
         self.json_tool(&ctx, "POST", sandbox_path(&a.sandbox, "/restore"), Some(body), None).await
     }
 
-    #[tool(description = "Fork a sandbox: make count (default 1) new running sandboxes whose files are \
+    #[tool(
+        description = "Fork a sandbox: make count (default 1) new running sandboxes whose files are \
                        copy-on-write copies of this one's right now, with the same limits and environment. \
-                       Good for trying alternatives in parallel. Returns the new sandboxes' records.")]
+                       Good for trying alternatives in parallel. Returns the new sandboxes' records.",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
     async fn fork(&self, Parameters(a): Parameters<ForkArgs>, ctx: RequestContext<RoleServer>) -> CallToolResult {
         let mut body = Map::new();
         put(&mut body, "count", a.count);
         self.json_tool(&ctx, "POST", sandbox_path(&a.sandbox, "/fork"), Some(Value::Object(body)), None).await
     }
 
-    #[tool(description = "What changed in a sandbox's files compared with its parent snapshot, a snapshot, or \
+    #[tool(
+        description = "What changed in a sandbox's files compared with its parent snapshot, a snapshot, or \
                        its image's clean state: the list of added, modified and deleted paths, or with \
-                       patch: true a git-style patch.")]
+                       patch: true a git-style patch.",
+        annotations(read_only_hint = true)
+    )]
     async fn diff(&self, Parameters(a): Parameters<DiffArgs>, ctx: RequestContext<RoleServer>) -> CallToolResult {
         files::diff(self, a, &ctx).await.unwrap_or_else(failed)
     }
 
-    #[tool(description = "Let a running sandbox reach more network destinations, at once (rules such as \
-                       \"pypi.org:443\" or \"*.github.com\"). Returns the policy as it now is.")]
+    #[tool(
+        description = "Let a running sandbox reach more network destinations, at once (rules such as \
+                       \"pypi.org:443\" or \"*.github.com\"). Returns the policy as it now is.",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
     async fn net_allow(
         &self,
         Parameters(a): Parameters<NetRulesArgs>,
@@ -226,9 +253,12 @@ impl Berth {
         self.json_tool(&ctx, "POST", sandbox_path(&a.sandbox, "/net"), Some(body), None).await
     }
 
-    #[tool(description = "A sandbox's egress log: every attempt to reach the network, with its destination, \
+    #[tool(
+        description = "A sandbox's egress log: every attempt to reach the network, with its destination, \
                        verdict (allowed, denied, error), the rule that decided, the reason and bytes moved. \
-                       Use it to see why a download failed.")]
+                       Use it to see why a download failed.",
+        annotations(read_only_hint = true)
+    )]
     async fn net_log(&self, Parameters(a): Parameters<NetLogArgs>, ctx: RequestContext<RoleServer>) -> CallToolResult {
         match self.call(&ctx, "GET", sandbox_path(&a.sandbox, "/net/log"), Body::None).await.and_then(|r| r.json()) {
             Ok(Value::Array(mut all)) => {
@@ -242,9 +272,12 @@ impl Berth {
         }
     }
 
-    #[tool(description = "Suggest the smallest egress allowlist for a sandbox, from what it reached: run a job \
+    #[tool(
+        description = "Suggest the smallest egress allowlist for a sandbox, from what it reached: run a job \
                        once in a sandbox created with net_mode \"learn\", then give this list as allow_net to \
-                       the sandboxes that run it from then on.")]
+                       the sandboxes that run it from then on.",
+        annotations(read_only_hint = true)
+    )]
     async fn net_suggest(
         &self,
         Parameters(a): Parameters<SandboxArgs>,

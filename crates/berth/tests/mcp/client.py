@@ -46,6 +46,9 @@ async def session(client, report):
     for t in tools:
         assert t.description and len(t.description) > 40, f"{t.name} has no real description"
         assert t.input_schema.get("type") == "object", f"{t.name}: {t.input_schema}"
+    read_only = {t.name for t in tools if t.annotations and t.annotations.read_only_hint}
+    assert read_only == {"sandbox_list", "sandbox_inspect", "file_read", "file_list", "diff", "net_log",
+                         "net_suggest"}, read_only
     exec_props = next(t for t in tools if t.name == "exec").input_schema["properties"]
     assert {"sandbox", "argv", "command", "timeout_seconds", "max_output_bytes"} <= set(exec_props), exec_props
 
