@@ -141,5 +141,7 @@ pub fn http_service(api: Arc<dyn Api>, max_body: usize) -> StreamableHttpService
         // Every listener decides who may connect (socket permissions, bearer tokens): any Host will do.
         .disable_allowed_hosts();
     config.max_request_body_bytes = max_body;
-    StreamableHttpService::new(move || Ok(Berth::new(Arc::clone(&api))), Default::default(), config)
+    // Each request gets a server of its own: a clone of one whose tools (and their schemas) are built once.
+    let server = Berth::new(api);
+    StreamableHttpService::new(move || Ok(server.clone()), Default::default(), config)
 }

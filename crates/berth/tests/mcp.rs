@@ -62,6 +62,12 @@ fn check_session_errors(d: &Daemon, report: &Value) {
     assert_eq!(missing["text"], api_sentence(d, "GET", "/v1/sandboxes/nope", ""), "{report}");
     assert_eq!(missing["structured"]["error"]["code"], "not_found", "{report}");
     assert_eq!(missing["structured"]["status"], 404, "{report}");
+    // A file the session had removed: the API's sentence for that path in any sandbox.
+    let scratch = d.create(&[]);
+    let gone = api_sentence(d, "GET", &format!("/v1/sandboxes/{scratch}/stat?path=/workspace/src/hello.txt"), "");
+    assert_eq!(report["gone"], gone, "{report}");
+    let rm = d.berth(&["rm", &scratch]);
+    assert!(rm.status.success(), "{}", text(&rm.stderr));
     let small = api_sentence(d, "POST", "/v1/sandboxes", r#"{"memory_bytes": 1000}"#);
     assert_eq!(report["small_memory"], small, "{report}");
     assert!(d.ids().is_empty(), "the session's sandboxes are removed: {:?}", d.ids());

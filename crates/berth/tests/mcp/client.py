@@ -83,6 +83,28 @@ async def session(client, report):
     seen = (await call(client, "exec", {"sandbox": sid, "argv": ["cat", "/workspace/src/hello.txt"]}))
     assert seen.structured_content["stdout"] == content, seen.structured_content
 
+    # Snapshot, break, restore.
+    # Snapshots outlive their sandboxes, and a test runs this session more than once on one daemon.
+    snap = (await call(client, "snapshot", {"sandbox": sid, "name": f"before-{sid}"})).structured_content
+    assert snap["name"] == f"before-{sid}" and snap["sandbox_id"] == sid, snap
+    await call(client, "exec", {"sandbox": sid, "command": "rm -r /workspace/src"})
+    gone = await call(client, "file_read", {"sandbox": sid, "path": "/workspace/src/hello.txt"}, ok=False)
+    report["gone"] = text(gone)
+    await call(client, "restore", {"sandbox": sid, "snapshot": f"before-{sid}"})
+    back = (await call(client, "file_read", {"sandbox": sid, "path": "/workspace/src/hello.txt"}))
+    assert back.structured_content["content"] == content, back
+
+    # Egress: live rules, and the log of a refused attempt.
+    policy = (await call(client, "net_allow", {"sandbox": sid, "rules": ["pypi.org:443"]})).structured_content
+    assert policy["network"]["mode"] == "enforce" and policy["network"]["allow"] == ["pypi.org:443"], policy
+    policy = (await call(client, "net_deny", {"sandbox": sid, "rules": ["example.com"]})).structured_content
+    assert policy["network"]["deny"] == ["example.com"], policy
+    refused = (await call(client, "exec", {"sandbox": sid, "command": "curl -fsS -o /dev/null http://example.com/"}))
+    assert refused.structured_content["exit_code"] != 0, refused.structured_content
+    log = (await call(client, "net_log", {"sandbox": sid})).structured_content["attempts"]
+    assert [(a["host"], a["verdict"], a["rule"]) for a in log] == [("example.com", "denied", "example.com")], log
+    assert (await call(client, "net_suggest", {"sandbox": sid})).structured_content == {"allow": []}
+
     forked = (await call(client, "fork", {"sandbox": sid})).structured_content
     assert forked["parent"] and len(forked["sandboxes"]) == 1, forked
     child = forked["sandboxes"][0]["id"]
