@@ -15,6 +15,8 @@ use crate::{files, output};
 
 /// An exec's timeout when none is given: a tool call should come back.
 const DEFAULT_EXEC_TIMEOUT: f64 = 300.0;
+/// A code run's, likewise.
+const DEFAULT_RUN_TIMEOUT: f64 = 30.0;
 
 type Outcome = Result<CallToolResult, ApiError>;
 
@@ -340,7 +342,7 @@ impl Berth {
         };
         let mut body = Map::new();
         body.insert("code".into(), Value::String(a.code));
-        put(&mut body, "timeout_seconds", a.timeout_seconds);
+        put(&mut body, "timeout_seconds", Some(a.timeout_seconds.unwrap_or(DEFAULT_RUN_TIMEOUT)));
         put(&mut body, "max_output_bytes", a.max_output_bytes);
         let path = format!("{contexts}/{}/run", segment(&context));
         let reply = self.call(ctx, "POST", path, Body::Json(Value::Object(body))).await?;
