@@ -1,6 +1,7 @@
 //! berth's MCP server, driven by the official MCP client (the `mcp` package, installed by scripts/setup into
 //! target/venv) through tests/mcp/client.py: over stdio (`berth --socket S mcp`), over streamable HTTP at
-//! `/mcp` on the TCP listener with a token, and from inside a sandbox at `$BERTH_API/mcp` with its session
+//! `/mcp` on the TCP listener with an API token and with a sandbox's session token, and from inside a sandbox at
+//! `$BERTH_API/mcp` with its session
 //! token. The script checks each answer; this side checks its errors against the API's own.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -147,6 +148,33 @@ fn a_session_over_streamable_http_with_a_token() {
     // The tools' calls carried the caller's token: the API journaled them as that token's.
     let journal = journal(&d, report["removed"][1].as_str().unwrap());
     assert_eq!(record(&journal, "create")["actor"], format!("token:{}", minted["id"].as_str().unwrap()));
+
+    // A sandbox's session token works on this listener too, with its scope.
+    let owner = d.create(&["--name", "owner"]);
+    d.create(&["--name", "other"]);
+    let session_token = d.sh("owner", "printf %s \"$BERTH_TOKEN\"");
+    let scoped = client(&["http", &url, &session_token, "scoped", "legacy"]);
+    check_scoped(&d, &owner, &scoped);
+}
+
+/// What a session token's client saw: the API's refusals, word for word, and a child made as the owner's.
+fn check_scoped(d: &Daemon, owner: &str, report: &Value) {
+    for (key, method, path) in [
+        ("other", "GET", "/v1/sandboxes/other"),
+        ("own_exec", "POST", "/v1/sandboxes/owner/execs"),
+        ("list", "GET", "/v1/sandboxes"),
+        ("fork", "POST", "/v1/sandboxes/kid/fork"),
+    ] {
+        let expected = format!(
+            "a session token may inspect its own sandbox ({owner}) and create, use and remove sandboxes of its \
+             own; {method} {path} is not one of those"
+        );
+        assert_eq!(report[key], expected, "{report}");
+    }
+    // The child was made with the session token (journaled as the owner's session) and is gone.
+    let kid = report["kid"].as_str().unwrap();
+    assert_eq!(record(&journal(d, kid), "create")["actor"], format!("session:{owner}"));
+    assert!(!d.ids().contains(&kid.to_string()), "{:?}", d.ids());
 }
 
 #[test]
@@ -167,22 +195,5 @@ fn a_session_token_from_inside_a_sandbox_gets_its_scope() {
     let out = d.berth(&["exec", "owner", "--timeout", "240s", "--", "sh", "-c", run]);
     assert!(out.status.success(), "client.py inside the sandbox:\n{}{}", text(&out.stdout), text(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-
-    // Each refusal is the API's own sentence for that request with that token.
-    for (key, method, path) in [
-        ("other", "GET", "/v1/sandboxes/other"),
-        ("own_exec", "POST", "/v1/sandboxes/owner/execs"),
-        ("list", "GET", "/v1/sandboxes"),
-        ("fork", "POST", "/v1/sandboxes/kid/fork"),
-    ] {
-        let expected = format!(
-            "a session token may inspect its own sandbox ({owner}) and create, use and remove sandboxes of its \
-             own; {method} {path} is not one of those"
-        );
-        assert_eq!(report[key], expected, "{report}");
-    }
-    // The child was made with the session token (journaled as the owner's session) and is gone.
-    let kid = report["kid"].as_str().unwrap();
-    assert_eq!(record(&journal(&d, kid), "create")["actor"], format!("session:{owner}"));
-    assert!(!d.ids().contains(&kid.to_string()), "{:?}", d.ids());
+    check_scoped(&d, &owner, &report);
 }
