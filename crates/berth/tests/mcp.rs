@@ -1,8 +1,8 @@
 //! berth's MCP server, driven by the official MCP client (the `mcp` package, installed by scripts/setup into
 //! target/venv) through tests/mcp/client.py: over stdio (`berth --socket S mcp`), over streamable HTTP at
-//! `/mcp` on the TCP listener with an API token and with a sandbox's session token, and from inside a sandbox at
-//! `$BERTH_API/mcp` with its session
-//! token. The script checks each answer; this side checks its errors against the API's own.
+//! `/mcp` on the TCP listener with an API token and with a sandbox's session token, and from inside a sandbox
+//! at `$BERTH_API/mcp` with its session token. The script checks each answer; this side checks its errors
+//! against the API's own.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
