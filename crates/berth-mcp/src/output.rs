@@ -3,9 +3,10 @@
 
 use serde_json::{Map, Value, json};
 
-/// The marker put where the API dropped the middle of the output.
+/// The marker put where the API dropped the middle of the output. The budget is shared by stdout and stderr,
+/// so the marker goes into each stream that has a tail, and counts what both lost.
 fn dropped(bytes: u64) -> String {
-    format!("\n[... {bytes} bytes of output dropped here; what follows is the tail ...]\n")
+    format!("\n[... output cut here: {bytes} bytes of stdout and stderr were dropped; what follows is the tail ...]\n")
 }
 
 /// One stream's text: what came before the `truncated` frame (the head) and after it (the tail).
@@ -214,7 +215,7 @@ mod tests {
         assert_eq!(o.structured["exit_code"], 3);
         assert_eq!(o.structured["truncated"], true);
         let stdout = o.structured["stdout"].as_str().unwrap_or_default();
-        assert!(stdout.starts_with("1\n2\n\n[... 99 bytes"), "{stdout}");
+        assert!(stdout.starts_with("1\n2\n\n[... output cut here: 99 bytes"), "{stdout}");
         assert!(stdout.ends_with("tail ...]\n99\n100\n"), "{stdout}");
         assert_eq!(o.structured["stderr"], "oops\n");
         assert!(o.text.starts_with("exit code: 3\noutput truncated: 99 bytes"), "{}", o.text);

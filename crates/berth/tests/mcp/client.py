@@ -69,7 +69,7 @@ async def session(client, report):
     s = s.structured_content
     assert s["exit_code"] == 0 and s["truncated"] and s["bytes_dropped"] > 10000, s
     assert s["stdout"].startswith("1\n2\n3\n") and s["stdout"].endswith("2999\n3000\n"), s["stdout"]
-    assert "bytes of output dropped here" in s["stdout"], s["stdout"]
+    assert "[... output cut here:" in s["stdout"], s["stdout"]
 
     content = "hello from mcp\nline two\n"
     entry = (await call(client, "file_write", {
