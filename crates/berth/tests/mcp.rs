@@ -67,6 +67,9 @@ fn check_session_errors(d: &Daemon, report: &Value) {
     let scratch = d.create(&[]);
     let gone = api_sentence(d, "GET", &format!("/v1/sandboxes/{scratch}/stat?path=/workspace/src/hello.txt"), "");
     assert_eq!(report["gone"], gone, "{report}");
+    let bad_language =
+        api_sentence(d, "POST", &format!("/v1/sandboxes/{scratch}/contexts"), r#"{"language": "cobol"}"#);
+    assert_eq!(report["bad_language"], bad_language, "{report}");
     let rm = d.berth(&["rm", &scratch]);
     assert!(rm.status.success(), "{}", text(&rm.stderr));
     let small = api_sentence(d, "POST", "/v1/sandboxes", r#"{"memory_bytes": 1000}"#);

@@ -105,6 +105,26 @@ async def session(client, report):
     assert [(a["host"], a["verdict"], a["rule"]) for a in log] == [("example.com", "denied", "example.com")], log
     assert (await call(client, "net_suggest", {"sandbox": sid})).structured_content == {"allow": []}
 
+    # Code in a live context: state persists between runs, errors and figures come back.
+    first = (await call(client, "run_code", {"sandbox": sid, "code": "x = 21\nprint('set')"})).structured_content
+    assert first["stdout"] == "set\n" and first["error"] is None, first
+    ctx = first["context"]
+    second = await call(client, "run_code", {"sandbox": sid, "code": "x * 2"})
+    s = second.structured_content
+    assert s["context"] == ctx and s["results"] == [{"is_main": True, "data": {"text/plain": "42"}}], s
+    assert text(second).startswith("result: 42\n"), text(second)
+    raised = (await call(client, "run_code", {"sandbox": sid, "code": "1/0"})).structured_content
+    assert raised["error"]["name"] == "ZeroDivisionError" and "Traceback" in raised["error"]["traceback"], raised
+    drawn = await call(client, "run_code", {"sandbox": sid, "code": "import matplotlib.pyplot as plt\n_ = plt.plot([1, 2, 3])"})
+    images = [c for c in drawn.content if c.type == "image"]
+    assert drawn.structured_content["images"] == 1 and [i.mime_type for i in images] == ["image/png"], drawn
+    fresh = (await call(client, "run_code", {"sandbox": sid, "code": "x", "new_context": True})).structured_content
+    assert fresh["context"] != ctx and fresh["error"]["name"] == "NameError", fresh
+    shell = (await call(client, "run_code", {"sandbox": sid, "code": "y=5; echo $((y*2))", "language": "bash"}))
+    assert shell.structured_content["stdout"] == "10\n", shell.structured_content
+    report["bad_language"] = text(await call(client, "run_code", {"sandbox": sid, "code": "1", "language": "cobol"},
+                                             ok=False))
+
     forked = (await call(client, "fork", {"sandbox": sid})).structured_content
     assert forked["parent"] and len(forked["sandboxes"]) == 1, forked
     child = forked["sandboxes"][0]["id"]
