@@ -165,6 +165,8 @@ async def scoped(client, report):
     report["kid"] = kid["id"]
     out = (await call(client, "exec", {"sandbox": "kid", "command": "echo from kid"})).structured_content
     assert out["stdout"] == "from kid\n", out
+    ran = (await call(client, "run_code", {"sandbox": "kid", "code": "6 * 7"})).structured_content
+    assert ran["results"] == [{"is_main": True, "data": {"text/plain": "42"}}], ran
     await call(client, "file_write", {"sandbox": "kid", "path": "/workspace/k.txt", "content": "k"})
     assert (await call(client, "file_read", {"sandbox": "kid", "path": "/workspace/k.txt"})).structured_content[
         "content"] == "k"
