@@ -114,6 +114,9 @@ pub enum Command {
     /// The storage pool where sandboxes' files, snapshots and volumes live.
     #[command(subcommand)]
     Storage(StorageCommand),
+    /// Serve MCP on stdin and stdout: tools for models (sandboxes, exec, code, files, snapshots, forks, diffs,
+    /// egress) that call the daemon at --socket, with BERTH_TOKEN as the bearer token when it is set.
+    Mcp,
     /// PID 1 inside a sandbox (started by berth only).
     #[command(hide = true)]
     Init,

@@ -23,6 +23,7 @@ mod journal;
 mod kill;
 mod logs;
 mod ls;
+mod mcp;
 mod net;
 mod output;
 mod probe;
@@ -85,6 +86,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Net(cmd) => net::net(&cli.socket, cmd),
         Command::Image(cmd) => image::image(&cli.socket, cmd),
         Command::Storage(cmd) => storage::storage(&cli.root, &cli.socket, cmd),
+        Command::Mcp => mcp::mcp(&cli.socket),
         Command::BenchClient(args) => bench_client::bench_client(args),
         Command::Init => anyhow::bail!("init runs only as PID 1 of a sandbox that berth created"),
     }
