@@ -95,6 +95,32 @@ impl Berth {
         self.json_tool(&ctx, "GET", sandbox_path(&a.sandbox, ""), None, None).await
     }
 
+    #[tool(
+        description = "Pause a sandbox between steps: every process in it is frozen with its memory kept, so it \
+                       uses no CPU. Any later exec, run_code or file call wakes it again where it was (or call \
+                       sandbox_resume). Exec timeouts do not count the time paused.",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn sandbox_pause(
+        &self,
+        Parameters(a): Parameters<SandboxArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        self.json_tool(&ctx, "POST", sandbox_path(&a.sandbox, "/pause"), Some(Value::Object(Map::new())), None).await
+    }
+
+    #[tool(
+        description = "Resume a paused sandbox: its processes continue exactly where they were.",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn sandbox_resume(
+        &self,
+        Parameters(a): Parameters<SandboxArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        self.json_tool(&ctx, "POST", sandbox_path(&a.sandbox, "/resume"), Some(Value::Object(Map::new())), None).await
+    }
+
     #[tool(description = "Remove a sandbox: kill everything in it, delete its files, revoke its credentials. \
                        Returns the teardown receipt: the steps taken, declared outputs copied out with their \
                        SHA-256, the workspace's patch, and whether anything was left behind (clean).")]

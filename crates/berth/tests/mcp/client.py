@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 ALL_TOOLS = {
     "sandbox_create", "sandbox_list", "sandbox_inspect", "sandbox_remove", "exec", "run_code", "file_read",
     "file_write", "file_list", "snapshot", "restore", "fork", "diff", "net_allow", "net_deny", "net_log",
-    "net_suggest",
+    "net_suggest", "sandbox_pause", "sandbox_resume",
 }
 BEYOND_A_SESSION = {"sandbox_list", "snapshot", "restore", "fork", "net_allow", "net_deny", "net_suggest"}
 
@@ -137,6 +137,15 @@ async def session(client, report):
     patch = (await call(client, "diff", {"sandbox": child, "patch": True})).structured_content["patch"]
     assert "+++ b/workspace/src/new.py" in patch and "+print(1)" in patch, patch
     assert sid in {s["id"] for s in (await call(client, "sandbox_list", {})).structured_content["sandboxes"]}
+    # Paused between steps, woken by the next exec.
+    paused = (await call(client, "sandbox_pause", {"sandbox": sid})).structured_content
+    assert paused["state"] == "paused", paused
+    woke = (await call(client, "exec", {"sandbox": sid, "command": "echo awake"})).structured_content
+    assert woke["stdout"] == "awake\n", woke
+    assert (await call(client, "sandbox_inspect", {"sandbox": sid})).structured_content["state"] == "running"
+    await call(client, "sandbox_pause", {"sandbox": sid})
+    resumed = (await call(client, "sandbox_resume", {"sandbox": sid})).structured_content
+    assert resumed["state"] == "running", resumed
 
     # Errors: the API's own sentence, as a tool error.
     missing = await call(client, "sandbox_inspect", {"sandbox": "nope"}, ok=False)

@@ -184,6 +184,9 @@ impl Engine {
             Ok(r) => r,
             Err(e) => {
                 let _ = self.tokens.revoke_session(id);
+                // A shim that died while building it (killed, say) leaves what it had made: its claims and
+                // cgroup go now, unless some supervisor still holds them.
+                self.sweep_runtime(id).await;
                 return Err(e);
             }
         };
