@@ -31,6 +31,11 @@ pub struct CreateSandbox {
     pub ttl_seconds: Option<f64>,
     /// Removed after this long without an exec.
     pub idle_timeout_seconds: Option<f64>,
+    /// Paused (its processes frozen, their memory kept) after this long without activity, instead of removed;
+    /// any activity wakes it again.
+    pub idle_pause_seconds: Option<f64>,
+    /// The TTL counts only time running: time paused is added back to it at each resume.
+    pub ttl_active_only: bool,
     /// Environment for every exec (an exec's own `env` wins).
     pub env: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
@@ -114,6 +119,8 @@ pub struct Mount {
 pub enum SandboxState {
     Creating,
     Running,
+    /// Its processes are frozen, their memory kept; any activity resumes them.
+    Paused,
     Stopping,
     /// No processes; its files are kept until it is started again or removed.
     Stopped,
@@ -132,6 +139,16 @@ pub struct Sandbox {
     pub expires_at_ms: Option<u64>,
     pub idle_timeout_seconds: Option<f64>,
     pub last_activity_ms: u64,
+    /// What the last activity was: `create`, `exec`, `shell`, `context`, `files`, `resume`, `start`.
+    #[serde(default)]
+    pub last_activity: Option<String>,
+    #[serde(default)]
+    pub idle_pause_seconds: Option<f64>,
+    #[serde(default)]
+    pub ttl_active_only: bool,
+    /// When it was paused, while it is.
+    #[serde(default)]
+    pub paused_at_ms: Option<u64>,
     pub memory_bytes: Option<u64>,
     pub pids: Option<u64>,
     pub cpus: Option<f64>,
@@ -274,6 +291,8 @@ pub enum EventKind {
     Forked,
     /// A sandbox reached 80 % of a limit of its budget (its journal says which).
     BudgetWarning,
+    Paused,
+    Resumed,
 }
 
 /// `POST /v1/tokens` (unix socket only): mint a token for the TCP listener.

@@ -82,6 +82,11 @@ pub enum Command {
     Context(ContextCommand),
     /// Stop a sandbox's processes and keep its files (berth start brings it back).
     Stop(IdArgs),
+    /// Freeze every process of a sandbox, keeping their memory (no CPU used); berth resume, or any exec,
+    /// shell, context run or file call, continues them where they were.
+    Pause(IdArgs),
+    /// Continue a paused sandbox's processes.
+    Resume(IdArgs),
     /// Start a stopped sandbox again on its kept files.
     Start(IdArgs),
     /// Replace a sandbox's runtime with a fresh one from its image, keeping its files.
@@ -115,6 +120,9 @@ pub enum Command {
     /// The storage pool where sandboxes' files, snapshots and volumes live.
     #[command(subcommand)]
     Storage(StorageCommand),
+    /// Serve MCP on stdin and stdout: tools for models (sandboxes, exec, code, files, snapshots, forks, diffs,
+    /// egress) that call the daemon at --socket, with BERTH_TOKEN as the bearer token when it is set.
+    Mcp,
     /// PID 1 inside a sandbox (started by berth only).
     #[command(hide = true)]
     Init,
@@ -327,6 +335,10 @@ pub struct BenchArgs {
     /// With --metering: how long each measurement lasts.
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub window: Duration,
+    /// Instead: time pause and resume of a sandbox of the daemon at --socket through the API, against writing
+    /// the same cgroup's freezer files directly (and waiting for the kernel to say frozen), interleaved.
+    #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "metering"])]
+    pub pause: bool,
     /// With --soak: clients looping at once, each on its own connections.
     #[arg(long, default_value = "20", value_parser = parse_count_usize, value_name = "N")]
     pub clients: usize,

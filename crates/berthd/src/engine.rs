@@ -28,6 +28,7 @@ mod fork;
 mod images;
 mod live;
 mod network;
+pub(crate) mod pause;
 mod projects;
 mod reap;
 mod receipt;
@@ -182,9 +183,18 @@ impl Engine {
                     }
                     let decls = self.spec_secrets(&a.record.id);
                     let record = a.record.clone();
+                    let kept = self.store.record(&record.id).ok().flatten();
+                    let paused_at = kept.filter(|k| k.state == SandboxState::Paused).and_then(|k| k.paused_at_ms);
                     let Ok(live) = self.make_live(a, &decls) else { continue };
-                    // A daemon that died mid-snapshot may have left it frozen.
-                    if let Some(h) = &self.cgroups {
+                    let mut record = record;
+                    if let Some(at) = paused_at {
+                        // Paused by a client or its idle clock: it stays paused until something wakes it.
+                        live.pause.begin(at);
+                        let mut r = live.record.lock().await;
+                        (r.state, r.paused_at_ms) = (SandboxState::Paused, Some(at));
+                        record = r.clone();
+                    } else if let Some(h) = &self.cgroups {
+                        // A daemon that died mid-snapshot may have left it frozen.
                         let _ = h.open(&record.id).thaw();
                     }
                     live.note("adopt", serde_json::json!({}), serde_json::json!({"pid": record.pid}));
@@ -329,6 +339,7 @@ impl Engine {
 
     /// Destroy a live sandbox's runtime through its shim (its files stay) and forget it as live.
     async fn halt(&self, live: &Arc<Live>, sid: &str) -> Result<Teardown, EngineError> {
+        self.thaw_to_end(live).await;
         let sid = sid.to_string();
         // Still listed (as stopping) until it is gone; the reaper leaves alone what is being removed or stopped.
         live.record.lock().await.state = SandboxState::Stopping;
@@ -354,6 +365,16 @@ impl Engine {
         &self,
         id: &str,
         req: ExecRequest,
+    ) -> Result<(ExecInfo, Option<mpsc::Receiver<berth_api::ExecFrame>>), EngineError> {
+        self.exec_because(id, req, "exec").await
+    }
+
+    /// Start an exec, as activity of kind `cause` (`exec`, or `context` for a context's interpreter).
+    pub(crate) async fn exec_because(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        cause: &str,
     ) -> Result<(ExecInfo, Option<mpsc::Receiver<berth_api::ExecFrame>>), EngineError> {
         if req.argv.is_empty() || req.argv[0].is_empty() {
             return Err(EngineError::invalid("argv must name a command"));
@@ -382,11 +403,8 @@ impl Engine {
             )));
         }
         let live = self.live(id).await?;
-        let sid = {
-            let mut r = live.record.lock().await;
-            r.last_activity_ms = now_ms();
-            r.id.clone()
-        };
+        self.touch(&live, cause).await?;
+        let sid = live.record.lock().await.id.clone();
         let starting = self.admit_exec(&live, &sid).await?;
         let mut env: BTreeMap<String, String> =
             berth_runtime::spec::BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -410,6 +428,7 @@ impl Engine {
             max_log,
             stdin: req.stdin.clone(),
             redactor: live.redactor.clone().filter(|r| !r.is_empty()),
+            pause: Some(Arc::clone(&live.pause)),
             cgroup: match &self.cgroups {
                 Some(h) => Some(
                     h.open(&sid).child(&exec_id).map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?,

@@ -44,6 +44,8 @@ pub struct ExecPlan {
     pub stdin: Option<String>,
     /// The sandbox's secrets, replaced in the output before it goes anywhere (client and log alike).
     pub redactor: Option<berth_secrets::Redactor>,
+    /// The sandbox's pause clock: time paused does not count against the timeout.
+    pub pause: Option<Arc<crate::engine::pause::PauseClock>>,
 }
 
 /// A started exec: its frames, and a switch that kills it.
@@ -161,7 +163,8 @@ async fn supervise(
     let mut total = 0u64;
     let (mut out_open, mut err_open) = (true, true);
     let (mut buf_o, mut buf_e) = (vec![0u8; READ_CHUNK], vec![0u8; READ_CHUNK]);
-    let deadline = plan.timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut deadline = plan.timeout.map(|t| tokio::time::Instant::now() + t);
+    let (timed_from, paused_from) = (tokio::time::Instant::now(), plan.pause.as_ref().map_or(0, |c| c.paused_ms()));
     let mut exit: Option<(Option<i32>, Option<i32>)> = None;
     let mut drain_until: Option<tokio::time::Instant> = None;
     let (mut timed_out, mut killed) = (false, false);
@@ -184,8 +187,18 @@ async fn supervise(
                 None
             }
             _ = sleep_until(deadline), if deadline.is_some() && !timed_out && exit.is_none() => {
-                timed_out = true;
-                kill_tree(&session, num, plan.cgroup.as_ref());
+                // Time paused is given back: the timeout counts time the sandbox ran.
+                let left = match (&plan.pause, plan.timeout) {
+                    (Some(clock), Some(t)) => crate::engine::pause::remaining(clock, timed_from, paused_from, t),
+                    _ => None,
+                };
+                match left {
+                    Some(left) => deadline = Some(tokio::time::Instant::now() + left),
+                    None => {
+                        timed_out = true;
+                        kill_tree(&session, num, plan.cgroup.as_ref());
+                    }
+                }
                 None
             }
             changed = kill_rx.changed(), if !killed && exit.is_none() => {

@@ -161,6 +161,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/secrets"),
     ("PUT", "/v1/secrets/{name}"),
     ("DELETE", "/v1/secrets/{name}"),
+    ("POST", "/v1/sandboxes/{id}/pause"),
+    ("POST", "/v1/sandboxes/{id}/resume"),
     ("GET", "/v1/sandboxes/{id}/contexts"),
     ("POST", "/v1/sandboxes/{id}/contexts"),
     ("GET", "/v1/sandboxes/{id}/contexts/{ctx}"),
@@ -174,14 +176,19 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/metrics"),
 ];
 
-/// The API as the unix socket serves it (file-system permissions guard the socket; tokens are minted here).
+/// The API as the unix socket serves it (file-system permissions guard the socket; tokens are minted here),
+/// and MCP at `/mcp`.
 pub fn app(engine: Arc<Engine>) -> Router {
-    routes()
+    let api = routes()
         .route("/v1/tokens", post(mint_token).get(list_tokens))
         .route("/v1/tokens/{token}", delete(revoke_token))
         .layer(axum::middleware::from_fn(log_request))
         .layer(axum::middleware::from_fn(crate::listen::limit_head))
-        .with_state(engine)
+        .with_state(engine);
+    crate::mcp::mount(api, |mcp| {
+        mcp.route_layer(axum::middleware::from_fn(log_request))
+            .route_layer(axum::middleware::from_fn(crate::listen::limit_head))
+    })
 }
 
 /// Log each request once it is answered: method, path (without its query), status and time taken.
@@ -201,17 +208,30 @@ async fn log_request(req: Request, next: axum::middleware::Next) -> Response {
 }
 
 /// The API as the TCP listener serves it: every request needs a bearer token, and no token can be minted.
+/// MCP at `/mcp` too, behind the same token check.
 pub fn tcp_app(engine: Arc<Engine>) -> Router {
-    routes()
+    let api = routes()
         .route("/v1/tokens", get(unix_only).post(unix_only))
         .route("/v1/tokens/{token}", delete(unix_only))
         .layer(axum::middleware::from_fn(log_request))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&engine), require_token))
         .layer(axum::middleware::from_fn(crate::listen::limit_head))
-        .with_state(engine)
+        .with_state(Arc::clone(&engine));
+    crate::mcp::mount(api, |mcp| {
+        mcp.route_layer(axum::middleware::from_fn(log_request))
+            .route_layer(axum::middleware::from_fn_with_state(engine, require_token))
+            .route_layer(axum::middleware::from_fn(crate::listen::limit_head))
+    })
 }
 
-async fn require_token(State(e): Api, req: Request, next: axum::middleware::Next) -> Response {
+/// Who made a request that came with a token, for what serves it: `session` is the sandbox whose session
+/// token it carried, or none for an API token.
+#[derive(Debug, Clone)]
+pub(crate) struct Caller {
+    pub(crate) session: Option<String>,
+}
+
+async fn require_token(State(e): Api, mut req: Request, next: axum::middleware::Next) -> Response {
     let token = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -219,11 +239,15 @@ async fn require_token(State(e): Api, req: Request, next: axum::middleware::Next
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
     match token.and_then(|t| e.tokens.check_scoped(t)) {
-        Some((id, None)) => crate::engine::ACTOR.scope(format!("token:{id}"), next.run(req)).await,
+        Some((id, None)) => {
+            req.extensions_mut().insert(Caller { session: None });
+            crate::engine::ACTOR.scope(format!("token:{id}"), next.run(req)).await
+        }
         Some((_, Some(sandbox))) => {
             if let Err(message) = e.session_allows(&sandbox, req.method().as_str(), req.uri().path()).await {
                 return Failure(ErrorCode::Unauthorized, message).into_response();
             }
+            req.extensions_mut().insert(Caller { session: Some(sandbox.clone()) });
             crate::engine::ACTOR.scope(format!("session:{sandbox}"), next.run(req)).await
         }
         None => Failure(

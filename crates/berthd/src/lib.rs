@@ -21,6 +21,7 @@ pub mod journal;
 mod launch;
 pub mod listen;
 pub mod log;
+mod mcp;
 mod memory;
 mod projects_http;
 mod session;

@@ -16,6 +16,8 @@ use crate::http::{Api, ApiJson, Failure, detached, idempotency_key, once};
 pub fn routes() -> Router<Arc<Engine>> {
     Router::new()
         .route("/v1/sandboxes/{id}/stop", post(stop))
+        .route("/v1/sandboxes/{id}/pause", post(pause))
+        .route("/v1/sandboxes/{id}/resume", post(resume))
         .route("/v1/sandboxes/{id}/start", post(start))
         .route("/v1/sandboxes/{id}/rebuild", post(rebuild))
         .route("/v1/sandboxes/{id}/snapshots", post(snapshot))
@@ -134,6 +136,14 @@ async fn export(
 ) -> Result<Response, Failure> {
     local_only("export")?;
     Ok((StatusCode::CREATED, Json(e.export(&id, req).await?)).into_response())
+}
+
+async fn pause(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(detached(&e, move |e| async move { e.pause(&id, "asked").await }).await?).into_response())
+}
+
+async fn resume(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(detached(&e, move |e| async move { e.resume(&id, "resume").await }).await?).into_response())
 }
 
 async fn stop(axum::extract::State(e): Api, h: HeaderMap, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {

@@ -108,7 +108,13 @@ async fn metrics(State(e): Api) -> Response {
         usage.retain(|u| ids.contains(&u.id));
     }
     let mut states: Vec<(SandboxState, usize)> = Vec::new();
-    for state in [SandboxState::Creating, SandboxState::Running, SandboxState::Stopping, SandboxState::Stopped] {
+    for state in [
+        SandboxState::Creating,
+        SandboxState::Running,
+        SandboxState::Paused,
+        SandboxState::Stopping,
+        SandboxState::Stopped,
+    ] {
         states.push((state, records.iter().filter(|r| r.state == state).count()));
     }
     let body = render(&usage, &states, e.meter_counts());

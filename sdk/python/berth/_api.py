@@ -18,11 +18,18 @@ from .errors import ApiError, from_response
 
 # Fields of POST /v1/sandboxes (the conformance test holds this to the spec's CreateSandbox).
 CREATE_FIELDS = (
-    "name", "image", "memory_bytes", "pids", "cpus", "ttl_seconds", "idle_timeout_seconds", "env", "labels",
+    "name", "image", "memory_bytes", "pids", "cpus", "ttl_seconds", "idle_timeout_seconds", "idle_pause_seconds",
+    "ttl_active_only", "budget", "env", "labels",
     "mounts", "persistent", "disk_bytes", "volumes", "from_snapshot", "outputs", "network", "secrets",
 )  # fmt: skip
 # Friendly names accepted by Sandbox.create, and the field each stands for.
-CREATE_ALIASES = {"memory": "memory_bytes", "disk": "disk_bytes", "ttl": "ttl_seconds", "idle_timeout": "idle_timeout_seconds"}
+CREATE_ALIASES = {
+    "memory": "memory_bytes",
+    "disk": "disk_bytes",
+    "ttl": "ttl_seconds",
+    "idle_timeout": "idle_timeout_seconds",
+    "idle_pause": "idle_pause_seconds",
+}
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
           "g": 1024**3, "gb": 1024**3, "gib": 1024**3, "t": 1024**4, "tb": 1024**4, "tib": 1024**4}  # fmt: skip
@@ -338,6 +345,13 @@ class SandboxAPI:
     def start(self) -> m.SandboxInfo:
         return self._lifecycle("start")
 
+    def pause(self) -> m.SandboxInfo:
+        """Freeze every process, keeping its memory; ``resume`` (or any exec, context run or file call) wakes it."""
+        return self._lifecycle("pause")
+
+    def resume(self) -> m.SandboxInfo:
+        return self._lifecycle("resume")
+
     def rebuild(self) -> m.SandboxInfo:
         return self._lifecycle("rebuild")
 
@@ -375,6 +389,16 @@ class SandboxAPI:
     def verify_journal(self) -> m.JournalVerdict:
         op = Op("GET", f"{self._base}/journal", params={"verify": "true"}, parse=model(m.JournalVerdict))
         return self._do(op)
+
+    def usage(self) -> m.Usage:
+        """What it has used so far: CPU seconds, memory, disk, egress each way, and its budget."""
+        return self._do(Op("GET", f"{self._base}/usage", parse=model(m.Usage)))
+
+    def set_budget(self, *, cpu_seconds: float | None = None, egress_bytes: int | None = None,
+                   wall_seconds: float | None = None) -> m.Usage:  # fmt: skip
+        """Change its budget live; the limits not given stay as they are."""
+        body = drop_none({"cpu_seconds": cpu_seconds, "egress_bytes": egress_bytes, "wall_seconds": wall_seconds})
+        return self._do(Op("POST", f"{self._base}/budget", json=body, parse=model(m.Usage)))
 
     def receipt(self) -> m.Receipt:
         """The receipt, once the sandbox has been removed."""

@@ -98,6 +98,48 @@ class VolumeMount(Model):
 
 
 @dataclass
+class Budget(Model):
+    """Limits on what a sandbox may use: at 80 % of one a warning, at 100 % it is removed."""
+
+    __schema__ = "Budget"
+    cpu_seconds: Optional[float] = None
+    egress_bytes: Optional[int] = None
+    wall_seconds: Optional[float] = None
+
+
+@dataclass
+class Charged(Model):
+    """What counts against a budget: the sandbox's own use and that of the sandboxes it made."""
+
+    __schema__ = "Charged"
+    cpu_seconds: float = 0.0
+    egress_bytes: int = 0
+    wall_seconds: float = 0.0
+
+
+@dataclass
+class Usage(Model):
+    """What a sandbox has used, as the kernel and its proxy counted it."""
+
+    __schema__ = "Usage"
+    id: str
+    name: str = ""
+    cpu_seconds: float = 0.0
+    memory_bytes: int = 0
+    memory_gib_seconds: float = 0.0
+    peak_memory_bytes: int = 0
+    disk_bytes: int = 0
+    egress_bytes_out: int = 0
+    egress_bytes_in: int = 0
+    execs: int = 0
+    running_seconds: float = 0.0
+    paused_seconds: float = 0.0
+    budget: Budget = field(default_factory=Budget)
+    charged: Charged = field(default_factory=Charged)
+    sampled_at_ms: int = 0
+
+
+@dataclass
 class SandboxInfo(Model):
     """A sandbox's record, as ``GET /v1/sandboxes/{id}`` shows it."""
 
@@ -110,6 +152,10 @@ class SandboxInfo(Model):
     last_activity_ms: int
     expires_at_ms: Optional[int] = None
     idle_timeout_seconds: Optional[float] = None
+    last_activity: Optional[str] = None
+    idle_pause_seconds: Optional[float] = None
+    ttl_active_only: bool = False
+    paused_at_ms: Optional[int] = None
     memory_bytes: Optional[int] = None
     pids: Optional[int] = None
     cpus: Optional[float] = None
@@ -120,6 +166,7 @@ class SandboxInfo(Model):
     parent: Optional[str] = None
     network: Network = field(default_factory=Network)
     owner: Optional[str] = None
+    usage: Optional[Usage] = None
 
 
 @dataclass
@@ -150,6 +197,7 @@ class Receipt(Model):
     clean: bool = False
     started_at_ms: int = 0
     finished_at_ms: int = 0
+    usage: Optional[Usage] = None
 
 
 # ---- Execs ----

@@ -165,7 +165,7 @@ def test_the_checker_catches_a_new_field(spec):
     grown = json.loads(json.dumps(spec))
     grown["components"]["schemas"]["Sandbox"]["properties"]["zone"] = {"type": "string"}
     props = grown["components"]["schemas"]["Sandbox"]["properties"]
-    assert set(props) - {f.name for f in dataclasses.fields(models.SandboxInfo)} == {"zone"}
+    assert set(props) - {f.name for f in dataclasses.fields(models.SandboxInfo)} == {"zone"}, props
     hints = typing.get_type_hints(models.SandboxInfo, vars(models))
     assert not compatible(spec, {"type": "string"}, hints["pid"])
     assert not compatible(spec, {"type": ["integer", "null"]}, int)

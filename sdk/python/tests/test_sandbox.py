@@ -185,3 +185,50 @@ def test_default_client_from_the_environment(monkeypatch, daemon):
     monkeypatch.setenv("BERTH_SOCKET", daemon.socket)
     with berth.Sandbox.create(ttl=300) as sb:
         assert sb.exec("echo via default", timeout=10).stdout == "via default\n"
+
+
+def test_pause_keeps_state_and_any_call_wakes_it(client):
+    with berth.Sandbox.create(client=client, ttl=300, idle_pause=60) as sb:
+        assert sb.info.idle_pause_seconds == 60.0
+        ctx = sb.create_code_context("python")
+        ctx.run_code("kept = 41", timeout=30)
+        paused = sb.pause()
+        assert paused.state == "paused" and paused.paused_at_ms
+        assert sb.refresh().state == "paused"
+        assert ctx.run_code("kept + 1", timeout=30).text == "42"
+        woken = sb.refresh()
+        assert woken.state == "running" and woken.last_activity == "context"
+        sb.pause()
+        assert sb.resume().state == "running"
+
+
+def test_usage_and_a_budget_that_ends_the_sandbox(client):
+    import time
+
+    sb = berth.Sandbox.create(client=client, ttl=300, budget={"cpu_seconds": 600})
+    try:
+        sb.exec("python3 -c 'sum(range(3 * 10**6))'", timeout=60)
+        used = sb.usage()
+        assert used.cpu_seconds > 0 and used.budget.cpu_seconds == 600.0 and used.execs >= 1
+        limit = used.cpu_seconds + 0.3
+        assert sb.set_budget(cpu_seconds=limit).budget.cpu_seconds == limit
+        try:
+            sb.exec("python3 -c 'sum(range(10**9))'", timeout=60)
+        except berth.BerthError:
+            pass  # ended under it by the budget
+        deadline = time.time() + 30
+        while True:
+            try:
+                client.get_sandbox(sb.id)
+            except berth.NotFound:
+                break
+            assert time.time() < deadline, "the budget did not end the sandbox"
+            time.sleep(0.2)
+    finally:
+        try:
+            sb.remove()
+        except berth.BerthError:
+            pass
+    receipt = client.receipt(sb.id)
+    assert receipt.reason.startswith("budget: cpu"), receipt.reason
+    assert receipt.usage and receipt.usage.cpu_seconds >= limit

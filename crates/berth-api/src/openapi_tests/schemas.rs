@@ -46,9 +46,9 @@ fn frame_samples() -> Vec<ExecFrame> {
 fn all_states() -> Vec<SandboxState> {
     use SandboxState::*;
     match Gone {
-        Creating | Running | Stopping | Stopped | Gone => {}
+        Creating | Running | Paused | Stopping | Stopped | Gone => {}
     }
-    vec![Creating, Running, Stopping, Stopped, Gone]
+    vec![Creating, Running, Paused, Stopping, Stopped, Gone]
 }
 
 fn all_streams() -> Vec<Stream> {
@@ -81,7 +81,7 @@ fn all_event_kinds() -> Vec<EventKind> {
     use EventKind::*;
     match Created {
         Created | Adopted | ExecStarted | ExecFinished | ExecTimedOut | ExecKilled | Removed | Reaped | Stopped
-        | Started | Snapshotted | Restored | Forked | BudgetWarning => {}
+        | Started | Snapshotted | Restored | Forked | BudgetWarning | Paused | Resumed => {}
     }
     vec![
         Created,
@@ -98,6 +98,8 @@ fn all_event_kinds() -> Vec<EventKind> {
         Restored,
         Forked,
         BudgetWarning,
+        Paused,
+        Resumed,
     ]
 }
 
@@ -131,6 +133,10 @@ pub(super) fn sandbox_sample() -> Sandbox {
         expires_at_ms: Some(1_700_000_360_000),
         idle_timeout_seconds: Some(600.5),
         last_activity_ms: 1_700_000_001_000,
+        last_activity: Some("exec".into()),
+        idle_pause_seconds: Some(30.0),
+        ttl_active_only: true,
+        paused_at_ms: Some(1_700_000_002_000),
         memory_bytes: Some(256 << 20),
         pids: Some(512),
         cpus: Some(1.5),
@@ -195,6 +201,8 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         cpus: Some(1.5),
         ttl_seconds: Some(3600.0),
         idle_timeout_seconds: Some(600.5),
+        idle_pause_seconds: Some(30.0),
+        ttl_active_only: true,
         env: map(&[("LANG", "C.UTF-8")]),
         labels: map(&[("team", "core")]),
         mounts: vec![mount.clone()],
@@ -302,6 +310,10 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
         expires_at_ms: None,
         idle_timeout_seconds: None,
         last_activity_ms: 0,
+        last_activity: None,
+        idle_pause_seconds: None,
+        ttl_active_only: false,
+        paused_at_ms: None,
         memory_bytes: None,
         pids: None,
         cpus: None,

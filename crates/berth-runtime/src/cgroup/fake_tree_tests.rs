@@ -193,3 +193,16 @@ fn v1_list_merges_hierarchies_and_skips_foreign_names() {
     assert!(!leftover.exists());
     assert!(Path::new(&tmp.path().join("pids/berth")).is_dir());
 }
+
+#[test]
+fn v2_a_freeze_that_does_not_settle_is_undone() {
+    // cgroup.events never says "frozen 1" (a task held in the kernel): after the timeout the freeze is
+    // taken back, so the cgroup is not left half frozen.
+    let tree = FakeV2::new("cpu memory pids");
+    let h = v2(&tree, fixtures::populate_v2);
+    let cg = h.create("stuck", &LIMITS).unwrap();
+    let dir = tree.root().join("berth/stuck");
+    fs::write(dir.join("cgroup.events"), "populated 1\nfrozen 0\n").unwrap();
+    assert!(matches!(cg.freeze(), Err(CgroupError::Freeze { .. })));
+    assert_eq!(read_trimmed(&dir.join("cgroup.freeze")), "0");
+}

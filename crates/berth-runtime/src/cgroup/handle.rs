@@ -143,12 +143,31 @@ impl Cgroup {
         }
     }
 
-    /// Stop every task in the cgroup, and return once the kernel reports them all stopped.
+    /// Stop every task in the cgroup, and return once the kernel reports them all stopped. A freeze that does
+    /// not settle in time (a task held in the kernel, say in the middle of a fork) is undone before the error
+    /// is returned: a cgroup is never left half frozen, where on v1 its tasks could not even be killed.
+    ///
+    /// A freeze can also catch a task at a moment it cannot be frozen in (cgroup v1's freezer and a parent
+    /// waiting in vfork for a child that was frozen first): it is then thawed and tried again, up to ten times
+    /// in about five seconds.
     pub fn freeze(&self) -> Result<(), CgroupError> {
-        match &self.kind {
-            Kind::V1(dirs) => v1::freeze(&dirs.freezer),
-            Kind::V2(dir) => v2::freeze(dir),
-            Kind::Invalid { .. } => self.check(),
+        let within = std::time::Duration::from_millis(500);
+        let mut tries = 0;
+        loop {
+            let frozen = match &self.kind {
+                Kind::V1(dirs) => v1::freeze(&dirs.freezer, within),
+                Kind::V2(dir) => v2::freeze(dir, within),
+                Kind::Invalid { .. } => return self.check(),
+            };
+            if frozen.is_ok() {
+                return frozen;
+            }
+            let _ = self.thaw();
+            tries += 1;
+            if tries == 10 {
+                return frozen;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
 

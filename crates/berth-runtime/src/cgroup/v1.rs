@@ -12,9 +12,6 @@ use super::{CgroupError, Counters, PARENT_DIR, Usage};
 /// The controllers berth uses on v1.
 pub(crate) const CONTROLLERS: [&str; 5] = ["memory", "pids", "cpu", "cpuacct", "freezer"];
 
-/// How long [`freeze`] waits for `freezer.state` to read `FROZEN`.
-const FREEZE_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// One path per controller: where its hierarchy is mounted, or a cgroup's directory in it.
 /// Co-mounted controllers have equal paths.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,15 +131,15 @@ pub(crate) fn counters(dirs: &Dirs) -> Result<Counters, CgroupError> {
     })
 }
 
-pub(crate) fn freeze(freezer: &Path) -> Result<(), CgroupError> {
+pub(crate) fn freeze(freezer: &Path, within: Duration) -> Result<(), CgroupError> {
     let path = freezer.join("freezer.state");
     let failed = |source| CgroupError::Freeze { path: path.clone(), state: "FROZEN", source };
     fsio::write(&path, "FROZEN").map_err(failed)?;
     // FREEZING until every task has stopped.
-    if fsio::wait_for(FREEZE_TIMEOUT, || Ok(fsio::read(&path)?.trim() == "FROZEN"))? {
+    if fsio::wait_for(within, || Ok(fsio::read(&path)?.trim() == "FROZEN"))? {
         Ok(())
     } else {
-        Err(failed(fsio::timed_out("tasks still freezing after 5 s")))
+        Err(failed(fsio::timed_out("tasks still freezing")))
     }
 }
 

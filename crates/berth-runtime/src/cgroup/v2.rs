@@ -15,9 +15,6 @@ pub(crate) const DEFAULT_ROOT: &str = "/sys/fs/cgroup";
 /// The controllers berth enables for its cgroups.
 pub(crate) const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
 
-/// How long [`freeze`] waits for `cgroup.events` to say `frozen 1`.
-const FREEZE_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// The cgroup2 mount to use: the one on /sys/fs/cgroup, else a mount of the whole tree, else any.
 pub(crate) fn find_root(mounts: &[Mount]) -> Option<PathBuf> {
     let v2 = || mounts.iter().filter(|m| m.is_v2());
@@ -114,16 +111,16 @@ pub(crate) fn counters(dir: &Path) -> Result<Counters, CgroupError> {
     })
 }
 
-pub(crate) fn freeze(dir: &Path) -> Result<(), CgroupError> {
+pub(crate) fn freeze(dir: &Path, within: Duration) -> Result<(), CgroupError> {
     let path = dir.join("cgroup.freeze");
     let failed = |source| CgroupError::Freeze { path: path.clone(), state: "1", source };
     fsio::write(&path, "1").map_err(failed)?;
     // Freezing is asynchronous: cgroup.events says "frozen 1" once every task has stopped.
     let events = dir.join("cgroup.events");
-    if fsio::wait_for(FREEZE_TIMEOUT, || Ok(fsio::keyed(&fsio::read(&events)?, "frozen") == Some(1)))? {
+    if fsio::wait_for(within, || Ok(fsio::keyed(&fsio::read(&events)?, "frozen") == Some(1)))? {
         Ok(())
     } else {
-        Err(failed(fsio::timed_out("cgroup.events did not say \"frozen 1\" within 5 s")))
+        Err(failed(fsio::timed_out("cgroup.events did not say \"frozen 1\" in time")))
     }
 }
 
@@ -238,11 +235,11 @@ mod tests {
         let tree = fixtures::FakeV2::new("cpu memory pids");
         let dir = tree.leaf("sb");
         fs::write(dir.join("cgroup.events"), "populated 1\nfrozen 1\n").unwrap();
-        freeze(&dir).unwrap();
+        freeze(&dir, Duration::from_secs(5)).unwrap();
         assert_eq!(read_trimmed(&dir.join("cgroup.freeze")), "1");
         thaw(&dir).unwrap();
         assert_eq!(read_trimmed(&dir.join("cgroup.freeze")), "0");
         fs::remove_file(dir.join("cgroup.freeze")).unwrap();
-        assert!(matches!(freeze(&dir), Err(CgroupError::Freeze { .. })));
+        assert!(matches!(freeze(&dir, Duration::from_millis(50)), Err(CgroupError::Freeze { .. })));
     }
 }

@@ -30,6 +30,13 @@ pub struct CreateArgs {
     /// Remove the sandbox after this long without an exec.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub idle_timeout: Option<Duration>,
+    /// Pause the sandbox (processes frozen, memory kept) after this long without activity; any exec, shell,
+    /// context run or file call wakes it.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub idle_pause: Option<Duration>,
+    /// The TTL counts only time running: time paused is added back at each resume.
+    #[arg(long)]
+    pub ttl_active_only: bool,
     /// Set an environment variable for every exec (repeatable).
     #[arg(long = "env", short = 'e', value_parser = parse_env, value_name = "KEY=VALUE")]
     pub env: Vec<(String, String)>,

@@ -10,10 +10,20 @@ use crate::cli::BenchArgs;
 use crate::client::Client;
 
 pub fn bench_contexts(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
+    on_a_sandbox(socket, &args, measure)
+}
+
+/// Run `measure` on a new sandbox of the daemon at `socket`, remove the sandbox whatever happened, and print
+/// the report as JSON with `--json`.
+pub(super) fn on_a_sandbox(
+    socket: &Path,
+    args: &BenchArgs,
+    measure: fn(&Path, &str, &BenchArgs) -> anyhow::Result<serde_json::Value>,
+) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
     let (_, body) = client.post_json("/v1/sandboxes", &CreateSandbox::default())?;
     let sandbox: Sandbox = serde_json::from_slice(&body)?;
-    let result = measure(socket, &sandbox.id, &args);
+    let result = measure(socket, &sandbox.id, args);
     let _ = Client::connect(socket)?.delete(&format!("/v1/sandboxes/{}", sandbox.id));
     let report = result?;
     if args.json {

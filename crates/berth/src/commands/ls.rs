@@ -38,6 +38,7 @@ fn state(s: SandboxState) -> &'static str {
     match s {
         SandboxState::Creating => "creating",
         SandboxState::Running => "running",
+        SandboxState::Paused => "paused",
         SandboxState::Stopping => "stopping",
         SandboxState::Stopped => "stopped",
         SandboxState::Gone => "gone",

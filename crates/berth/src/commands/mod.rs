@@ -7,6 +7,7 @@ mod bench_daemon;
 mod bench_egress;
 mod bench_exec;
 mod bench_meter;
+mod bench_pause;
 mod bench_soak;
 mod bench_soak_check;
 mod bench_storage;
@@ -23,6 +24,7 @@ mod journal;
 mod kill;
 mod logs;
 mod ls;
+mod mcp;
 mod net;
 mod output;
 mod probe;
@@ -45,6 +47,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench(args) if args.storage => bench_storage::bench_storage(&cli.root, &cli.socket, args),
         Command::Bench(args) if args.egress => bench_egress::bench_egress(&cli.socket, args),
         Command::Bench(args) if args.metering => bench_meter::bench_meter(&cli.socket, args),
+        Command::Bench(args) if args.pause => bench_pause::bench_pause(&cli.socket, args),
         Command::Bench(args) if args.contexts => bench_contexts::bench_contexts(&cli.socket, args),
         Command::Bench(args) if args.soak => bench_soak::bench_soak(&cli.socket, args),
         Command::Bench(args) if args.exec => bench_exec::bench_exec(&cli.socket, args),
@@ -71,6 +74,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Cp(args) => cp::cp(&cli.socket, args),
         Command::Shell(args) => shell::shell(&cli.socket, args),
         Command::Context(cmd) => context::context(&cli.socket, cmd),
+        Command::Pause(args) => projects::lifecycle(&cli.socket, "pause", args),
+        Command::Resume(args) => projects::lifecycle(&cli.socket, "resume", args),
         Command::Stop(args) => projects::lifecycle(&cli.socket, "stop", args),
         Command::Start(args) => projects::lifecycle(&cli.socket, "start", args),
         Command::Rebuild(args) => projects::lifecycle(&cli.socket, "rebuild", args),
@@ -86,6 +91,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Net(cmd) => net::net(&cli.socket, cmd),
         Command::Image(cmd) => image::image(&cli.socket, cmd),
         Command::Storage(cmd) => storage::storage(&cli.root, &cli.socket, cmd),
+        Command::Mcp => mcp::mcp(&cli.socket),
         Command::BenchClient(args) => bench_client::bench_client(args),
         Command::Init => anyhow::bail!("init runs only as PID 1 of a sandbox that berth created"),
     }

@@ -147,7 +147,7 @@ async function run(code, count) {
   return interrupted;
 }
 
-function listen(name, onConnection) {
+function listen(name, onConnection, onListening) {
   const p = path.join(dir, name);
   try {
     fs.unlinkSync(p);
@@ -155,7 +155,10 @@ function listen(name, onConnection) {
     // Not there.
   }
   const server = net.createServer(onConnection);
-  server.listen(p, () => fs.chmodSync(p, 0o600));
+  server.listen(p, () => {
+    fs.chmodSync(p, 0o600);
+    onListening();
+  });
   return server;
 }
 
@@ -186,7 +189,7 @@ listen(`${ctx}.sock`, (conn) => {
     running = false;
     conn.end();
   });
-});
+}, startControl);
 
 const controlSource = `
 const net = require('net');
@@ -224,4 +227,7 @@ try {
 } catch (_) {
   // Not there.
 }
-new Worker(controlSource, { eval: true, workerData: { shared, path: ctlPath } }).unref();
+// Started once the run socket is served: the daemon takes an answer on the control socket to mean both are.
+function startControl() {
+  new Worker(controlSource, { eval: true, workerData: { shared, path: ctlPath } }).unref();
+}

@@ -407,9 +407,10 @@ def main():
     import builtins
 
     builtins.display = display
+    # The run socket first: the daemon takes an answer on the control socket to mean both are served.
+    runs = listen(f"{CTX}.sock")
     ctl = listen(f"{CTX}.ctl")
     threading.Thread(target=control, args=(ctl,), daemon=True).start()
-    runs = listen(f"{CTX}.sock")
     while True:
         try:
             conn, _ = runs.accept()

@@ -55,11 +55,8 @@ impl Engine {
             return Err(EngineError::invalid("argv must name a command"));
         }
         let live = self.live(id).await?;
-        let sid = {
-            let mut r = live.record.lock().await;
-            r.last_activity_ms = now_ms();
-            r.id.clone()
-        };
+        self.touch(&live, "shell").await?;
+        let sid = live.record.lock().await.id.clone();
         let starting = self.admit_exec(&live, &sid).await?;
         let workdir = "/workspace".to_string();
         let mut full: BTreeMap<String, String> = BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();

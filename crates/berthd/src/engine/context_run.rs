@@ -48,6 +48,7 @@ impl Engine {
             return Err(EngineError::invalid("max_output_bytes must be at least 64"));
         }
         let (live, c) = self.context(id, ctx).await?;
+        self.touch(&live, "context").await?;
         let guard = Arc::clone(&c.run).try_lock_owned().map_err(|_| {
             EngineError::Conflict(format!(
                 "context {ctx} is running code: wait for that run to end, or interrupt it (POST .../interrupt)"
@@ -60,7 +61,6 @@ impl Engine {
         conn.write_all(body.as_bytes())
             .await
             .map_err(|e| EngineError::Conflict(format!("the context's interpreter cannot be reached: {e}")))?;
-        live.record.lock().await.last_activity_ms = now_ms();
         let n = r.execution_count + 1;
         let logs = self.root.join("logs").join(&r.sandbox_id);
         let log_path = logs.join(format!("{}-{n}.log", r.id));
@@ -133,7 +133,8 @@ impl Run {
         let redactor = self.live.redactor.clone().filter(|x| !x.is_empty());
         let mut redact = redactor.clone().map(|x| [x.clone(), x]);
         let mut lines = BufReader::new(conn);
-        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let (timed_from, paused_from) = (tokio::time::Instant::now(), self.live.pause.paused_ms());
         let (mut timed_out, mut killed) = (false, false);
         let mut end: Option<(u64, bool)> = None;
         let mut grace: Option<tokio::time::Instant> = None;
@@ -144,9 +145,15 @@ impl Run {
             let got = tokio::select! {
                 r = read => Some(r),
                 _ = sleep_until(deadline), if deadline.is_some() && !timed_out => {
-                    timed_out = true;
-                    grace = Some(tokio::time::Instant::now() + GRACE);
-                    let _ = control(r.init_pid, &r.id, "interrupt").await;
+                    // Time paused is given back, as for an exec's timeout.
+                    let left = timeout.and_then(|t| super::pause::remaining(&self.live.pause, timed_from, paused_from, t));
+                    if let Some(left) = left {
+                        deadline = Some(tokio::time::Instant::now() + left);
+                    } else {
+                        timed_out = true;
+                        grace = Some(tokio::time::Instant::now() + GRACE);
+                        let _ = control(r.init_pid, &r.id, "interrupt").await;
+                    }
                     None
                 }
                 _ = sleep_until(grace), if grace.is_some() => {
@@ -253,7 +260,11 @@ impl Run {
             });
         }
         self.engine.save_contexts(&r.sandbox_id).await;
-        self.live.record.lock().await.last_activity_ms = now_ms();
+        {
+            let mut rec = self.live.record.lock().await;
+            rec.last_activity_ms = now_ms();
+            rec.last_activity = Some("context".into());
+        }
         let digest = crate::journal::file_digest_async(log_path.clone()).await;
         self.live.note(
             "context_run_finished",

@@ -291,7 +291,7 @@ impl Engine {
             detach: true,
             ..ExecRequest::default()
         };
-        let (info, _) = self.exec(&r.sandbox_id, req).await?;
+        let (info, _) = self.exec_because(&r.sandbox_id, req, "context").await?;
         let done = self.exec_done(&r.sandbox_id, &info.exec_id).await?;
         let deadline = Instant::now() + START_WAIT;
         loop {

@@ -21,7 +21,11 @@ impl Engine {
         if let Some(c) = req.cpus.filter(|c| !(0.01..=1024.0).contains(c)) {
             return Err(EngineError::invalid(format!("{c} is not a CPU count: use a positive number of cores")));
         }
-        for (what, v) in [("ttl_seconds", req.ttl_seconds), ("idle_timeout_seconds", req.idle_timeout_seconds)] {
+        for (what, v) in [
+            ("ttl_seconds", req.ttl_seconds),
+            ("idle_timeout_seconds", req.idle_timeout_seconds),
+            ("idle_pause_seconds", req.idle_pause_seconds),
+        ] {
             if v.is_some_and(|s| !(s > 0.0 && s <= berth_api::MAX_DURATION_SECONDS)) {
                 return Err(EngineError::invalid(format!(
                     "{what} must be a positive number of seconds, at most {} (100 years)",
@@ -126,6 +130,10 @@ impl Engine {
             expires_at_ms: req.ttl_seconds.map(|t| created_at_ms.saturating_add((t * 1000.0) as u64)),
             idle_timeout_seconds: req.idle_timeout_seconds,
             last_activity_ms: now,
+            last_activity: Some(if created_at_ms + 1000 < now { "start" } else { "create" }.into()),
+            idle_pause_seconds: req.idle_pause_seconds,
+            ttl_active_only: req.ttl_active_only,
+            paused_at_ms: None,
             memory_bytes: req.memory_bytes,
             pids: req.pids,
             cpus: req.cpus,
@@ -178,6 +186,9 @@ impl Engine {
             Ok(r) => r,
             Err(e) => {
                 let _ = self.tokens.revoke_session(id);
+                // A shim that died while building it (killed, say) leaves what it had made: its claims and
+                // cgroup go now, unless some supervisor still holds them.
+                self.sweep_runtime(id).await;
                 return Err(e);
             }
         };

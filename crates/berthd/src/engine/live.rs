@@ -31,6 +31,8 @@ pub(super) struct Live {
     pub(super) meter: std::sync::Mutex<super::usage::Meter>,
     /// Tasks that serve the sandbox (its connections, its egress log); ended with it.
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Time spent paused, for the clocks that count only time running.
+    pub(super) pause: Arc<super::pause::PauseClock>,
 }
 
 impl Drop for Live {
@@ -78,6 +80,7 @@ impl Live {
             connecting: std::sync::Mutex::new(std::collections::HashMap::new()),
             meter: std::sync::Mutex::new(super::usage::Meter::load(root, &sid)),
             tasks: std::sync::Mutex::new(Vec::new()),
+            pause: Arc::default(),
         })
     }
 

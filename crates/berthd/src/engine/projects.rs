@@ -324,7 +324,12 @@ impl Engine {
     /// Freeze a running sandbox for the instant of `op` (a consistent copy of its files), then thaw it.
     /// Returns `op`'s result and whether the sandbox was frozen for it (a stopped one has nothing to freeze).
     pub(super) async fn frozen<T>(&self, id: &str, op: impl Future<Output = T>) -> (T, bool) {
-        let cg = self.live(id).await.ok().and_then(|_| self.cgroups.as_ref().map(|h| h.open(id)));
+        let live = self.live(id).await.ok();
+        if live.as_ref().is_some_and(|l| l.pause.is_paused()) {
+            // Paused: frozen already, and it stays so.
+            return (op.await, true);
+        }
+        let cg = live.and_then(|_| self.cgroups.as_ref().map(|h| h.open(id)));
         let frozen = cg.as_ref().is_some_and(|c| c.freeze().is_ok());
         let out = op.await;
         if let (true, Some(c)) = (frozen, cg) {

@@ -15,6 +15,7 @@ impl Engine {
         let mut due = Vec::new();
         let mut idle_persistent = Vec::new();
         let mut ended = Vec::new();
+        let mut to_pause = Vec::new();
         let removing: std::collections::HashSet<String> = self.removing.lock().map(|r| r.clone()).unwrap_or_default();
         for l in all {
             let r = l.record.lock().await;
@@ -29,10 +30,19 @@ impl Engine {
             let (context_busy, interpreters) = self.context_activity(&r.id).await;
             let running = context_busy
                 || l.execs.lock().await.iter().any(|(id, e)| e.done.borrow().is_none() && !interpreters.contains(id));
-            let expired = r.expires_at_ms.is_some_and(|t| now >= t);
+            // A TTL that counts only active time does not run during the pause going on (it is added back to
+            // `expires_at_ms` at the resume).
+            let paused_for = match (r.ttl_active_only, r.paused_at_ms) {
+                (true, Some(at)) => now.saturating_sub(at),
+                _ => 0,
+            };
+            let expired = r.expires_at_ms.is_some_and(|t| now >= t.saturating_add(paused_for));
             let idle = !running
                 && r.idle_timeout_seconds
                     .is_some_and(|s| now >= r.last_activity_ms.saturating_add((s * 1000.0) as u64));
+            let pause_due = !running
+                && r.state == SandboxState::Running
+                && r.idle_pause_seconds.is_some_and(|s| now >= r.last_activity_ms.saturating_add((s * 1000.0) as u64));
             if expired {
                 due.push(r.id.clone());
             } else if idle && r.persistent {
@@ -40,6 +50,8 @@ impl Engine {
                 idle_persistent.push(r.id.clone());
             } else if idle {
                 due.push(r.id.clone());
+            } else if pause_due {
+                to_pause.push(r.id.clone());
             }
         }
         // A stopped sandbox's lifetime runs out too.
@@ -50,6 +62,9 @@ impl Engine {
         }
         for id in &due {
             let _ = self.remove_because(id, "reaped").await;
+        }
+        for id in &to_pause {
+            let _ = self.pause(id, "idle").await;
         }
         for id in &idle_persistent {
             let _ = self.stop_because(id, "idle").await;

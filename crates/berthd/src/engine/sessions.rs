@@ -22,6 +22,8 @@ impl Engine {
         let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         match (method, parts.as_slice()) {
             ("GET", ["healthz"]) | ("GET", ["v1", "openapi.json"]) | ("GET", ["v1", "info"]) => Ok(()),
+            // MCP: each tool call is an API request of its own, checked here with the same token.
+            (_, ["mcp"]) => Ok(()),
             ("POST", ["v1", "sandboxes"]) => Ok(()),
             // Its own sandbox's and its children's metrics only (the handler leaves out the rest).
             ("GET", ["metrics"]) => Ok(()),
@@ -45,9 +47,15 @@ impl Engine {
                 // its files from elsewhere, more sandboxes by forking) and never touch host paths.
                 let allowed = match rest {
                     [] => matches!(method, "GET" | "DELETE"),
-                    ["execs", ..] | ["contexts", ..] | ["files"] | ["stat"] | ["mkdir"] | ["archive"] | ["shell"] => {
-                        true
-                    }
+                    ["execs", ..]
+                    | ["contexts", ..]
+                    | ["pause"]
+                    | ["resume"]
+                    | ["files"]
+                    | ["stat"]
+                    | ["mkdir"]
+                    | ["archive"]
+                    | ["shell"] => true,
                     ["journal"] | ["receipt"] | ["diff"] | ["net", "log"] | ["usage"] => method == "GET",
                     _ => false,
                 };

@@ -6,8 +6,8 @@
 //! connections' bytes, what removed children used) is written under `<root>/meters/` every 10 seconds and
 //! read back when a restarted daemon adopts the sandbox.
 //!
-//! Pausing (when it exists) adds to `paused_seconds` through [`Meter::paused_ms`]: running time, and with it
-//! the wall budget, leave paused time out.
+//! Each pause, when it ends, adds its length to [`Meter::paused_ms`] (the one going on is read from the
+//! sandbox's pause clock): running time, and with it the wall budget, leave paused time out.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -44,7 +44,7 @@ pub(super) struct Meter {
     /// What its removed children used, charged to it.
     children_cpu_seconds: f64,
     children_egress_bytes: u64,
-    /// Time spent paused (kept at 0 until pausing exists; a pause adds to it).
+    /// Time spent paused, in the pauses that have ended.
     pub(super) paused_ms: u64,
     disk_bytes: u64,
     disk_at_ms: u64,
@@ -227,7 +227,9 @@ impl Engine {
             }
             m.egress_out_seen = m.egress_out_seen.max(m.egress_out_closed.saturating_add(open_up));
             m.egress_in_seen = m.egress_in_seen.max(m.egress_in_closed.saturating_add(open_down));
-            let running_seconds = (now.saturating_sub(created).saturating_sub(m.paused_ms)) as f64 / 1000.0;
+            // Pauses that ended are in the meter; the one going on, if any, is the pause clock's.
+            let paused_ms = m.paused_ms + l.pause.ongoing_ms();
+            let running_seconds = (now.saturating_sub(created).saturating_sub(paused_ms)) as f64 / 1000.0;
             let cpu_seconds = cg.cpu_ns as f64 / 1e9;
             out.push(Usage {
                 id: id.clone(),
@@ -241,7 +243,7 @@ impl Engine {
                 egress_bytes_in: m.egress_in_seen,
                 execs,
                 running_seconds,
-                paused_seconds: m.paused_ms as f64 / 1000.0,
+                paused_seconds: paused_ms as f64 / 1000.0,
                 budget: m.budget.clone().unwrap_or_default(),
                 charged: Charged {
                     cpu_seconds: cpu_seconds + m.children_cpu_seconds,

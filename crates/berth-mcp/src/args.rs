@@ -1,0 +1,192 @@
+//! The tools' arguments: what a model fills in, with the JSON schema it reads (doc comments become the
+//! properties' descriptions).
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateArgs {
+    /// A name for the sandbox (1-63 letters, digits, '-' and '.'), unique on this host; also its host name.
+    /// Default: berth-<id>.
+    pub name: Option<String>,
+    /// The image its root file system is built from: "host" (the default) or an imported image's name.
+    pub image: Option<String>,
+    /// Memory limit in bytes (at least 4 MiB = 4194304), with no swap. Default: no limit.
+    pub memory_bytes: Option<u64>,
+    /// CPU limit in cores, such as 0.5 or 2. Default: no limit.
+    pub cpus: Option<f64>,
+    /// Most processes and threads at once. Default: 4096.
+    pub pids: Option<u64>,
+    /// Remove the sandbox this many seconds after it was created.
+    pub ttl_seconds: Option<f64>,
+    /// Remove the sandbox after this many seconds without an exec.
+    pub idle_timeout_seconds: Option<f64>,
+    /// Keep its files through stop, start and a host reboot, until it is removed.
+    pub persistent: Option<bool>,
+    /// Disk quota for its files in bytes (at least 16 MiB), where the host's storage pool has quotas.
+    pub disk_bytes: Option<u64>,
+    /// Environment variables for every exec in it.
+    pub env: Option<BTreeMap<String, String>>,
+    /// Free-form labels kept in its record.
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Network destinations it may reach (egress is denied by default), such as "pypi.org:443",
+    /// "*.github.com" or "files.pythonhosted.org:443". Giving any turns egress on for those only.
+    pub allow_net: Option<Vec<String>>,
+    /// Destinations it may never reach, whatever else allows them.
+    pub deny_net: Option<Vec<String>>,
+    /// Egress mode: "none" (nothing gets out), "enforce" (only allow_net), "learn" (everything, recorded, so
+    /// that net_suggest can propose an allowlist) or "allow_all". Default: "enforce" when allow_net is given,
+    /// else "none".
+    pub net_mode: Option<String>,
+    /// Start from this snapshot's files (id or name) instead of the image's clean state.
+    pub from_snapshot: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// The command and its arguments, run directly (no shell), such as ["python3", "-c", "print(1)"].
+    /// Give this or `command`.
+    pub argv: Option<Vec<String>>,
+    /// A shell command line, run with `sh -c` (pipes, redirections, && and globs work). Give this or `argv`.
+    pub command: Option<String>,
+    /// Working directory inside the sandbox (made if missing). Default: /workspace.
+    pub workdir: Option<String>,
+    /// Extra environment variables for this command.
+    pub env: Option<BTreeMap<String, String>>,
+    /// Text given to the command on its standard input.
+    pub stdin: Option<String>,
+    /// Kill the command and everything it started after this many seconds (exit code 124). Default: 300.
+    pub timeout_seconds: Option<f64>,
+    /// Most bytes of output to return (at least 64; default 65536). Past it the middle is dropped: the head
+    /// and the most recent tail are kept, with a marker where the cut is.
+    pub max_output_bytes: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCodeArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// The code to run. The value of a trailing expression is returned as the result.
+    pub code: String,
+    /// "python" (the default), "javascript" or "bash".
+    pub language: Option<String>,
+    /// The id of the code context to run in (from an earlier run_code). Default: the sandbox's first context
+    /// of this language, made when there is none. Variables, imports and the working directory persist
+    /// between runs in one context.
+    pub context: Option<String>,
+    /// Run in a new context (fresh state) instead of an existing one.
+    pub new_context: Option<bool>,
+    /// Interrupt the run after this many seconds. Default: 30.
+    pub timeout_seconds: Option<f64>,
+    /// Most bytes of output to return (default 65536); past it the middle is dropped, head and tail kept.
+    pub max_output_bytes: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileReadArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// Absolute path of the file inside the sandbox, such as /workspace/app.py.
+    pub path: String,
+    /// Most bytes to return (default 262144); a longer file is cut there, and the answer says so.
+    pub max_bytes: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileWriteArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// Absolute path of the file inside the sandbox; an existing file is replaced.
+    pub path: String,
+    /// The file's whole content.
+    pub content: String,
+    /// True when `content` is base64 (for binary files). Default: false (UTF-8 text).
+    pub base64: Option<bool>,
+    /// Permission bits in octal, such as "755" for a script. Default: 644 for a new file, unchanged otherwise.
+    pub mode: Option<String>,
+    /// Make missing parent directories. Default: true.
+    pub parents: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileListArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// Absolute path of the directory. Default: /workspace.
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// A name for the snapshot, to restore it by. Default: none (use its id).
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// The snapshot's id or name.
+    pub snapshot: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// How many copies to make (1 to 64). Default: 1.
+    pub count: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DiffArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// What to compare with: a snapshot's id or name, "parent" (the snapshot it was forked or made from) or
+    /// "image" (the image's clean state). Default: parent when it has one, else image.
+    pub against: Option<String>,
+    /// Return a git-style patch of the changes instead of the list of changed paths. Default: false.
+    pub patch: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetRulesArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// Rules: a host name ("api.github.com"), optionally with a port ("pypi.org:443"), a "*." glob
+    /// ("*.npmjs.org") or an IP address.
+    pub rules: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetLogArgs {
+    /// The sandbox's id or name (a removed sandbox's id works too).
+    pub sandbox: String,
+    /// Only the most recent this many attempts. Default: 100.
+    pub last: Option<usize>,
+}

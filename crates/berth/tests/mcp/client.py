@@ -1,0 +1,206 @@
+"""Drive berth's MCP server with the official MCP client (the `mcp` package), as a model's host would.
+
+    client.py stdio BERTH SOCKET SCENARIO [MODE]    berth --socket SOCKET mcp, over stdio
+    client.py http URL TOKEN SCENARIO [MODE]        streamable HTTP at URL, with TOKEN as the bearer token
+
+SCENARIO is `session` (a whole session: create, exec, files, fork, diff, remove) or `scoped` (a sandbox's
+session token: only its tools, and the API's refusals). MODE is the client's: `auto` (the default: the
+newest protocol, discovered) or `legacy` (the initialize handshake of earlier protocol versions, which most
+MCP hosts still speak). Checks fail with an AssertionError; what was seen is
+printed as one JSON object on stdout for the test to check against the API.
+"""
+
+import asyncio
+import json
+import sys
+
+import httpx2
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+ALL_TOOLS = {
+    "sandbox_create", "sandbox_list", "sandbox_inspect", "sandbox_remove", "exec", "run_code", "file_read",
+    "file_write", "file_list", "snapshot", "restore", "fork", "diff", "net_allow", "net_deny", "net_log",
+    "net_suggest", "sandbox_pause", "sandbox_resume",
+}
+BEYOND_A_SESSION = {"sandbox_list", "snapshot", "restore", "fork", "net_allow", "net_deny", "net_suggest"}
+
+
+def text(result):
+    return "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+async def call(client, name, args, ok=True):
+    result = await client.call_tool(name, args)
+    if ok:
+        assert not result.is_error, f"{name} {args} failed: {text(result)}"
+    else:
+        assert result.is_error, f"{name} {args} should have failed: {text(result)}"
+    return result
+
+
+async def session(client, report):
+    tools = (await client.list_tools()).tools
+    names = {t.name for t in tools}
+    assert names == ALL_TOOLS, f"tools: {sorted(names)}"
+    for t in tools:
+        assert t.description and len(t.description) > 40, f"{t.name} has no real description"
+        assert t.input_schema.get("type") == "object", f"{t.name}: {t.input_schema}"
+    read_only = {t.name for t in tools if t.annotations and t.annotations.read_only_hint}
+    assert read_only == {"sandbox_list", "sandbox_inspect", "file_read", "file_list", "diff", "net_log",
+                         "net_suggest"}, read_only
+    exec_props = next(t for t in tools if t.name == "exec").input_schema["properties"]
+    assert {"sandbox", "argv", "command", "timeout_seconds", "max_output_bytes"} <= set(exec_props), exec_props
+
+    made = (await call(client, "sandbox_create", {
+        "name": "mcp-demo", "env": {"GREETING": "hi"}, "ttl_seconds": 600, "labels": {"by": "mcp"},
+        "memory_bytes": 268435456,
+    })).structured_content
+    assert made["name"] == "mcp-demo" and made["state"] == "running", made
+    assert made["memory_bytes"] == 268435456 and made["labels"] == {"by": "mcp"}, made
+    sid = made["id"]
+
+    r = (await call(client, "exec", {"sandbox": "mcp-demo", "command": "echo $GREETING; echo err >&2; exit 3"}))
+    s = r.structured_content
+    assert (s["exit_code"], s["stdout"], s["stderr"], s["truncated"]) == (3, "hi\n", "err\n", False), s
+    assert text(r).startswith("exit code: 3"), text(r)
+
+    s = (await call(client, "exec", {"sandbox": sid, "argv": ["seq", "1", "3000"], "max_output_bytes": 200}))
+    s = s.structured_content
+    assert s["exit_code"] == 0 and s["truncated"] and s["bytes_dropped"] > 10000, s
+    assert s["stdout"].startswith("1\n2\n3\n") and s["stdout"].endswith("2999\n3000\n"), s["stdout"]
+    assert "[... output cut here:" in s["stdout"], s["stdout"]
+
+    content = "hello from mcp\nline two\n"
+    entry = (await call(client, "file_write", {
+        "sandbox": sid, "path": "/workspace/src/hello.txt", "content": content,
+    })).structured_content
+    assert entry["size"] == len(content), entry
+    read = (await call(client, "file_read", {"sandbox": sid, "path": "/workspace/src/hello.txt"}))
+    assert read.structured_content["content"] == content and text(read) == content, read
+    listed = (await call(client, "file_list", {"sandbox": sid, "path": "/workspace/src"})).structured_content
+    assert [e["name"] for e in listed["entries"]] == ["hello.txt"], listed
+    seen = (await call(client, "exec", {"sandbox": sid, "argv": ["cat", "/workspace/src/hello.txt"]}))
+    assert seen.structured_content["stdout"] == content, seen.structured_content
+
+    # Snapshot, break, restore.
+    # Snapshots outlive their sandboxes, and a test runs this session more than once on one daemon.
+    snap = (await call(client, "snapshot", {"sandbox": sid, "name": f"before-{sid}"})).structured_content
+    assert snap["name"] == f"before-{sid}" and snap["sandbox_id"] == sid, snap
+    await call(client, "exec", {"sandbox": sid, "command": "rm -r /workspace/src"})
+    gone = await call(client, "file_read", {"sandbox": sid, "path": "/workspace/src/hello.txt"}, ok=False)
+    report["gone"] = text(gone)
+    await call(client, "restore", {"sandbox": sid, "snapshot": f"before-{sid}"})
+    back = (await call(client, "file_read", {"sandbox": sid, "path": "/workspace/src/hello.txt"}))
+    assert back.structured_content["content"] == content, back
+
+    # Egress: live rules, and the log of a refused attempt.
+    policy = (await call(client, "net_allow", {"sandbox": sid, "rules": ["pypi.org:443"]})).structured_content
+    assert policy["network"]["mode"] == "enforce" and policy["network"]["allow"] == ["pypi.org:443"], policy
+    policy = (await call(client, "net_deny", {"sandbox": sid, "rules": ["example.com"]})).structured_content
+    assert policy["network"]["deny"] == ["example.com"], policy
+    refused = (await call(client, "exec", {"sandbox": sid, "command": "curl -fsS -o /dev/null http://example.com/"}))
+    assert refused.structured_content["exit_code"] != 0, refused.structured_content
+    log = (await call(client, "net_log", {"sandbox": sid})).structured_content["attempts"]
+    assert [(a["host"], a["verdict"], a["rule"]) for a in log] == [("example.com", "denied", "example.com")], log
+    assert (await call(client, "net_suggest", {"sandbox": sid})).structured_content == {"allow": []}
+
+    # Code in a live context: state persists between runs, errors and figures come back.
+    first = (await call(client, "run_code", {"sandbox": sid, "code": "x = 21\nprint('set')"})).structured_content
+    assert first["stdout"] == "set\n" and first["error"] is None, first
+    ctx = first["context"]
+    second = await call(client, "run_code", {"sandbox": sid, "code": "x * 2"})
+    s = second.structured_content
+    assert s["context"] == ctx and s["results"] == [{"is_main": True, "data": {"text/plain": "42"}}], s
+    assert text(second).startswith("result: 42\n"), text(second)
+    raised = (await call(client, "run_code", {"sandbox": sid, "code": "1/0"})).structured_content
+    assert raised["error"]["name"] == "ZeroDivisionError" and "Traceback" in raised["error"]["traceback"], raised
+    drawn = await call(client, "run_code", {"sandbox": sid, "code": "import matplotlib.pyplot as plt\n_ = plt.plot([1, 2, 3])"})
+    images = [c for c in drawn.content if c.type == "image"]
+    assert drawn.structured_content["images"] == 1 and [i.mime_type for i in images] == ["image/png"], drawn
+    fresh = (await call(client, "run_code", {"sandbox": sid, "code": "x", "new_context": True})).structured_content
+    assert fresh["context"] != ctx and fresh["error"]["name"] == "NameError", fresh
+    shell = (await call(client, "run_code", {"sandbox": sid, "code": "y=5; echo $((y*2))", "language": "bash"}))
+    assert shell.structured_content["stdout"] == "10\n", shell.structured_content
+    report["bad_language"] = text(await call(client, "run_code", {"sandbox": sid, "code": "1", "language": "cobol"},
+                                             ok=False))
+
+    forked = (await call(client, "fork", {"sandbox": sid})).structured_content
+    assert forked["parent"] and len(forked["sandboxes"]) == 1, forked
+    child = forked["sandboxes"][0]["id"]
+    inherited = (await call(client, "file_read", {"sandbox": child, "path": "/workspace/src/hello.txt"}))
+    assert inherited.structured_content["content"] == content
+    await call(client, "file_write", {"sandbox": child, "path": "/workspace/src/new.py", "content": "print(1)\n"})
+    changes = (await call(client, "diff", {"sandbox": child})).structured_content
+    paths = {c["path"]: c["kind"] for c in changes["changes"]}
+    assert paths == {"/workspace/src/new.py": "added"}, changes
+    patch = (await call(client, "diff", {"sandbox": child, "patch": True})).structured_content["patch"]
+    assert "+++ b/workspace/src/new.py" in patch and "+print(1)" in patch, patch
+    assert sid in {s["id"] for s in (await call(client, "sandbox_list", {})).structured_content["sandboxes"]}
+    # Paused between steps, woken by the next exec.
+    paused = (await call(client, "sandbox_pause", {"sandbox": sid})).structured_content
+    assert paused["state"] == "paused", paused
+    woke = (await call(client, "exec", {"sandbox": sid, "command": "echo awake"})).structured_content
+    assert woke["stdout"] == "awake\n", woke
+    assert (await call(client, "sandbox_inspect", {"sandbox": sid})).structured_content["state"] == "running"
+    await call(client, "sandbox_pause", {"sandbox": sid})
+    resumed = (await call(client, "sandbox_resume", {"sandbox": sid})).structured_content
+    assert resumed["state"] == "running", resumed
+
+    # Errors: the API's own sentence, as a tool error.
+    missing = await call(client, "sandbox_inspect", {"sandbox": "nope"}, ok=False)
+    report["unknown_sandbox"] = {"text": text(missing), "structured": missing.structured_content}
+    both = await call(client, "exec", {"sandbox": sid, "argv": ["true"], "command": "true"}, ok=False)
+    assert "not both" in text(both), text(both)
+    small = await call(client, "sandbox_create", {"memory_bytes": 1000}, ok=False)
+    report["small_memory"] = text(small)
+    wrong = await call(client, "exec", {"sandbox": sid, "argv": "not a list"}, ok=False)
+    assert text(wrong), wrong
+
+    for victim in (child, sid):
+        receipt = (await call(client, "sandbox_remove", {"sandbox": victim})).structured_content
+        assert receipt["id"] == victim and receipt["clean"] is True and receipt["reason"] == "remove", receipt
+    report["removed"] = [child, sid]
+
+
+async def scoped(client, report):
+    """With the session token of sandbox `owner`: its own record and children of its own, nothing more."""
+    names = {t.name for t in (await client.list_tools()).tools}
+    assert names == ALL_TOOLS - BEYOND_A_SESSION, f"tools: {sorted(names)}"
+    own = (await call(client, "sandbox_inspect", {"sandbox": "owner"})).structured_content
+    assert own["name"] == "owner", own
+    kid = (await call(client, "sandbox_create", {"name": "kid"})).structured_content
+    assert kid["owner"] == own["id"], kid
+    report["kid"] = kid["id"]
+    out = (await call(client, "exec", {"sandbox": "kid", "command": "echo from kid"})).structured_content
+    assert out["stdout"] == "from kid\n", out
+    ran = (await call(client, "run_code", {"sandbox": "kid", "code": "6 * 7"})).structured_content
+    assert ran["results"] == [{"is_main": True, "data": {"text/plain": "42"}}], ran
+    await call(client, "file_write", {"sandbox": "kid", "path": "/workspace/k.txt", "content": "k"})
+    assert (await call(client, "file_read", {"sandbox": "kid", "path": "/workspace/k.txt"})).structured_content[
+        "content"] == "k"
+    report["other"] = text(await call(client, "sandbox_inspect", {"sandbox": "other"}, ok=False))
+    report["own_exec"] = text(await call(client, "exec", {"sandbox": "owner", "command": "true"}, ok=False))
+    # Not listed, and refused by the API when called anyway.
+    report["list"] = text(await call(client, "sandbox_list", {}, ok=False))
+    report["fork"] = text(await call(client, "fork", {"sandbox": "kid"}, ok=False))
+    receipt = (await call(client, "sandbox_remove", {"sandbox": "kid"})).structured_content
+    assert receipt["clean"] is True, receipt
+
+
+async def main():
+    transport, where, secret, scenario = sys.argv[1:5]
+    mode = sys.argv[5] if len(sys.argv) > 5 else "auto"
+    if transport == "stdio":
+        server = StdioServerParameters(command=where, args=["--socket", secret, "mcp"])
+    else:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"}, timeout=httpx2.Timeout(30, read=300))
+        server = streamable_http_client(where, http_client=http)
+    report = {}
+    async with Client(server, cache=None, mode=mode) as client:
+        report["protocol"] = client.protocol_version
+        await {"session": session, "scoped": scoped}[scenario](client, report)
+    print(json.dumps(report))
+
+
+asyncio.run(main())

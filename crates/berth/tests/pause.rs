@@ -1,0 +1,171 @@
+//! Pause and resume on a real daemon: processes frozen with their memory and state, continued where they
+//! were; wake on demand by an exec, a file call or a context run; the idle clock that pauses and the noise that
+//! must not keep a sandbox awake; timeouts that do not count paused time; a paused sandbox through a daemon
+//! restart, a snapshot and a removal.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::daemon::Daemon;
+use common::text;
+use serde_json::Value;
+
+fn record(d: &Daemon, id: &str) -> Value {
+    let (status, body) = d.http("GET", &format!("/v1/sandboxes/{id}"), "");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// The counter a background loop in the sandbox writes, read on the host from the sandbox's files (a read
+/// through the API would be activity and wake it).
+fn count(d: &Daemon, id: &str) -> u64 {
+    let path = d.root().join("pool/sandboxes").join(id).join("workspace/count");
+    std::fs::read_to_string(&path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "{what} did not happen within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn counting(d: &Daemon) -> String {
+    let id = d.create(&[]);
+    let out = d.berth(&[
+        "exec",
+        &id,
+        "--detach",
+        "--",
+        "sh",
+        "-c",
+        "i=0; while true; do i=$((i+1)); echo $i > /workspace/count; sleep 0.05; done",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_for("the counter", Duration::from_secs(10), || count(d, &id) > 3);
+    id
+}
+
+#[test]
+fn a_paused_sandbox_stops_still_and_resumes_where_it_was() {
+    let mut d = Daemon::start();
+    let id = counting(&d);
+    let out = d.berth(&["pause", &id, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let paused: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(paused["state"], "paused");
+    assert!(paused["paused_at_ms"].as_u64().is_some());
+    let at = count(&d, &id);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(count(&d, &id), at, "a paused sandbox's processes do not run");
+    // Pausing again changes nothing; looking at it does not wake it.
+    assert!(d.berth(&["pause", &id]).status.success());
+    let _ = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
+    let _ = d.http("GET", "/v1/sandboxes", "");
+    assert_eq!(record(&d, &id)["state"], "paused");
+
+    // Through a daemon restart it stays paused, then resumes.
+    d.kill();
+    d.spawn();
+    assert_eq!(record(&d, &id)["state"], "paused", "a restarted daemon keeps it paused");
+    assert_eq!(count(&d, &id), at);
+    let out = d.berth(&["resume", &id, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let resumed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((resumed["state"].as_str(), resumed["last_activity"].as_str()), (Some("running"), Some("resume")));
+    wait_for("the counter to go on", Duration::from_secs(10), || count(&d, &id) > at + 2);
+    let n: u64 = text(&d.berth(&["exec", &id, "--", "cat", "/workspace/count"]).stdout).trim().parse().unwrap();
+    assert!(n > at, "it continued from {at}, not from the start: {n}");
+    let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
+    assert!(journal.contains("\"pause\"") && journal.contains("\"resume\""));
+    // The time paused is metered as such, and not as running time.
+    let (_, usage) = d.http("GET", &format!("/v1/sandboxes/{id}/usage"), "");
+    let usage: Value = serde_json::from_str(&usage).unwrap();
+    assert!(usage["paused_seconds"].as_f64().unwrap() >= 0.5, "{usage}");
+    // A paused sandbox can be removed, cleanly.
+    assert!(d.berth(&["pause", &id]).status.success());
+    let out = d.berth(&["rm", &id, "--json"]);
+    let receipts: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(receipts[0]["clean"], true, "{receipts}");
+}
+
+#[test]
+fn any_activity_wakes_a_paused_sandbox_and_says_what_it_was() {
+    let d = Daemon::start();
+    let id = counting(&d);
+    for (call, cause) in [("exec", "exec"), ("files", "files"), ("context", "context")] {
+        assert!(d.berth(&["pause", &id]).status.success());
+        let at = count(&d, &id);
+        let t = Instant::now();
+        match call {
+            "exec" => assert_eq!(text(&d.berth(&["exec", &id, "--", "echo", "awake"]).stdout), "awake\n"),
+            "files" => {
+                let (status, _) = d.files("GET", &id, "files", "/workspace/count", "", b"");
+                assert_eq!(status, 200);
+            }
+            _ => assert!(d.berth(&["context", "create", &id]).status.success()),
+        }
+        let r = record(&d, &id);
+        assert_eq!((r["state"].as_str(), r["last_activity"].as_str()), (Some("running"), Some(cause)), "{call}");
+        eprintln!("woken by {call} in {:?}", t.elapsed());
+        wait_for("the counter to go on", Duration::from_secs(10), || count(&d, &id) > at);
+    }
+}
+
+#[test]
+fn the_idle_clock_pauses_and_background_noise_does_not_keep_it_awake() {
+    let d = Daemon::start();
+    let id = d.create(&["--idle-pause", "1500ms"]);
+    // Noise: a process busy inside that tries egress over and over (started by an exec that has ended), and
+    // reads of the sandbox's record, journal and events. None of it is activity.
+    let noise = "(while true; do curl -s -o /dev/null http://example.com/; sleep 0.1; done) >/dev/null 2>&1 & exit 0";
+    assert!(d.berth(&["exec", &id, "--", "sh", "-c", noise]).status.success());
+    let started = Instant::now();
+    wait_for("an idle pause", Duration::from_secs(20), || {
+        let _ = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
+        let _ = d.http("GET", "/v1/events", "");
+        record(&d, &id)["state"] == "paused"
+    });
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    let (_, log) = d.http("GET", &format!("/v1/sandboxes/{id}/net/log"), "");
+    assert!(log.contains("example.com"), "the noise did reach the proxy: {log}");
+    let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
+    assert!(journal.contains("\"reason\":\"idle\""), "{journal}");
+    // Woken by an exec, and paused again by the clock.
+    assert_eq!(text(&d.berth(&["exec", &id, "--", "echo", "hi"]).stdout), "hi\n");
+    assert_eq!(record(&d, &id)["state"], "running");
+    wait_for("a second idle pause", Duration::from_secs(20), || record(&d, &id)["state"] == "paused");
+}
+
+#[test]
+fn time_paused_does_not_count_against_an_exec_timeout_or_an_active_only_ttl() {
+    let d = Daemon::start();
+    let id = d.create(&["--ttl", "4s", "--ttl-active-only"]);
+    let expires = record(&d, &id)["expires_at_ms"].as_u64().unwrap();
+    let runner = d
+        .cmd(&["exec", &id, "--timeout", "2s", "--", "sh", "-c", "while true; do sleep 0.1; done"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(d.berth(&["pause", &id]).status.success());
+    std::thread::sleep(Duration::from_millis(4500));
+    // Paused past both the exec's timeout and the TTL's first deadline: nothing fired.
+    assert_eq!(record(&d, &id)["state"], "paused");
+    assert!(d.berth(&["resume", &id]).status.success());
+    let (_, execs) = d.http("GET", &format!("/v1/sandboxes/{id}/execs"), "");
+    assert_eq!(serde_json::from_str::<Value>(&execs).unwrap()[0]["running"], true, "still running after the pause");
+    let out = common::daemon::wait_output(runner, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(124), "the timeout fired after 2 s of running time, not before");
+    let later = record(&d, &id)["expires_at_ms"].as_u64().unwrap();
+    assert!(later >= expires + 4400, "the TTL moved by the time paused: {expires} -> {later}");
+    // Bad input: a sandbox that is not running cannot be paused; unknown ones are 404.
+    let (status, body) = d.http("POST", "/v1/sandboxes/nope/pause", "");
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = d.http("POST", "/v1/sandboxes", r#"{"idle_pause_seconds": -1}"#);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("idle_pause_seconds"), "{body}");
+}

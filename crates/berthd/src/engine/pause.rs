@@ -1,0 +1,183 @@
+//! Pause and resume: a sandbox's processes frozen by its cgroup's freezer (v1 `freezer.state`, v2
+//! `cgroup.freeze`), their memory kept, no CPU used; thawed exactly where they were. Any activity (an exec, a
+//! shell, a code context, a file call) resumes a paused sandbox first, so a caller sees only a little latency.
+
+use std::sync::Arc;
+
+use berth_api::{EventKind, Sandbox, SandboxState};
+
+use super::{Engine, Live, now_ms};
+use crate::EngineError;
+
+/// How long a sandbox has been paused, for the clocks that count only time running (exec and run timeouts,
+/// a TTL that counts only active time).
+#[derive(Debug, Default)]
+pub(crate) struct PauseClock {
+    /// Milliseconds paused before the current pause, and when the current pause began.
+    state: std::sync::Mutex<(u64, Option<u64>)>,
+}
+
+impl PauseClock {
+    /// Milliseconds paused in all, the pause going on included.
+    pub fn paused_ms(&self) -> u64 {
+        let Ok(s) = self.state.lock() else { return 0 };
+        s.0 + s.1.map_or(0, |since| now_ms().saturating_sub(since))
+    }
+
+    /// Milliseconds of the pause going on, if one is.
+    pub fn ongoing_ms(&self) -> u64 {
+        self.state.lock().ok().and_then(|s| s.1).map_or(0, |since| now_ms().saturating_sub(since))
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.state.lock().map(|s| s.1.is_some()).unwrap_or(false)
+    }
+
+    pub(super) fn begin(&self, at: u64) {
+        if let Ok(mut s) = self.state.lock()
+            && s.1.is_none()
+        {
+            s.1 = Some(at);
+        }
+    }
+
+    /// End the pause going on; returns how long it lasted.
+    pub(super) fn end(&self, at: u64) -> u64 {
+        let Ok(mut s) = self.state.lock() else { return 0 };
+        let Some(since) = s.1.take() else { return 0 };
+        let lasted = at.saturating_sub(since);
+        s.0 += lasted;
+        lasted
+    }
+}
+
+/// A deadline that does not run while its sandbox is paused: `started_paused_ms` is the clock's reading when
+/// the timed work began. Returns how much longer to wait, or `None` once the time has run out.
+pub(crate) fn remaining(
+    clock: &PauseClock,
+    started: tokio::time::Instant,
+    started_paused_ms: u64,
+    limit: std::time::Duration,
+) -> Option<std::time::Duration> {
+    let paused = std::time::Duration::from_millis(clock.paused_ms().saturating_sub(started_paused_ms));
+    let active = started.elapsed().saturating_sub(paused);
+    if clock.is_paused() {
+        // Not a moment of it counts until the sandbox runs again: look again a little later.
+        return Some(limit.saturating_sub(active).max(std::time::Duration::from_millis(50)));
+    }
+    let left = limit.saturating_sub(active);
+    (!left.is_zero()).then_some(left)
+}
+
+impl Engine {
+    /// Freeze every process of a running sandbox. `why`: `asked` (a client) or `idle` (`idle_pause_seconds`).
+    pub async fn pause(&self, id: &str, why: &str) -> Result<Sandbox, EngineError> {
+        let live = self.live(id).await?;
+        let sid = live.record.lock().await.id.clone();
+        let _busy = self.busy(&sid, "pausing")?;
+        let mut r = live.record.lock().await;
+        match r.state {
+            SandboxState::Running => {}
+            SandboxState::Paused => return Ok(r.clone()),
+            other => {
+                return Err(EngineError::WrongState {
+                    id: sid,
+                    state: format!("{other:?}").to_lowercase(),
+                    hint: "only a running sandbox can be paused".into(),
+                });
+            }
+        }
+        let Some(h) = &self.cgroups else {
+            return Err(EngineError::Conflict("this host has no cgroup freezer that berth can use".into()));
+        };
+        let cg = h.open(&sid);
+        tokio::task::spawn_blocking(move || cg.freeze())
+            .await
+            .map_err(|_| EngineError::Conflict("freezing panicked".into()))?
+            .map_err(|e| EngineError::Conflict(format!("sandbox {sid} could not be paused: {e}")))?;
+        let at = now_ms();
+        live.pause.begin(at);
+        r.state = SandboxState::Paused;
+        r.paused_at_ms = Some(at);
+        let record = r.clone();
+        drop(r);
+        let _ = self.store.sandbox_live(&record);
+        live.note("pause", serde_json::json!({"reason": why}), serde_json::json!({}));
+        self.events.emit(&sid, EventKind::Paused, None, None);
+        Ok(record)
+    }
+
+    /// Thaw a paused sandbox; a running one is left as it is. `cause` becomes its last activity.
+    pub async fn resume(&self, id: &str, cause: &str) -> Result<Sandbox, EngineError> {
+        let live = self.live(id).await?;
+        self.resume_live(&live, cause).await
+    }
+
+    pub(super) async fn resume_live(&self, live: &Arc<Live>, cause: &str) -> Result<Sandbox, EngineError> {
+        let mut r = live.record.lock().await;
+        let now = now_ms();
+        if r.state != SandboxState::Paused {
+            return Ok(r.clone());
+        }
+        if let Some(h) = &self.cgroups {
+            let cg = h.open(&r.id);
+            tokio::task::spawn_blocking(move || cg.thaw())
+                .await
+                .map_err(|_| EngineError::Conflict("thawing panicked".into()))?
+                .map_err(|e| EngineError::Conflict(format!("sandbox {} could not be resumed: {e}", r.id)))?;
+        }
+        let lasted = live.pause.end(now);
+        if let Ok(mut m) = live.meter.lock() {
+            m.paused_ms += lasted;
+        }
+        r.state = SandboxState::Running;
+        r.paused_at_ms = None;
+        if r.ttl_active_only {
+            r.expires_at_ms = r.expires_at_ms.map(|t| t.saturating_add(lasted));
+        }
+        r.last_activity_ms = now;
+        r.last_activity = Some(cause.to_string());
+        let record = r.clone();
+        drop(r);
+        let _ = self.store.sandbox_live(&record);
+        live.note("resume", serde_json::json!({"cause": cause}), serde_json::json!({"paused_ms": lasted}));
+        self.events.emit(&record.id, EventKind::Resumed, None, None);
+        Ok(record)
+    }
+
+    /// Activity on a sandbox: resumed first if it is paused, and its idle clock starts again, with `cause`.
+    pub(super) async fn touch(&self, live: &Arc<Live>, cause: &str) -> Result<(), EngineError> {
+        if live.pause.is_paused() {
+            self.resume_live(live, cause).await?;
+        }
+        let mut r = live.record.lock().await;
+        r.last_activity_ms = now_ms();
+        r.last_activity = Some(cause.to_string());
+        Ok(())
+    }
+
+    /// Activity by id (the files API's calls).
+    pub async fn touch_id(&self, id: &str, cause: &str) -> Result<(), EngineError> {
+        let live = self.live(id).await?;
+        self.touch(&live, cause).await
+    }
+
+    /// Before a sandbox's processes are ended (stop, removal): thaw them, so that they can die (frozen tasks
+    /// of a v1 freezer do not, even of SIGKILL). Done whether or not berth paused it: whatever froze it.
+    pub(super) async fn thaw_to_end(&self, live: &Arc<Live>) {
+        let id = live.record.lock().await.id.clone();
+        if let Some(h) = &self.cgroups {
+            let cg = h.open(&id);
+            let _ = tokio::task::spawn_blocking(move || cg.thaw()).await;
+        }
+        let lasted = live.pause.end(now_ms());
+        if let Ok(mut m) = live.meter.lock() {
+            m.paused_ms += lasted;
+        }
+        let mut r = live.record.lock().await;
+        r.paused_at_ms = None;
+        if r.state == SandboxState::Paused {
+            r.state = SandboxState::Running;
+        }
+    }
+}
