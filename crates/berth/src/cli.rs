@@ -339,6 +339,11 @@ pub struct BenchArgs {
     /// the same cgroup's freezer files directly (and waiting for the kernel to say frozen), interleaved.
     #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "metering"])]
     pub pause: bool,
+    /// Instead: density of paused sandboxes: --idle sandboxes created and paused, then the memory and CPU of
+    /// the daemon, the shims and the inits over a quiet spell, and exec on one paused sandbox while the rest
+    /// stay paused.
+    #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause"])]
+    pub density: bool,
     /// With --soak: clients looping at once, each on its own connections.
     #[arg(long, default_value = "20", value_parser = parse_count_usize, value_name = "N")]
     pub clients: usize,

@@ -28,6 +28,8 @@ pub struct DaemonBenchOpts {
     pub bytes: u64,
     pub idle: usize,
     pub daemon_pid: Option<i32>,
+    /// Pause the idle sandboxes before measuring them, then time waking one with an exec.
+    pub pause: bool,
 }
 
 /// The daemon process behind the socket.
@@ -173,7 +175,7 @@ fn stream_to_end(socket: &Path, path: &str, req: &ExecRequest) -> anyhow::Result
 /// The sandboxes are removed afterwards, whether or not the measurement worked.
 pub fn idle_cost(socket: &Path, daemon: &Daemon, opts: &DaemonBenchOpts, json: bool) -> anyhow::Result<Value> {
     let mut ids = Vec::new();
-    let measured = measure_idle(socket, daemon, opts.idle, &mut ids, json);
+    let measured = measure_idle(socket, daemon, opts, &mut ids, json);
     let mut left = Vec::new();
     for id in ids {
         let gone = Client::connect(socket)
@@ -196,7 +198,14 @@ struct Group {
     pids: Vec<i32>,
 }
 
-fn measure_idle(socket: &Path, daemon: &Daemon, n: usize, ids: &mut Vec<String>, json: bool) -> anyhow::Result<Value> {
+fn measure_idle(
+    socket: &Path,
+    daemon: &Daemon,
+    opts: &DaemonBenchOpts,
+    ids: &mut Vec<String>,
+    json: bool,
+) -> anyhow::Result<Value> {
+    let n = opts.idle;
     let t = Instant::now();
     for _ in 0..n {
         let (_, body) = Client::connect(socket)?.post_json("/v1/sandboxes", &CreateSandbox::default())?;
@@ -204,6 +213,15 @@ fn measure_idle(socket: &Path, daemon: &Daemon, n: usize, ids: &mut Vec<String>,
         ids.push(sandbox.id);
     }
     let create_s = t.elapsed().as_secs_f64();
+    if opts.pause {
+        let t = Instant::now();
+        for id in ids.iter() {
+            Client::connect(socket)?.post_json(&format!("/v1/sandboxes/{id}/pause"), &json!({}))?;
+        }
+        if !json {
+            println!("paused {n} sandboxes in {:.1} s", t.elapsed().as_secs_f64());
+        }
+    }
     std::thread::sleep(SETTLE);
 
     let all = proc_pids();
@@ -271,7 +289,9 @@ fn measure_idle(socket: &Path, daemon: &Daemon, n: usize, ids: &mut Vec<String>,
             })
         })
         .collect();
+    let wake = if opts.pause { wake_times(socket, ids, json)? } else { Value::Null };
     Ok(json!({
+        "wake": wake,
         "sandboxes": n, "create_seconds": create_s, "settle_seconds": SETTLE.as_secs_f64(),
         "window_seconds": window_s, "daemon_pid": daemon.pid, "daemon_cpu_percent": rows[0].2,
         "groups": groups, "total_rss_kib": total_rss, "total_private_kib": total_private,
@@ -351,4 +371,34 @@ pub(super) fn clock_ticks() -> f64 {
         .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
         .filter(|&hz: &f64| hz > 0.0)
         .unwrap_or(100.0)
+}
+
+/// With every other sandbox paused: `exec true` on a paused sandbox (which wakes it first), then on the same
+/// sandbox awake, ten sandboxes in turn, each paused again after.
+fn wake_times(socket: &Path, ids: &[String], json: bool) -> anyhow::Result<Value> {
+    let exec = |id: &str| -> anyhow::Result<f64> {
+        let t = Instant::now();
+        let req = berth_api::ExecRequest { argv: vec!["true".into()], ..berth_api::ExecRequest::default() };
+        let mut stream = Client::connect(socket)?.post_json_stream(&format!("/v1/sandboxes/{id}/execs"), &req)?;
+        while stream.next_line()?.is_some() {}
+        Ok(t.elapsed().as_secs_f64() * 1000.0)
+    };
+    let (mut woken, mut awake) = (Vec::new(), Vec::new());
+    for id in ids.iter().take(10) {
+        woken.push(exec(id)?);
+        awake.push(exec(id)?);
+        Client::connect(socket)?.post_json(&format!("/v1/sandboxes/{id}/pause"), &json!({}))?;
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let (w, a) = (median(&mut woken), median(&mut awake));
+    if !json {
+        println!(
+            "exec true on a paused sandbox (woken by it), the others paused: median {w:.2} ms; on it awake: {a:.2} ms ({} runs)",
+            woken.len()
+        );
+    }
+    Ok(json!({"exec_woken_median_ms": w, "exec_awake_median_ms": a, "runs": woken.len()}))
 }

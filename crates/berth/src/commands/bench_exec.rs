@@ -14,7 +14,7 @@ use crate::cli::BenchArgs;
 use crate::client::Client;
 
 pub fn bench_exec(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
-    let opts = DaemonBenchOpts { bytes: args.bytes, idle: args.idle, daemon_pid: args.daemon_pid };
+    let opts = DaemonBenchOpts { bytes: args.bytes, idle: args.idle, daemon_pid: args.daemon_pid, pause: false };
     let daemon = bench_daemon::find_daemon(socket, opts.daemon_pid)?;
     let client = Client::connect(socket)?;
     let (_, body) = client.post_json("/v1/sandboxes", &CreateSandbox::default())?;
