@@ -1,21 +1,17 @@
 //! The HTTP routes of code contexts: make, list, inspect, remove and restart them; run code in one, as a
 //! stream of NDJSON frames; interrupt a run from any client.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
 use axum::extract::{Path as UrlPath, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use berth_api::{CreateContext, RunCode};
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::ReceiverStream;
 
 use crate::Engine;
-use crate::http::{Api, ApiJson, Failure, detached, idempotency_key, once};
+use crate::http::{Api, ApiJson, Failure, detached, idempotency_key, ndjson, once};
 
 pub fn routes() -> Router<Arc<Engine>> {
     Router::new()
@@ -62,11 +58,5 @@ async fn run(
     UrlPath((id, ctx)): UrlPath<(String, String)>,
     ApiJson(req): ApiJson<RunCode>,
 ) -> Result<Response, Failure> {
-    let frames = e.run_context(&id, &ctx, req).await?;
-    let lines = ReceiverStream::new(frames).map(|frame| {
-        let mut line = serde_json::to_vec(&frame).unwrap_or_default();
-        line.push(b'\n');
-        Ok::<_, Infallible>(Bytes::from(line))
-    });
-    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response())
+    Ok(ndjson(e.run_context(&id, &ctx, req).await?))
 }

@@ -404,7 +404,8 @@ async fn exec(
     Ok(ndjson(frames))
 }
 
-fn ndjson(frames: tokio::sync::mpsc::Receiver<berth_api::ExecFrame>) -> Response {
+/// A stream of frames as NDJSON, one JSON object a line (an exec's, a code run's).
+pub(crate) fn ndjson<T: serde::Serialize + Send + 'static>(frames: tokio::sync::mpsc::Receiver<T>) -> Response {
     let lines = ReceiverStream::new(frames).map(|frame| {
         let mut line = serde_json::to_vec(&frame).unwrap_or_default();
         line.push(b'\n');

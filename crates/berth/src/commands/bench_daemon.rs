@@ -402,3 +402,14 @@ fn wake_times(socket: &Path, ids: &[String], json: bool) -> anyhow::Result<Value
     }
     Ok(json!({"exec_woken_median_ms": w, "exec_awake_median_ms": a, "runs": woken.len()}))
 }
+
+/// `berth bench --density`: the idle cost of `--idle` sandboxes, paused.
+pub fn density(socket: &Path, args: crate::cli::BenchArgs) -> anyhow::Result<i32> {
+    let opts = DaemonBenchOpts { bytes: 0, idle: args.idle, daemon_pid: args.daemon_pid, pause: true };
+    let daemon = find_daemon(socket, opts.daemon_pid)?;
+    let report = idle_cost(socket, &daemon, &opts, args.json)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(0)
+}

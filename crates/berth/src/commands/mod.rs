@@ -47,16 +47,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench(args) if args.storage => bench_storage::bench_storage(&cli.root, &cli.socket, args),
         Command::Bench(args) if args.egress => bench_egress::bench_egress(&cli.socket, args),
         Command::Bench(args) if args.metering => bench_meter::bench_meter(&cli.socket, args),
-        Command::Bench(args) if args.density => {
-            let opts =
-                bench_daemon::DaemonBenchOpts { bytes: 0, idle: args.idle, daemon_pid: args.daemon_pid, pause: true };
-            let daemon = bench_daemon::find_daemon(&cli.socket, opts.daemon_pid)?;
-            let report = bench_daemon::idle_cost(&cli.socket, &daemon, &opts, args.json)?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            }
-            Ok(0)
-        }
+        Command::Bench(args) if args.density => bench_daemon::density(&cli.socket, args),
         Command::Bench(args) if args.pause => bench_pause::bench_pause(&cli.socket, args),
         Command::Bench(args) if args.contexts => bench_contexts::bench_contexts(&cli.socket, args),
         Command::Bench(args) if args.soak => bench_soak::bench_soak(&cli.socket, args),

@@ -136,12 +136,11 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 
 /// The sandbox's file system, through its init.
 async fn sandbox(e: &Engine, id: &str) -> Result<SandboxFs, Failure> {
-    // A file call is activity: it wakes a paused sandbox and starts its idle clock again.
-    let state = e.get(id).await?.state;
-    if matches!(state, berth_api::SandboxState::Running | berth_api::SandboxState::Paused) {
+    let record = e.get(id).await?;
+    // A file call is activity: it wakes a paused sandbox (its init keeps its pid) and starts its idle clock again.
+    if matches!(record.state, berth_api::SandboxState::Running | berth_api::SandboxState::Paused) {
         e.touch_id(id, "files").await?;
     }
-    let record = e.get(id).await?;
     let Some(pid) = record.pid else {
         return Err(Failure::new(ErrorCode::Conflict, format!("sandbox {} has no running init", record.id)));
     };
