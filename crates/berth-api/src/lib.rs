@@ -34,6 +34,9 @@ pub struct CreateSandbox {
     /// Paused (its processes frozen, their memory kept) after this long without activity, instead of removed;
     /// any activity wakes it again.
     pub idle_pause_seconds: Option<f64>,
+    /// Hibernated (its processes and their memory written to disk, its RAM released) after this long without
+    /// activity; any activity wakes it. Usually longer than `idle_pause_seconds`.
+    pub idle_hibernate_seconds: Option<f64>,
     /// The TTL counts only time running: time paused is added back to it at each resume.
     pub ttl_active_only: bool,
     /// Environment for every exec (an exec's own `env` wins).
@@ -121,6 +124,8 @@ pub enum SandboxState {
     Running,
     /// Its processes are frozen, their memory kept; any activity resumes them.
     Paused,
+    /// Its processes and their memory are on disk, its RAM released; any activity wakes it.
+    Hibernated,
     Stopping,
     /// No processes; its files are kept until it is started again or removed.
     Stopped,
@@ -149,6 +154,11 @@ pub struct Sandbox {
     /// When it was paused, while it is.
     #[serde(default)]
     pub paused_at_ms: Option<u64>,
+    /// When it went to disk, while it hibernates.
+    #[serde(default)]
+    pub hibernated_at_ms: Option<u64>,
+    #[serde(default)]
+    pub idle_hibernate_seconds: Option<f64>,
     pub memory_bytes: Option<u64>,
     pub pids: Option<u64>,
     pub cpus: Option<f64>,
@@ -293,6 +303,8 @@ pub enum EventKind {
     BudgetWarning,
     Paused,
     Resumed,
+    Hibernated,
+    Woken,
 }
 
 /// `POST /v1/tokens` (unix socket only): mint a token for the TCP listener.

@@ -28,6 +28,9 @@ pub struct Usage {
     pub running_seconds: f64,
     /// Time it spent paused.
     pub paused_seconds: f64,
+    /// Time it spent hibernated (on disk, no memory held).
+    #[serde(default)]
+    pub hibernated_seconds: f64,
     /// Its budget.
     pub budget: Budget,
     /// What counts against its budget: its own use and that of the sandboxes it made.

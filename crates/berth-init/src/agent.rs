@@ -78,10 +78,32 @@ pub fn run() -> i32 {
                 .ok()
         })
         .collect();
-    let mut init = Init { control, listeners, running: HashMap::new() };
-    if init.report(&Event::Ready { version: env!("CARGO_PKG_VERSION").into(), landlock }).is_err() {
+    // The control socket the supervisor keeps is made here, in the sandbox's own network namespace, and
+    // handed over with `ready`: a socket of the host's namespace held inside would tie the sandbox to the
+    // host, and a checkpoint of the sandbox could not name it. The inherited one is closed.
+    let (mine, theirs) = match berth_sys::fd::seqpacket_pair() {
+        Ok(pair) => pair,
+        Err(e) => {
+            let _ = protocol::send(control.as_fd(), &Event::SetupFailed { message: e.to_string() }, &[]);
+            return 125;
+        }
+    };
+    let ready = Event::Ready { version: env!("CARGO_PKG_VERSION").into(), landlock };
+    if protocol::send(control.as_fd(), &ready, &[theirs.as_fd()]).is_err() {
         return 125;
     }
+    drop(theirs);
+    // On descriptor 3, where the old one was: a checkpoint of the sandbox finds it there.
+    drop(control);
+    if berth_sys::fd::dup_onto(mine.as_fd(), CONTROL_FD).is_err() {
+        return 125;
+    }
+    drop(mine);
+    let Some(control) = berth_sys::fd::inherited(CONTROL_FD) else { return 125 };
+    if rustix::io::fcntl_setfd(&control, rustix::io::FdFlags::CLOEXEC).is_err() {
+        return 125;
+    }
+    let mut init = Init { control, listeners, running: HashMap::new() };
     loop {
         let (control_ready, signal_ready, listeners_ready) = {
             let mut fds = vec![PollFd::new(&init.control, PollFlags::IN), PollFd::new(&sigfd, PollFlags::IN)];

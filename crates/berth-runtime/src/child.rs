@@ -100,7 +100,7 @@ fn setup(plan: &Plan, control: &OwnedFd, init_exe: BorrowedFd<'_>, cgroup: &Entr
     Err(process::exec_fd(exe.as_fd(), &["berth", "init"], &[]).into())
 }
 
-fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<(), RuntimeError> {
+pub(crate) fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<(), RuntimeError> {
     let tree = |i: usize| {
         trees.get(i).map(|t| t.as_fd()).ok_or_else(|| RuntimeError::Setup { message: format!("missing mount {i}") })
     };

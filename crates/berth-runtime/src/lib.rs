@@ -6,16 +6,19 @@
 #![forbid(unsafe_code)]
 
 pub mod cgroup;
+pub mod checkpoint;
 mod child;
 pub mod ids;
 pub mod image;
 pub mod plan;
+mod restore;
 mod sandbox;
 pub mod spec;
 pub mod trace;
 
 use std::path::PathBuf;
 
+pub use restore::reservation_owner;
 pub use sandbox::{Runtime, Sandbox, Stdio, Teardown, new_id, supervised, sweep_sandbox};
 
 /// What went wrong building, running or destroying a sandbox.
@@ -85,6 +88,8 @@ pub enum RuntimeError {
     InitGone,
     #[error(transparent)]
     Protocol(#[from] berth_init::protocol::ProtocolError),
+    #[error("{message}")]
+    Checkpoint { message: String },
     #[error("the sandbox was not fully removed; left behind: {}", leftovers.join(", "))]
     Leak { leftovers: Vec<String> },
 }

@@ -34,26 +34,26 @@ pub const MAX_MOUNTS: usize = 32;
 
 /// One host's sandbox runtime, rooted at a data directory.
 pub struct Runtime {
-    root: PathBuf,
-    hierarchy: Hierarchy,
-    images: Images,
+    pub(crate) root: PathBuf,
+    pub(crate) hierarchy: Hierarchy,
+    pub(crate) images: Images,
     /// The berth binary, opened once: every sandbox's init is started from it.
     exe: OwnedFd,
 }
 
 /// A running sandbox. Dropping it destroys it; [`Sandbox::destroy`] does the same and reports how it went.
 pub struct Sandbox {
-    id: String,
-    claim_path: PathBuf,
-    _claim: File,
-    live_path: PathBuf,
-    _live: File,
-    _ids: IdBlock,
-    cgroup: Cgroup,
-    pid: i32,
-    pidfd: OwnedFd,
-    control: OwnedFd,
-    destroyed: bool,
+    pub(crate) id: String,
+    pub(crate) claim_path: PathBuf,
+    pub(crate) _claim: File,
+    pub(crate) live_path: PathBuf,
+    pub(crate) _live: File,
+    pub(crate) _ids: IdBlock,
+    pub(crate) cgroup: Cgroup,
+    pub(crate) pid: i32,
+    pub(crate) pidfd: OwnedFd,
+    pub(crate) control: OwnedFd,
+    pub(crate) destroyed: bool,
 }
 
 /// A command's standard streams, handed to it as they are.
@@ -163,16 +163,7 @@ impl Runtime {
         if spec.mounts.len() > MAX_MOUNTS {
             return Err(RuntimeError::TooManyMounts { max: MAX_MOUNTS });
         }
-        let mut owners = Vec::new();
-        for m in &spec.mounts {
-            let meta = fs::metadata(&m.host).map_err(|_| RuntimeError::MountSource { path: m.host.clone() })?;
-            // Read-write, files a sandbox writes there would belong to host root (the directory's owner),
-            // setuid bits and all.
-            if !m.readonly && (meta.uid() == 0 || meta.gid() == 0) {
-                return Err(RuntimeError::RootOwnedMount { path: m.host.clone() });
-            }
-            owners.push((meta.uid(), meta.gid()));
-        }
+        let owners = mount_owners(spec)?;
         for v in &spec.volumes {
             spec::check_target(&v.target)?;
         }
@@ -222,12 +213,15 @@ impl Runtime {
         drop(child_sock);
         drop(entry);
         crate::trace::mark("clone");
-        let started = start_child(pid, &plan, ids.base(), parent_sock.as_fd());
-        if let Err(e) = started {
-            let _ = process::pidfd_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
-            let _ = process::pidfd_wait(pidfd.as_fd());
-            return Err(e);
-        }
+        let control = match start_child(pid, &plan, ids.base(), parent_sock.as_fd()) {
+            Ok(control) => control,
+            Err(e) => {
+                let _ = process::pidfd_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
+                let _ = process::pidfd_wait(pidfd.as_fd());
+                return Err(e);
+            }
+        };
+        drop(parent_sock);
         let cgroup = partial.cgroup.take().ok_or(RuntimeError::InitGone)?;
         partial.claim_path = None;
         partial.live_path = None;
@@ -241,23 +235,64 @@ impl Runtime {
             cgroup,
             pid,
             pidfd,
-            control: parent_sock,
+            control,
             destroyed: false,
         })
     }
 }
 
-/// Map the child's ids, hand it its mounts, and wait for init to say it is ready.
-fn start_child(pid: i32, plan: &Plan, base: u32, control: BorrowedFd<'_>) -> Result<(), RuntimeError> {
+/// The owners (uid, gid) of the spec's mount sources, in order; a read-write mount of a root-owned one is
+/// refused.
+pub(crate) fn mount_owners(spec: &Spec) -> Result<Vec<(u32, u32)>, RuntimeError> {
+    let mut owners = Vec::new();
+    for m in &spec.mounts {
+        let meta = fs::metadata(&m.host).map_err(|_| RuntimeError::MountSource { path: m.host.clone() })?;
+        // Read-write, files a sandbox writes there would belong to host root (the directory's owner),
+        // setuid bits and all.
+        if !m.readonly && (meta.uid() == 0 || meta.gid() == 0) {
+            return Err(RuntimeError::RootOwnedMount { path: m.host.clone() });
+        }
+        owners.push((meta.uid(), meta.gid()));
+    }
+    Ok(owners)
+}
+
+/// Map the child's ids, hand it its mounts, and wait for init to say it is ready; returns the control socket
+/// init made in the sandbox's network namespace, which replaces the one the child was started with.
+fn start_child(pid: i32, plan: &Plan, base: u32, control: BorrowedFd<'_>) -> Result<OwnedFd, RuntimeError> {
     process::write_id_maps(pid, base, IDS_PER_SANDBOX)?;
     let userns = process::open_namespace(pid, "user")?;
+    let trees = clone_trees(plan, base, userns.as_fd())?;
+    let fds: Vec<BorrowedFd<'_>> = trees.iter().map(|t| t.as_fd()).collect();
+    crate::trace::mark("map ids and clone trees");
+    let died = || RuntimeError::Setup {
+        message: "the sandbox's first process died while it was being set up (out of memory?)".into(),
+    };
+    protocol::send(control, &Go { trees: fds.len() }, &fds).map_err(|_| died())?;
+    let ready = protocol::recv::<Event>(control);
+    crate::trace::mark("child setup and init ready");
+    match ready {
+        Ok((Event::Ready { .. }, mut fds)) if fds.len() == 1 => fds.pop().ok_or(RuntimeError::InitGone),
+        Ok((Event::Ready { .. }, _)) => {
+            Err(RuntimeError::Setup { message: "init's ready came without its control socket".into() })
+        }
+        Ok((Event::SetupFailed { message }, _)) => Err(RuntimeError::Setup { message }),
+        Ok((other, _)) => Err(RuntimeError::Setup { message: format!("unexpected first message {other:?}") }),
+        Err(protocol::ProtocolError::Closed | protocol::ProtocolError::Io(_)) => Err(died()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The plan's trees, cloned detached and id-mapped: `userns` is the sandbox's own user namespace (or one
+/// with the same map).
+pub(crate) fn clone_trees(plan: &Plan, base: u32, userns: BorrowedFd<'_>) -> Result<Vec<OwnedFd>, RuntimeError> {
     let mut owner_ns: Vec<((u32, u32), OwnedFd)> = Vec::new();
     let mut storage_ns: Option<OwnedFd> = None;
     let mut trees = Vec::with_capacity(plan.trees.len());
     for t in &plan.trees {
         let attrs = Attrs { readonly: t.readonly, nosuid: true, nodev: true, noexec: false };
         let ns = match t.idmap {
-            Idmap::Sandbox => userns.as_fd(),
+            Idmap::Sandbox => userns,
             Idmap::Storage => {
                 if storage_ns.is_none() {
                     let map = format!("{STORAGE_BASE} {base} {IDS_PER_SANDBOX}\n");
@@ -280,26 +315,12 @@ fn start_child(pid: i32, plan: &Plan, base: u32, control: BorrowedFd<'_>) -> Res
         };
         trees.push(berth_sys::mount::clone_idmapped(&t.source, ns, attrs, true)?);
     }
-    let fds: Vec<BorrowedFd<'_>> = trees.iter().map(|t| t.as_fd()).collect();
-    crate::trace::mark("map ids and clone trees");
-    let died = || RuntimeError::Setup {
-        message: "the sandbox's first process died while it was being set up (out of memory?)".into(),
-    };
-    protocol::send(control, &Go { trees: fds.len() }, &fds).map_err(|_| died())?;
-    let ready = protocol::recv::<Event>(control);
-    crate::trace::mark("child setup and init ready");
-    match ready {
-        Ok((Event::Ready { .. }, _)) => Ok(()),
-        Ok((Event::SetupFailed { message }, _)) => Err(RuntimeError::Setup { message }),
-        Ok((other, _)) => Err(RuntimeError::Setup { message: format!("unexpected first message {other:?}") }),
-        Err(protocol::ProtocolError::Closed | protocol::ProtocolError::Io(_)) => Err(died()),
-        Err(e) => Err(e.into()),
-    }
+    Ok(trees)
 }
 
 /// Create and lock `<dir>/<id>.lock`. It is locked under a name sweeps ignore and then renamed into place
 /// (the lock goes with the file), so a sweep never sees an unlocked claim of a sandbox being built.
-fn claim(dir: &Path, id: &str) -> Result<(File, PathBuf), RuntimeError> {
+pub(crate) fn claim(dir: &Path, id: &str) -> Result<(File, PathBuf), RuntimeError> {
     let path = dir.join(format!("{id}.lock"));
     let fresh = dir.join(format!("{id}.lock.new"));
     fs::create_dir_all(dir).map_err(|source| RuntimeError::PrepareSandbox { source })?;
@@ -345,7 +366,7 @@ pub fn supervised(id: &str) -> bool {
     claim_held(&Path::new(LIVE_DIR).join(format!("{id}.lock")))
 }
 
-fn claim_held(path: &Path) -> bool {
+pub(crate) fn claim_held(path: &Path) -> bool {
     File::options()
         .write(true)
         .open(path)

@@ -18,6 +18,9 @@ pub struct Namespaces {
 
 impl Namespaces {
     pub const ALL: Namespaces = Namespaces { user: true, mount: true, pid: true, net: true, ipc: true, uts: true };
+    /// A private mount namespace only (the supervisor's own view, to stage mounts in).
+    pub const MOUNT: Namespaces =
+        Namespaces { user: false, mount: true, pid: false, net: false, ipc: false, uts: false };
 
     fn flags(self) -> u64 {
         let mut f = 0;

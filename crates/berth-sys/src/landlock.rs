@@ -19,8 +19,8 @@ pub enum LandlockStatus {
 }
 
 /// The rule set berth applies: the whole tree may be read, written and executed (everything visible is the
-/// sandbox's own), but device nodes cannot be created, device ioctls are limited to terminals, and abstract
-/// unix sockets and signals cannot reach outside the sandbox's landlock domain.
+/// sandbox's own), but device nodes cannot be created, device ioctls are limited to terminals, and signals
+/// cannot reach outside the sandbox's landlock domain.
 pub fn restrict_sandbox(tty_paths: &[&str]) -> SysResult<LandlockStatus> {
     let abi = ABI::V6;
     let all = AccessFs::from_all(abi);
@@ -31,7 +31,10 @@ pub fn restrict_sandbox(tty_paths: &[&str]) -> SysResult<LandlockStatus> {
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(all)
         .map_err(err)?
-        .scope(Scope::AbstractUnixSocket | Scope::Signal)
+        // Abstract unix sockets are not scoped: they belong to a network namespace, and each sandbox has its
+        // own, so none outside it can be reached anyway; scoped, a checkpoint's agent inside the sandbox could
+        // not reach CRIU.
+        .scope(Scope::Signal)
         .map_err(err)?
         .create()
         .map_err(err)?;

@@ -87,6 +87,11 @@ pub enum Command {
     Pause(IdArgs),
     /// Continue a paused sandbox's processes.
     Resume(IdArgs),
+    /// Write a sandbox's processes and their memory to disk and release its RAM (needs CRIU 4.2 or newer);
+    /// berth wake, or any exec, shell, context run or file call, brings them back where they were.
+    Hibernate(IdArgs),
+    /// Bring a hibernated sandbox's processes back.
+    Wake(IdArgs),
     /// Start a stopped sandbox again on its kept files.
     Start(IdArgs),
     /// Replace a sandbox's runtime with a fresh one from its image, keeping its files.

@@ -24,6 +24,7 @@ mod create;
 mod events;
 mod execs;
 mod fork;
+mod hibernate;
 mod images;
 mod live;
 mod network;
@@ -82,6 +83,8 @@ pub struct Engine {
     /// Metering rounds run, and sandboxes removed for passing their budget (see `usage`).
     samples: std::sync::atomic::AtomicU64,
     budget_removals: std::sync::atomic::AtomicU64,
+    /// The CRIU hibernation uses, or why there is none (said once, at start).
+    criu: Result<berth_runtime::checkpoint::Criu, String>,
 }
 
 pub fn now_ms() -> u64 {
@@ -133,6 +136,7 @@ impl Engine {
             contexts: contexts::Contexts::default(),
             samples: std::sync::atomic::AtomicU64::new(0),
             budget_removals: std::sync::atomic::AtomicU64::new(0),
+            criu: berth_runtime::checkpoint::Criu::find(None),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
@@ -142,6 +146,8 @@ impl Engine {
         let _ = engine.this.set(Arc::downgrade(&engine));
         engine.private_dirs();
         engine.log_storage();
+        engine.log_criu();
+        engine.reserve_hibernated();
         engine.adopt_all().await;
         engine.account_for_lost().await;
         Ok(engine)
@@ -220,10 +226,11 @@ impl Engine {
         }
         drop(all);
         if let Ok(Some(s)) = self.stopped_record(id_or_name) {
+            let hibernated = s.state == SandboxState::Hibernated;
             return Err(EngineError::WrongState {
                 id: s.id,
-                state: "stopped".into(),
-                hint: "start it first (berth start)".into(),
+                state: if hibernated { "hibernated" } else { "stopped" }.into(),
+                hint: if hibernated { "wake it first (berth wake)" } else { "start it first (berth start)" }.into(),
             });
         }
         Err(EngineError::NoSandbox(id_or_name.to_string()))
@@ -321,6 +328,7 @@ impl Engine {
             }
         }
         self.discard_files(sid, &mut receipt).await;
+        self.forget_hibernation(sid).await;
         let _ = self.store.sandbox_gone(sid, why, now_ms());
         let kind = if why == "reaped" { EventKind::Reaped } else { EventKind::Removed };
         self.events.emit(sid, kind, None, None);
@@ -401,7 +409,7 @@ impl Engine {
                 self.bounds.max_log_bytes
             )));
         }
-        let live = self.live(id).await?;
+        let live = self.live_or_wake(id, cause).await?;
         self.touch(&live, cause).await?;
         let sid = live.record.lock().await.id.clone();
         let starting = self.admit_exec(&live, &sid).await?;
@@ -553,7 +561,7 @@ async fn adopt(path: &Path) -> Result<Adopted, EngineError> {
         };
         let (ShimReply::Control, mut fds) = ask(&ShimRequest::Control)? else { return Err(EngineError::ShimGone) };
         let control = fds.pop().ok_or(EngineError::ShimGone)?;
-        Ok((record, env, authority, control))
+        Ok((*record, env, authority, control))
     })
     .await
     .map_err(|_| EngineError::ShimGone)??;

@@ -30,6 +30,9 @@ pub enum EngineError {
     NoSecret(String),
     #[error("{0}")]
     Conflict(String),
+    /// What this host lacks for the operation (CRIU for hibernation).
+    #[error("{0}")]
+    Unsupported(String),
     #[error("storage: {0}")]
     Storage(String),
     #[error("cannot start the sandbox's supervisor")]
@@ -66,6 +69,7 @@ impl EngineError {
             | EngineError::NoVolume(_)
             | EngineError::NoImage(_)
             | EngineError::NoSecret(_) => ErrorCode::NotFound,
+            EngineError::Unsupported(_) => ErrorCode::Unavailable,
             EngineError::Create(m) if m.contains("too many sandboxes") => ErrorCode::Unavailable,
             EngineError::Create(_)
             | EngineError::SpawnShim(_)

@@ -163,6 +163,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/v1/secrets/{name}"),
     ("POST", "/v1/sandboxes/{id}/pause"),
     ("POST", "/v1/sandboxes/{id}/resume"),
+    ("POST", "/v1/sandboxes/{id}/hibernate"),
+    ("POST", "/v1/sandboxes/{id}/wake"),
     ("GET", "/v1/sandboxes/{id}/contexts"),
     ("POST", "/v1/sandboxes/{id}/contexts"),
     ("GET", "/v1/sandboxes/{id}/contexts/{ctx}"),

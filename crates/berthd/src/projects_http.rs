@@ -18,6 +18,8 @@ pub fn routes() -> Router<Arc<Engine>> {
         .route("/v1/sandboxes/{id}/stop", post(stop))
         .route("/v1/sandboxes/{id}/pause", post(pause))
         .route("/v1/sandboxes/{id}/resume", post(resume))
+        .route("/v1/sandboxes/{id}/hibernate", post(hibernate))
+        .route("/v1/sandboxes/{id}/wake", post(wake))
         .route("/v1/sandboxes/{id}/start", post(start))
         .route("/v1/sandboxes/{id}/rebuild", post(rebuild))
         .route("/v1/sandboxes/{id}/snapshots", post(snapshot))
@@ -144,6 +146,14 @@ async fn pause(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> Re
 
 async fn resume(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
     Ok(Json(detached(&e, move |e| async move { e.resume(&id, "resume").await }).await?).into_response())
+}
+
+async fn hibernate(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(detached(&e, move |e| async move { e.hibernate(&id, "asked").await }).await?).into_response())
+}
+
+async fn wake(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(detached(&e, move |e| async move { e.wake(&id, "wake").await }).await?).into_response())
 }
 
 async fn stop(axum::extract::State(e): Api, h: HeaderMap, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {

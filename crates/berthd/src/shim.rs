@@ -42,6 +42,12 @@ pub struct ShimStart {
     /// memory only, for the next daemon.
     #[serde(default)]
     pub authority: Option<(String, String)>,
+    /// Wake the sandbox hibernated in this directory instead of building it from its image.
+    #[serde(default)]
+    pub restore: Option<PathBuf>,
+    /// The CRIU binary to restore with (found on the PATH when unset).
+    #[serde(default)]
+    pub criu: Option<PathBuf>,
 }
 
 /// The first line a shim prints: the sandbox, or why it could not be built.
@@ -68,13 +74,20 @@ pub enum ShimRequest {
     Control,
     /// Tear the sandbox down, reply with what was done, and exit.
     Destroy,
+    /// Write the sandbox's processes to `dir` with CRIU (they end), reply, and exit; on failure the sandbox
+    /// runs on and the shim keeps serving.
+    Hibernate {
+        dir: PathBuf,
+        #[serde(default)]
+        criu: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]
 pub enum ShimReply {
     Info {
-        record: berth_api::Sandbox,
+        record: Box<berth_api::Sandbox>,
         #[serde(default)]
         env: std::collections::BTreeMap<String, String>,
         #[serde(default)]
@@ -82,6 +95,11 @@ pub enum ShimReply {
     },
     Control,
     Destroyed {
+        teardown: berth_api::Teardown,
+    },
+    Hibernated {
+        /// Bytes of the image on disk.
+        bytes: u64,
         teardown: berth_api::Teardown,
     },
     Error {
@@ -133,7 +151,8 @@ pub fn main(root: &Path) -> i32 {
         let _ = sandbox.destroy();
         return 125;
     }
-    let code = serve(&mut sandbox, &listener, &path, &record, &start.env, &start.authority);
+    let woken = start.restore.is_some();
+    let code = serve(root, woken, &mut sandbox, &listener, &path, &record, &start.env, &start.authority);
     let _ = std::fs::remove_file(&path);
     // Dropping the sandbox tears it down if `serve` did not.
     drop(sandbox);
@@ -185,7 +204,14 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
             .collect(),
     };
     let runtime = Runtime::open(root).map_err(|e| (berth_runtime::error_chain(&e), false))?;
-    let sandbox = runtime.create(&spec).map_err(|e| {
+    let built = match &start.restore {
+        Some(dir) => {
+            let criu = berth_runtime::checkpoint::Criu::find(start.criu.as_deref()).map_err(|m| (m, false))?;
+            runtime.restore(&spec, dir, &criu)
+        }
+        None => runtime.create(&spec),
+    };
+    let sandbox = built.map_err(|e| {
         use berth_runtime::RuntimeError as E;
         let invalid = matches!(
             e,
@@ -207,7 +233,10 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
 }
 
 /// Answer the daemon until the sandbox is destroyed (0) or its init dies (1).
+#[allow(clippy::too_many_arguments)]
 fn serve(
+    root: &Path,
+    woken: bool,
     sandbox: &mut Sandbox,
     listener: &OwnedFd,
     socket: &Path,
@@ -239,10 +268,43 @@ fn serve(
             };
             let sent = match req {
                 ShimRequest::Info => send(
-                    &ShimReply::Info { record: record.clone(), env: env.clone(), authority: authority.clone() },
+                    &ShimReply::Info {
+                        record: Box::new(record.clone()),
+                        env: env.clone(),
+                        authority: authority.clone(),
+                    },
                     &[],
                 ),
                 ShimRequest::Control => send(&ShimReply::Control, &[sandbox.control()]),
+                ShimRequest::Hibernate { dir, criu } => {
+                    let done = berth_runtime::checkpoint::Criu::find(criu.as_deref()).and_then(|criu| {
+                        // CRIU rebuilds init's memory from outside the sandbox's user namespace, and refuses to
+                        // dump a non-dumpable process whose memory belongs to another namespace.
+                        if woken {
+                            return Err("a sandbox woken from hibernation cannot hibernate again until its runtime \
+                                        is rebuilt (berth stop and start, or berth rebuild): CRIU cannot dump the \
+                                        woken init, whose memory it made outside the sandbox's user namespace"
+                                .to_string());
+                        }
+                        sandbox
+                            .hibernate(&dir, &criu, &berth_runtime::reservation_owner(root, &record.id))
+                            .map_err(|e| berth_runtime::error_chain(&e))
+                    });
+                    match done {
+                        Ok((manifest, t)) => {
+                            let _ = std::fs::remove_file(socket);
+                            let teardown = berth_api::Teardown {
+                                id: record.id.clone(),
+                                steps: t.steps,
+                                leftovers: t.leftovers,
+                                ..Default::default()
+                            };
+                            let _ = send(&ShimReply::Hibernated { bytes: manifest.bytes, teardown }, &[]);
+                            return 0;
+                        }
+                        Err(message) => send(&ShimReply::Error { message }, &[]),
+                    }
+                }
                 ShimRequest::Destroy => {
                     let t = sandbox.teardown();
                     // Gone before the answer, so whoever asked finds nothing of it left.

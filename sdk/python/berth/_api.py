@@ -19,7 +19,7 @@ from .errors import ApiError, from_response
 # Fields of POST /v1/sandboxes (the conformance test holds this to the spec's CreateSandbox).
 CREATE_FIELDS = (
     "name", "image", "memory_bytes", "pids", "cpus", "ttl_seconds", "idle_timeout_seconds", "idle_pause_seconds",
-    "ttl_active_only", "budget", "env", "labels",
+    "idle_hibernate_seconds", "ttl_active_only", "budget", "env", "labels",
     "mounts", "persistent", "disk_bytes", "volumes", "from_snapshot", "outputs", "network", "secrets",
 )  # fmt: skip
 # Friendly names accepted by Sandbox.create, and the field each stands for.
@@ -29,6 +29,7 @@ CREATE_ALIASES = {
     "ttl": "ttl_seconds",
     "idle_timeout": "idle_timeout_seconds",
     "idle_pause": "idle_pause_seconds",
+    "idle_hibernate": "idle_hibernate_seconds",
 }
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
@@ -351,6 +352,14 @@ class SandboxAPI:
 
     def resume(self) -> m.SandboxInfo:
         return self._lifecycle("resume")
+
+    def hibernate(self) -> m.SandboxInfo:
+        """Write every process and its memory to disk and release the RAM; ``wake`` (or any exec, context run or
+        file call) brings them back where they were. Needs CRIU on the daemon's host."""
+        return self._lifecycle("hibernate")
+
+    def wake(self) -> m.SandboxInfo:
+        return self._lifecycle("wake")
 
     def rebuild(self) -> m.SandboxInfo:
         return self._lifecycle("rebuild")

@@ -134,6 +134,7 @@ class Usage(Model):
     execs: int = 0
     running_seconds: float = 0.0
     paused_seconds: float = 0.0
+    hibernated_seconds: float = 0.0
     budget: Budget = field(default_factory=Budget)
     charged: Charged = field(default_factory=Charged)
     sampled_at_ms: int = 0
@@ -156,6 +157,8 @@ class SandboxInfo(Model):
     idle_pause_seconds: Optional[float] = None
     ttl_active_only: bool = False
     paused_at_ms: Optional[int] = None
+    hibernated_at_ms: Optional[int] = None
+    idle_hibernate_seconds: Optional[float] = None
     memory_bytes: Optional[int] = None
     pids: Optional[int] = None
     cpus: Optional[float] = None

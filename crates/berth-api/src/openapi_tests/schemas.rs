@@ -46,9 +46,9 @@ fn frame_samples() -> Vec<ExecFrame> {
 fn all_states() -> Vec<SandboxState> {
     use SandboxState::*;
     match Gone {
-        Creating | Running | Paused | Stopping | Stopped | Gone => {}
+        Creating | Running | Paused | Hibernated | Stopping | Stopped | Gone => {}
     }
-    vec![Creating, Running, Paused, Stopping, Stopped, Gone]
+    vec![Creating, Running, Paused, Hibernated, Stopping, Stopped, Gone]
 }
 
 fn all_streams() -> Vec<Stream> {
@@ -81,7 +81,7 @@ fn all_event_kinds() -> Vec<EventKind> {
     use EventKind::*;
     match Created {
         Created | Adopted | ExecStarted | ExecFinished | ExecTimedOut | ExecKilled | Removed | Reaped | Stopped
-        | Started | Snapshotted | Restored | Forked | BudgetWarning | Paused | Resumed => {}
+        | Started | Snapshotted | Restored | Forked | BudgetWarning | Paused | Resumed | Hibernated | Woken => {}
     }
     vec![
         Created,
@@ -100,6 +100,8 @@ fn all_event_kinds() -> Vec<EventKind> {
         BudgetWarning,
         Paused,
         Resumed,
+        Hibernated,
+        Woken,
     ]
 }
 
@@ -137,6 +139,8 @@ pub(super) fn sandbox_sample() -> Sandbox {
         idle_pause_seconds: Some(30.0),
         ttl_active_only: true,
         paused_at_ms: Some(1_700_000_002_000),
+        hibernated_at_ms: Some(1_700_000_003_000),
+        idle_hibernate_seconds: Some(600.0),
         memory_bytes: Some(256 << 20),
         pids: Some(512),
         cpus: Some(1.5),
@@ -166,6 +170,7 @@ pub(super) fn usage_sample() -> Usage {
         execs: 7,
         running_seconds: 90.5,
         paused_seconds: 0.0,
+        hibernated_seconds: 30.0,
         budget: budget_sample(),
         charged: Charged { cpu_seconds: 14.5, egress_bytes: 70000, wall_seconds: 90.5 },
         sampled_at_ms: 1_700_000_090_500,
@@ -202,6 +207,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         ttl_seconds: Some(3600.0),
         idle_timeout_seconds: Some(600.5),
         idle_pause_seconds: Some(30.0),
+        idle_hibernate_seconds: Some(600.0),
         ttl_active_only: true,
         env: map(&[("LANG", "C.UTF-8")]),
         labels: map(&[("team", "core")]),
@@ -314,6 +320,8 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
         idle_pause_seconds: None,
         ttl_active_only: false,
         paused_at_ms: None,
+        hibernated_at_ms: None,
+        idle_hibernate_seconds: None,
         memory_bytes: None,
         pids: None,
         cpus: None,

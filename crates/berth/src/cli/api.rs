@@ -34,6 +34,10 @@ pub struct CreateArgs {
     /// context run or file call wakes it.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub idle_pause: Option<Duration>,
+    /// Hibernate the sandbox (processes and memory written to disk, RAM released) after this long without
+    /// activity; any exec, shell, context run or file call wakes it. Needs CRIU 4.2 or newer on the host
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub idle_hibernate: Option<Duration>,
     /// The TTL counts only time running: time paused is added back at each resume.
     #[arg(long)]
     pub ttl_active_only: bool,

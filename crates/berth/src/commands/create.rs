@@ -34,6 +34,7 @@ pub fn create(socket: &Path, args: CreateArgs) -> anyhow::Result<i32> {
         ttl_seconds: args.ttl.map(output::seconds),
         idle_timeout_seconds: args.idle_timeout.map(output::seconds),
         idle_pause_seconds: args.idle_pause.map(output::seconds),
+        idle_hibernate_seconds: args.idle_hibernate.map(output::seconds),
         ttl_active_only: args.ttl_active_only,
         env: args.env.into_iter().collect(),
         labels: args.labels.into_iter().collect(),

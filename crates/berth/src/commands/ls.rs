@@ -39,6 +39,7 @@ fn state(s: SandboxState) -> &'static str {
         SandboxState::Creating => "creating",
         SandboxState::Running => "running",
         SandboxState::Paused => "paused",
+        SandboxState::Hibernated => "hibernated",
         SandboxState::Stopping => "stopping",
         SandboxState::Stopped => "stopped",
         SandboxState::Gone => "gone",

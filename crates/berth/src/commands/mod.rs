@@ -77,6 +77,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Context(cmd) => context::context(&cli.socket, cmd),
         Command::Pause(args) => projects::lifecycle(&cli.socket, "pause", args),
         Command::Resume(args) => projects::lifecycle(&cli.socket, "resume", args),
+        Command::Hibernate(args) => projects::lifecycle(&cli.socket, "hibernate", args),
+        Command::Wake(args) => projects::lifecycle(&cli.socket, "wake", args),
         Command::Stop(args) => projects::lifecycle(&cli.socket, "stop", args),
         Command::Start(args) => projects::lifecycle(&cli.socket, "start", args),
         Command::Rebuild(args) => projects::lifecycle(&cli.socket, "rebuild", args),

@@ -54,7 +54,7 @@ impl Engine {
         if argv.first().is_none_or(String::is_empty) {
             return Err(EngineError::invalid("argv must name a command"));
         }
-        let live = self.live(id).await?;
+        let live = self.live_or_wake(id, "shell").await?;
         self.touch(&live, "shell").await?;
         let sid = live.record.lock().await.id.clone();
         let starting = self.admit_exec(&live, &sid).await?;

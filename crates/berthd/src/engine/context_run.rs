@@ -47,6 +47,7 @@ impl Engine {
         if max_output < 64 {
             return Err(EngineError::invalid("max_output_bytes must be at least 64"));
         }
+        self.live_or_wake(id, "context").await?;
         let (live, c) = self.context(id, ctx).await?;
         self.touch(&live, "context").await?;
         let guard = Arc::clone(&c.run).try_lock_owned().map_err(|_| {

@@ -120,6 +120,20 @@ impl Engine {
         parent: Option<String>,
         owner: Option<String>,
     ) -> Result<Sandbox, EngineError> {
+        self.boot_with(id, req, created_at_ms, parent, owner, None).await
+    }
+
+    /// [`boot`](Engine::boot), or, with `restore` (an image directory and the CRIU to use), wake the sandbox
+    /// hibernated there.
+    pub(crate) async fn boot_with(
+        &self,
+        id: &str,
+        req: &CreateSandbox,
+        created_at_ms: u64,
+        parent: Option<String>,
+        owner: Option<String>,
+        restore: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    ) -> Result<Sandbox, EngineError> {
         let now = now_ms();
         let record = Sandbox {
             id: id.to_string(),
@@ -134,6 +148,8 @@ impl Engine {
             idle_pause_seconds: req.idle_pause_seconds,
             ttl_active_only: req.ttl_active_only,
             paused_at_ms: None,
+            hibernated_at_ms: None,
+            idle_hibernate_seconds: req.idle_hibernate_seconds,
             memory_bytes: req.memory_bytes,
             pids: req.pids,
             cpus: req.cpus,
@@ -173,6 +189,8 @@ impl Engine {
             volumes,
             files,
             authority: authority.clone(),
+            criu: restore.as_ref().map(|(_, criu)| criu.clone()),
+            restore: restore.map(|(dir, _)| dir),
         };
         // Recorded before it starts: a daemon that dies while the shim builds it finds it, and its spec, when it
         // takes the shim over.

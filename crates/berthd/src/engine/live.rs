@@ -33,6 +33,9 @@ pub(super) struct Live {
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Time spent paused, for the clocks that count only time running.
     pub(super) pause: Arc<super::pause::PauseClock>,
+    /// When its idle hibernation last failed (ms; 0: never), so that the reaper does not retry it until the
+    /// next activity.
+    pub(super) hibernate_failed_at: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Live {
@@ -81,6 +84,7 @@ impl Live {
             meter: std::sync::Mutex::new(super::usage::Meter::load(root, &sid)),
             tasks: std::sync::Mutex::new(Vec::new()),
             pause: Arc::default(),
+            hibernate_failed_at: std::sync::atomic::AtomicU64::new(0),
         })
     }
 

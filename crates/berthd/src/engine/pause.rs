@@ -158,7 +158,7 @@ impl Engine {
 
     /// Activity by id (the files API's calls).
     pub async fn touch_id(&self, id: &str, cause: &str) -> Result<(), EngineError> {
-        let live = self.live(id).await?;
+        let live = self.live_or_wake(id, cause).await?;
         self.touch(&live, cause).await
     }
 

@@ -224,6 +224,18 @@ impl Engine {
     }
 
     pub(crate) async fn stop_because(&self, id: &str, why: &str) -> Result<Sandbox, EngineError> {
+        // A hibernated sandbox stops by forgetting its processes: its image goes, its files stay.
+        if let Some(mut s) = self.stopped_record(id)?.filter(|s| s.state == SandboxState::Hibernated) {
+            let _busy = self.busy(&s.id, "stopping")?;
+            self.forget_hibernation(&s.id).await;
+            let _ = self.tokens.revoke_session(&s.id);
+            s.state = SandboxState::Stopped;
+            s.hibernated_at_ms = None;
+            self.store.sandbox_live(&s)?;
+            self.journal_note(&s.id, "stop", serde_json::json!({}), serde_json::json!({"reason": why})).await;
+            self.events.emit(&s.id, EventKind::Stopped, None, None);
+            return Ok(s);
+        }
         let live = self.running(id, "stop").await?;
         let sid = live.record.lock().await.id.clone();
         let _busy = self.busy(&sid, "stopping")?;
@@ -265,6 +277,11 @@ impl Engine {
         match self.live(id).await {
             Ok(l) => Ok(l),
             Err(e) => match self.stopped_record(id)? {
+                Some(s) if s.state == SandboxState::Hibernated => Err(EngineError::WrongState {
+                    id: s.id,
+                    state: "hibernated".into(),
+                    hint: format!("wake it before you {op} it"),
+                }),
                 Some(s) => Err(EngineError::WrongState {
                     id: s.id,
                     state: "stopped".into(),
@@ -286,6 +303,9 @@ impl Engine {
             });
         }
         let stopped = self.stopped_record(id)?.ok_or_else(|| EngineError::NoSandbox(id.to_string()))?;
+        if stopped.state == SandboxState::Hibernated {
+            return self.wake(&stopped.id, "start").await;
+        }
         self.admit_record(&stopped.id, "it is not started").await?;
         let _busy = self.busy(&stopped.id, "starting")?;
         let record = self.start_stopped(&stopped).await?;

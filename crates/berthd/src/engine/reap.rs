@@ -16,6 +16,7 @@ impl Engine {
         let mut idle_persistent = Vec::new();
         let mut ended = Vec::new();
         let mut to_pause = Vec::new();
+        let mut to_hibernate = Vec::new();
         let removing: std::collections::HashSet<String> = self.removing.lock().map(|r| r.clone()).unwrap_or_default();
         for l in all {
             let r = l.record.lock().await;
@@ -40,6 +41,15 @@ impl Engine {
             let idle = !running
                 && r.idle_timeout_seconds
                     .is_some_and(|s| now >= r.last_activity_ms.saturating_add((s * 1000.0) as u64));
+            // Hibernation after a longer idle (a paused sandbox too); not again after it failed, until the next
+            // activity, and never with a code context (whose pipes cannot go to disk).
+            let failed_at = l.hibernate_failed_at.load(std::sync::atomic::Ordering::Relaxed);
+            let hibernate_due = !running
+                && interpreters.is_empty()
+                && matches!(r.state, SandboxState::Running | SandboxState::Paused)
+                && failed_at < r.last_activity_ms
+                && r.idle_hibernate_seconds
+                    .is_some_and(|s| now >= r.last_activity_ms.saturating_add((s * 1000.0) as u64));
             let pause_due = !running
                 && r.state == SandboxState::Running
                 && r.idle_pause_seconds.is_some_and(|s| now >= r.last_activity_ms.saturating_add((s * 1000.0) as u64));
@@ -50,6 +60,8 @@ impl Engine {
                 idle_persistent.push(r.id.clone());
             } else if idle {
                 due.push(r.id.clone());
+            } else if hibernate_due {
+                to_hibernate.push((r.id.clone(), Arc::clone(&l)));
             } else if pause_due {
                 to_pause.push(r.id.clone());
             }
@@ -65,6 +77,12 @@ impl Engine {
         }
         for id in &to_pause {
             let _ = self.pause(id, "idle").await;
+        }
+        for (id, l) in &to_hibernate {
+            if let Err(e) = self.hibernate(id, "idle").await {
+                l.hibernate_failed_at.store(now_ms(), std::sync::atomic::Ordering::Relaxed);
+                crate::log::warn("idle hibernation failed", serde_json::json!({"sandbox": id, "error": e.to_string()}));
+            }
         }
         for id in &idle_persistent {
             let _ = self.stop_because(id, "idle").await;

@@ -51,6 +51,8 @@ impl Engine {
                     | ["contexts", ..]
                     | ["pause"]
                     | ["resume"]
+                    | ["hibernate"]
+                    | ["wake"]
                     | ["files"]
                     | ["stat"]
                     | ["mkdir"]

@@ -36,7 +36,7 @@ const WARN_AT: f64 = 0.8;
 #[serde(default)]
 pub(super) struct Meter {
     memory_gib_seconds: f64,
-    last_sample_ms: u64,
+    pub(super) last_sample_ms: u64,
     last_memory_bytes: u64,
     peak_seen: u64,
     egress_out_closed: u64,
@@ -46,6 +46,12 @@ pub(super) struct Meter {
     children_egress_bytes: u64,
     /// Time spent paused, in the pauses that have ended.
     pub(super) paused_ms: u64,
+    /// Time spent hibernated, in the hibernations that have ended.
+    pub(super) hibernated_ms: u64,
+    /// CPU time of the runtimes it had before its last wake (a woken sandbox's cgroup counts from zero).
+    pub(super) cpu_carried_seconds: f64,
+    /// The CPU time of its current runtime at the last sample.
+    last_cpu_seconds: f64,
     disk_bytes: u64,
     disk_at_ms: u64,
     /// The limits already warned about (`cpu`, `egress`, `wall`).
@@ -229,8 +235,10 @@ impl Engine {
             m.egress_in_seen = m.egress_in_seen.max(m.egress_in_closed.saturating_add(open_down));
             // Pauses that ended are in the meter; the one going on, if any, is the pause clock's.
             let paused_ms = m.paused_ms + l.pause.ongoing_ms();
-            let running_seconds = (now.saturating_sub(created).saturating_sub(paused_ms)) as f64 / 1000.0;
-            let cpu_seconds = cg.cpu_ns as f64 / 1e9;
+            let running_seconds =
+                (now.saturating_sub(created).saturating_sub(paused_ms).saturating_sub(m.hibernated_ms)) as f64 / 1000.0;
+            m.last_cpu_seconds = cg.cpu_ns as f64 / 1e9;
+            let cpu_seconds = m.cpu_carried_seconds + m.last_cpu_seconds;
             out.push(Usage {
                 id: id.clone(),
                 name,
@@ -244,6 +252,7 @@ impl Engine {
                 execs,
                 running_seconds,
                 paused_seconds: paused_ms as f64 / 1000.0,
+                hibernated_seconds: m.hibernated_ms as f64 / 1000.0,
                 budget: m.budget.clone().unwrap_or_default(),
                 charged: Charged {
                     cpu_seconds: cpu_seconds + m.children_cpu_seconds,
@@ -267,6 +276,20 @@ impl Engine {
             }
         }
         out
+    }
+
+    /// Keep sandbox `id`'s meter on disk now (before its runtime goes, as at hibernation), with the CPU time
+    /// its runtime used so far carried over (`cpu_ns`: its cgroup's count now).
+    pub(super) fn save_meter(&self, id: &str, m: &mut Meter, cpu_ns: Option<u64>) {
+        m.cpu_carried_seconds += cpu_ns.map(|n| n as f64 / 1e9).unwrap_or(m.last_cpu_seconds);
+        m.last_cpu_seconds = 0.0;
+        let path = meter_path(&self.root, id);
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        if let Ok(json) = serde_json::to_vec(&*m) {
+            let _ = std::fs::write(&path, json);
+        }
     }
 
     /// The budget in sandbox `id`'s spec.

@@ -136,10 +136,14 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 
 /// The sandbox's file system, through its init.
 async fn sandbox(e: &Engine, id: &str) -> Result<SandboxFs, Failure> {
-    let record = e.get(id).await?;
-    // A file call is activity: it wakes a paused sandbox (its init keeps its pid) and starts its idle clock again.
-    if matches!(record.state, berth_api::SandboxState::Running | berth_api::SandboxState::Paused) {
+    let mut record = e.get(id).await?;
+    // A file call is activity: it wakes a paused or hibernated sandbox and starts its idle clock again.
+    use berth_api::SandboxState as S;
+    if matches!(record.state, S::Running | S::Paused | S::Hibernated) {
         e.touch_id(id, "files").await?;
+        if record.state == S::Hibernated {
+            record = e.get(id).await?;
+        }
     }
     let Some(pid) = record.pid else {
         return Err(Failure::new(ErrorCode::Conflict, format!("sandbox {} has no running init", record.id)));

@@ -39,7 +39,8 @@ impl Store {
         let records: Vec<String> = self.with(|c| {
             // Filtered in SQL: the reaper asks twice a second, and running sandboxes are most rows.
             let mut stmt = c.prepare(
-                "SELECT record FROM sandboxes WHERE gone_at_ms IS NULL AND json_extract(record, '$.state') = 'stopped'",
+                "SELECT record FROM sandboxes WHERE gone_at_ms IS NULL AND json_extract(record, '$.state') IN \
+                 ('stopped', 'hibernated')",
             )?;
             let rows = stmt.query_map([], |r| r.get(0))?;
             rows.collect()
@@ -47,7 +48,7 @@ impl Store {
         Ok(records
             .iter()
             .filter_map(|r| serde_json::from_str::<berth_api::Sandbox>(r).ok())
-            .filter(|r| r.state == berth_api::SandboxState::Stopped)
+            .filter(|r| matches!(r.state, berth_api::SandboxState::Stopped | berth_api::SandboxState::Hibernated))
             .collect())
     }
 

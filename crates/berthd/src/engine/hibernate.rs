@@ -1,0 +1,273 @@
+//! Hibernation: a sandbox's processes and memory written to disk with CRIU and its RAM released, then brought
+//! back — by `wake`, or by any activity (an exec, a shell, a context run, a file call), as a paused one is.
+//!
+//! A hibernated sandbox is kept like a stopped one (a record, its files, no shim) plus its image under
+//! `<root>/hibernate/<id>/` and its host id block, reserved so that its restored user namespace maps as it
+//! did. Its session token stays valid: its processes carry it.
+
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use berth_api::{Sandbox, SandboxState};
+
+use super::live::Live;
+use super::{Engine, now_ms};
+use crate::EngineError;
+use crate::shim::{self, ShimReply, ShimRequest};
+use berth_api::EventKind;
+
+impl Engine {
+    /// Where sandbox `id`'s image is while it hibernates.
+    pub(crate) fn hibernate_dir(&self, id: &str) -> PathBuf {
+        self.root.join("hibernate").join(id)
+    }
+
+    /// Write a running (or paused) sandbox's processes to disk and end them. `why`: `asked` or `idle`.
+    pub async fn hibernate(&self, id: &str, why: &str) -> Result<Sandbox, EngineError> {
+        let live = match self.live(id).await {
+            Ok(l) => l,
+            Err(e) => match self.stopped_record(id)? {
+                Some(s) if s.state == SandboxState::Hibernated => return Ok(s),
+                _ => return Err(e),
+            },
+        };
+        let sid = live.record.lock().await.id.clone();
+        let criu = self.criu.clone().map_err(EngineError::Unsupported)?;
+        let _busy = self.busy(&sid, "hibernating")?;
+        self.check_hibernatable(&live, &sid).await?;
+        // CRIU seizes the processes itself; frozen by a pause, they are thawed first.
+        let was_paused = live.pause.is_paused();
+        self.thaw_to_end(&live).await;
+        let dir = self.hibernate_dir(&sid);
+        let _ = tokio::fs::remove_dir_all(&dir).await;
+        // Images are the sandboxes' memory: only host root enters the directory that holds them.
+        let parent = self.root.join("hibernate");
+        tokio::fs::create_dir_all(&parent).await.map_err(EngineError::Log)?;
+        tokio::fs::set_permissions(&parent, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .await
+            .map_err(EngineError::Log)?;
+        tokio::fs::create_dir_all(&dir).await.map_err(EngineError::Log)?;
+        tokio::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .await
+            .map_err(EngineError::Log)?;
+        // What its runtime burned, carried over to the next one (whose cgroup counts from zero).
+        let cpu_ns = self.cgroups.as_ref().and_then(|h| h.open(&sid).usage().ok()).map(|u| u.cpu_ns);
+        let started = std::time::Instant::now();
+        let path = shim::socket_path(&self.root, &sid);
+        let req = ShimRequest::Hibernate { dir: dir.clone(), criu: Some(criu.path.clone()) };
+        // Its init ends with the dump: the reaper must not take that for a sandbox that died.
+        if let Ok(mut r) = self.removing.lock() {
+            r.insert(sid.clone());
+        }
+        let reply = tokio::task::spawn_blocking(move || -> Result<ShimReply, EngineError> {
+            let conn = berth_sys::fd::seqpacket_connect(&path).map_err(|_| EngineError::ShimGone)?;
+            berth_init::protocol::send(conn.as_fd(), &req, &[]).map_err(|_| EngineError::ShimGone)?;
+            berth_init::protocol::recv::<ShimReply>(conn.as_fd()).map(|(r, _)| r).map_err(|_| EngineError::ShimGone)
+        })
+        .await
+        .map_err(|_| EngineError::ShimGone)
+        .and_then(|r| r);
+        let reply = match reply {
+            Ok(ShimReply::Hibernated { bytes, .. }) => {
+                self.sandboxes.lock().await.remove(&sid);
+                Ok(ShimReply::Hibernated { bytes, teardown: Default::default() })
+            }
+            other => other,
+        };
+        if let Ok(mut r) = self.removing.lock() {
+            r.remove(&sid);
+        }
+        let reply = reply?;
+        let bytes = match reply {
+            ShimReply::Hibernated { bytes, .. } => bytes,
+            ShimReply::Error { message } => {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                if was_paused {
+                    let _ = self.pause(&sid, "asked").await;
+                }
+                return Err(EngineError::Conflict(format!(
+                    "sandbox {sid} could not hibernate, and runs on as it was: {message}"
+                )));
+            }
+            _ => return Err(EngineError::ShimGone),
+        };
+        let ms = started.elapsed().as_millis() as u64;
+        let mut record = live.record.lock().await.clone();
+        record.state = SandboxState::Hibernated;
+        record.pid = None;
+        record.paused_at_ms = None;
+        record.hibernated_at_ms = Some(now_ms());
+        self.store.sandbox_live(&record)?;
+        if let Ok(mut m) = live.meter.lock() {
+            self.save_meter(&sid, &mut m, cpu_ns);
+        }
+        live.note("hibernate", serde_json::json!({"reason": why}), serde_json::json!({"image_bytes": bytes, "ms": ms}));
+        self.events.emit(&sid, EventKind::Hibernated, None, None);
+        Ok(record)
+    }
+
+    /// Why `live` cannot hibernate now, if it cannot: what it holds that leads outside it.
+    async fn check_hibernatable(&self, live: &Arc<Live>, sid: &str) -> Result<(), EngineError> {
+        let pid = live.record.lock().await.pid.unwrap_or(0);
+        let contexts: Vec<String> = self
+            .contexts_of(sid, pid)
+            .await
+            .iter()
+            .filter_map(|c| c.record.lock().ok().map(|r| r.id.clone()))
+            .collect();
+        if !contexts.is_empty() {
+            return Err(EngineError::Conflict(format!(
+                "sandbox {sid} cannot hibernate while it has code contexts ({}): their interpreters talk to berth \
+                 through pipes that cannot be written to disk; remove them (berth context rm) and try again",
+                contexts.join(", ")
+            )));
+        }
+        let running: Vec<String> = live
+            .execs
+            .lock()
+            .await
+            .iter()
+            .filter(|(_, e)| e.done.borrow().is_none())
+            .map(|(id, e)| format!("{id} ({})", e.argv.join(" ")))
+            .collect();
+        if !running.is_empty() || live.starting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            return Err(EngineError::Conflict(format!(
+                "sandbox {sid} cannot hibernate while execs or shells are running ({}): their output streams lead \
+                 to berth; wait for them or kill them, and try again (processes they left in the background are \
+                 fine)",
+                if running.is_empty() { "one starting".into() } else { running.join(", ") }
+            )));
+        }
+        Ok(())
+    }
+
+    /// Bring a hibernated sandbox back; an awake one is returned as it is. `cause` becomes its last activity.
+    pub async fn wake(&self, id: &str, cause: &str) -> Result<Sandbox, EngineError> {
+        if let Ok(l) = self.live(id).await {
+            return Ok(l.record.lock().await.clone());
+        }
+        let Some(hib) = self.stopped_record(id)?.filter(|s| s.state == SandboxState::Hibernated) else {
+            return Err(match self.stopped_record(id)? {
+                Some(s) => EngineError::WrongState {
+                    id: s.id,
+                    state: "stopped".into(),
+                    hint: "only a hibernated sandbox wakes; start a stopped one (berth start)".into(),
+                },
+                None => EngineError::NoSandbox(id.to_string()),
+            });
+        };
+        let criu = self.criu.clone().map_err(EngineError::Unsupported)?;
+        let _busy = self.busy(&hib.id, "waking")?;
+        // Someone else woke it while this call waited for its turn.
+        if let Ok(l) = self.live(&hib.id).await {
+            return Ok(l.record.lock().await.clone());
+        }
+        let spec = self.spec_of(&hib.id)?;
+        let dir = self.hibernate_dir(&hib.id);
+        let started = std::time::Instant::now();
+        let woke = self
+            .boot_with(
+                &hib.id,
+                &spec,
+                hib.created_at_ms,
+                hib.parent.clone(),
+                hib.owner.clone(),
+                Some((dir.clone(), criu.path)),
+            )
+            .await;
+        let mut record = match woke {
+            Ok(r) => r,
+            Err(e) => {
+                // Still hibernated, image and all.
+                let _ = self.store.sandbox_live(&hib);
+                return Err(e);
+            }
+        };
+        let ms = started.elapsed().as_millis() as u64;
+        let hibernated_ms = hib.hibernated_at_ms.map(|t| now_ms().saturating_sub(t)).unwrap_or(0);
+        if let Ok(live) = self.live(&record.id).await {
+            {
+                let mut r = live.record.lock().await;
+                r.last_activity = Some(cause.to_string());
+                r.last_activity_ms = now_ms();
+                r.hibernated_at_ms = None;
+                // The TTL of a sandbox whose clock counts only time running skips the time it slept.
+                if hib.ttl_active_only {
+                    r.expires_at_ms = hib.expires_at_ms.map(|t| t.saturating_add(hibernated_ms));
+                } else {
+                    r.expires_at_ms = hib.expires_at_ms;
+                }
+                record = r.clone();
+            }
+            if let Ok(mut m) = live.meter.lock() {
+                m.hibernated_ms += hibernated_ms;
+                m.last_sample_ms = 0;
+            }
+            self.store.sandbox_live(&record)?;
+            live.note(
+                "wake",
+                serde_json::json!({"cause": cause}),
+                serde_json::json!({"pid": record.pid, "ms": ms, "hibernated_ms": hibernated_ms}),
+            );
+        }
+        let _ = tokio::fs::remove_dir_all(&dir).await;
+        self.events.emit(&record.id, EventKind::Woken, None, None);
+        Ok(record)
+    }
+
+    /// The live sandbox `id`, woken first if it hibernates (activity of kind `cause`).
+    pub(super) async fn live_or_wake(&self, id: &str, cause: &str) -> Result<Arc<Live>, EngineError> {
+        match self.live(id).await {
+            Ok(l) => Ok(l),
+            Err(e) => match self.stopped_record(id)? {
+                Some(s) if s.state == SandboxState::Hibernated => {
+                    self.wake(&s.id, cause).await?;
+                    self.live(&s.id).await
+                }
+                _ => Err(e),
+            },
+        }
+    }
+
+    /// A hibernated sandbox removed: its image and its reserved id block go.
+    pub(super) async fn forget_hibernation(&self, id: &str) {
+        let dir = self.hibernate_dir(id);
+        if !dir.exists() {
+            return;
+        }
+        if let Ok(m) = berth_runtime::checkpoint::read_manifest(&dir) {
+            let owner = berth_runtime::reservation_owner(&self.root, id);
+            berth_runtime::ids::unreserve(std::path::Path::new(berth_runtime::ids::CLAIMS_DIR), m.slot, &owner);
+        }
+        let _ = tokio::fs::remove_dir_all(&dir).await;
+    }
+
+    /// At start: the id blocks of hibernated sandboxes reserved again (after a reboot, the reservations,
+    /// on a tmpfs, are gone).
+    pub(super) fn reserve_hibernated(&self) {
+        for s in self.store.stopped().unwrap_or_default() {
+            if s.state != SandboxState::Hibernated {
+                continue;
+            }
+            if let Ok(m) = berth_runtime::checkpoint::read_manifest(&self.hibernate_dir(&s.id)) {
+                let owner = berth_runtime::reservation_owner(&self.root, &s.id);
+                let _ =
+                    berth_runtime::ids::reserve(std::path::Path::new(berth_runtime::ids::CLAIMS_DIR), m.slot, &owner);
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Say once, at start, whether sandboxes can hibernate here, and if not, why.
+    pub(super) fn log_criu(&self) {
+        match &self.criu {
+            Ok(c) => crate::log::info(
+                "hibernation",
+                serde_json::json!({"criu": c.path.display().to_string(), "version": c.version}),
+            ),
+            Err(why) => crate::log::warn("hibernation unavailable", serde_json::json!({"why": why})),
+        }
+    }
+}
