@@ -177,7 +177,7 @@ pub(crate) fn dump(criu: &Criu, id: &str, slot: u32, pid: i32, dir: &Path) -> Re
     )
     .map_err(|e| fail(format!("look at init's binary: {e}")))?;
     let exe_key = format!("file[{:x}:{:x}]", stx.stx_mnt_id, stx.stx_ino);
-    fs::copy(&exe, dir.join(INIT_COPY)).map_err(|e| fail(format!("keep a copy of init's binary: {e}")))?;
+    keep_init(&exe, dir).map_err(|e| fail(format!("keep a copy of init's binary: {e}")))?;
     drop(exe_file);
 
     let mut args: Vec<String> = vec!["dump".into(), "-t".into(), pid.to_string()];
@@ -212,6 +212,27 @@ pub(crate) fn dump(criu: &Criu, id: &str, slot: u32, pid: i32, dir: &Path) -> Re
     let text = serde_json::to_vec_pretty(&manifest).map_err(|e| fail(e.to_string()))?;
     fs::write(dir.join(MANIFEST), text).map_err(|e| fail(format!("write the manifest: {e}")))?;
     Ok(manifest)
+}
+
+/// Put a copy of the binary at `exe` (init's) in `dir`: a link to the one copy kept beside the images for
+/// that binary (`../.init/`), made on its first hibernation, so that each image does not copy it again.
+fn keep_init(exe: &str, dir: &Path) -> std::io::Result<()> {
+    let meta = fs::metadata(exe)?;
+    let key = format!("{:x}-{:x}-{:x}-{:x}", meta.dev(), meta.ino(), meta.len(), meta.mtime_nsec() ^ meta.mtime());
+    let target = dir.join(INIT_COPY);
+    if let Some(shared) = dir.parent().map(|p| p.join(".init")) {
+        let kept = shared.join(&key);
+        if !kept.exists() {
+            fs::create_dir_all(&shared)?;
+            let fresh = shared.join(format!("{key}.new-{}", std::process::id()));
+            fs::copy(exe, &fresh)?;
+            fs::rename(&fresh, &kept)?;
+        }
+        if fs::hard_link(&kept, &target).is_ok() {
+            return Ok(());
+        }
+    }
+    fs::copy(exe, &target).map(|_| ())
 }
 
 /// Read the manifest of the image in `dir`.

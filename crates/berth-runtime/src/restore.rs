@@ -211,6 +211,10 @@ fn give_image_to(dir: &Path, uid: u32) -> Result<(), RuntimeError> {
     let owner = Some(rustix::fs::Uid::from_raw(uid));
     let group = Some(rustix::fs::Gid::from_raw(uid));
     for entry in fs::read_dir(dir).map_err(fail)?.flatten() {
+        // Init's binary is handed to CRIU open, and is shared with other images.
+        if entry.file_name() == checkpoint::INIT_COPY {
+            continue;
+        }
         rustix::fs::chown(entry.path(), owner, group).map_err(|e| fail(e.into()))?;
         let mode = entry.metadata().map_err(fail)?.permissions().mode();
         fs::set_permissions(entry.path(), fs::Permissions::from_mode(mode | 0o444)).map_err(fail)?;

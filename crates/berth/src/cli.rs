@@ -349,6 +349,11 @@ pub struct BenchArgs {
     /// stay paused.
     #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause"])]
     pub density: bool,
+    /// Instead: hibernate and wake through the API of a sandbox of the daemon at --socket holding 256 MiB of
+    /// touched memory, and its first exec after the wake, against CRIU dumping and restoring the same program
+    /// on the host; --runs rounds (a new sandbox each).
+    #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause", "density"])]
+    pub hibernate: bool,
     /// With --soak: clients looping at once, each on its own connections.
     #[arg(long, default_value = "20", value_parser = parse_count_usize, value_name = "N")]
     pub clients: usize,

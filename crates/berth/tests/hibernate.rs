@@ -148,6 +148,10 @@ fn what_cannot_go_to_disk_is_named_and_the_sandbox_runs_on() {
     let w: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((w["state"].as_str(), w["last_activity"].as_str()), (Some("running"), Some("wake")), "{w}");
     assert_eq!(text(&d.berth(&["exec", &other, "--", "cat", "/tmp/n"]).stdout).trim(), "41");
+    // A nonsense idle time is refused with a sentence.
+    let (status, body) = d.http("POST", "/v1/sandboxes", r#"{"idle_hibernate_seconds": -1}"#);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("idle_hibernate_seconds must be a positive number of seconds"), "{body}");
     // A missing one is not found.
     let (status, body) = d.http("POST", "/v1/sandboxes/000000000000/wake", "");
     assert_eq!(status, 404, "{body}");
@@ -180,6 +184,8 @@ fn a_hibernated_sandbox_removed_leaves_nothing() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!image.exists(), "its image goes");
     assert!(!std::path::Path::new(&reservation).exists(), "its id block is free again");
+    let kept = std::fs::read_dir(d.root().join("hibernate/.init")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(kept, 0, "the copy of init's binary no image needs goes too");
     assert!(!d.root().join("pool/sandboxes").join(&id).exists(), "its files go");
     let (status, _) = d.http("GET", &format!("/v1/sandboxes/{id}"), "");
     assert_eq!(status, 404);

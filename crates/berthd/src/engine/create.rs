@@ -25,6 +25,7 @@ impl Engine {
             ("ttl_seconds", req.ttl_seconds),
             ("idle_timeout_seconds", req.idle_timeout_seconds),
             ("idle_pause_seconds", req.idle_pause_seconds),
+            ("idle_hibernate_seconds", req.idle_hibernate_seconds),
         ] {
             if v.is_some_and(|s| !(s > 0.0 && s <= berth_api::MAX_DURATION_SECONDS)) {
                 return Err(EngineError::invalid(format!(

@@ -212,6 +212,7 @@ impl Engine {
             );
         }
         let _ = tokio::fs::remove_dir_all(&dir).await;
+        self.prune_init_copies();
         self.events.emit(&record.id, EventKind::Woken, None, None);
         Ok(record)
     }
@@ -241,6 +242,18 @@ impl Engine {
             berth_runtime::ids::unreserve(std::path::Path::new(berth_runtime::ids::CLAIMS_DIR), m.slot, &owner);
         }
         let _ = tokio::fs::remove_dir_all(&dir).await;
+        self.prune_init_copies();
+    }
+
+    /// The kept copies of init's binary that no image links to any more go.
+    fn prune_init_copies(&self) {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(entries) = std::fs::read_dir(self.root.join("hibernate").join(".init")) else { return };
+        for e in entries.flatten() {
+            if e.metadata().is_ok_and(|m| m.nlink() == 1) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
 
     /// At start: the id blocks of hibernated sandboxes reserved again (after a reboot, the reservations,
