@@ -10,6 +10,7 @@ mod child;
 pub mod ids;
 pub mod image;
 pub mod plan;
+mod rename;
 mod sandbox;
 pub mod spec;
 pub mod trace;

@@ -37,6 +37,7 @@ mod secrets;
 mod sessions;
 mod storage;
 mod usage;
+mod warm;
 
 pub(crate) use attach::AttachedExec;
 use events::Events;
@@ -82,6 +83,8 @@ pub struct Engine {
     /// Metering rounds run, and sandboxes removed for passing their budget (see `usage`).
     samples: std::sync::atomic::AtomicU64,
     budget_removals: std::sync::atomic::AtomicU64,
+    /// Sandboxes built ahead (see `warm`).
+    warm: warm::Warm,
 }
 
 pub fn now_ms() -> u64 {
@@ -133,6 +136,7 @@ impl Engine {
             contexts: contexts::Contexts::default(),
             samples: std::sync::atomic::AtomicU64::new(0),
             budget_removals: std::sync::atomic::AtomicU64::new(0),
+            warm: warm::Warm::new(bounds.warm),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
@@ -143,6 +147,7 @@ impl Engine {
         engine.private_dirs();
         engine.log_storage();
         engine.adopt_all().await;
+        engine.await_old_warm().await;
         engine.account_for_lost().await;
         Ok(engine)
     }
@@ -520,6 +525,7 @@ impl Engine {
                 .chain(crate::bounds::table(&self.bounds))
                 .chain(crate::listen::table(&crate::listen::bounds()))
                 .collect(),
+            warm: self.warm_info(),
         }
     }
 
