@@ -349,6 +349,11 @@ pub struct BenchArgs {
     /// stay paused.
     #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause"])]
     pub density: bool,
+    /// Instead: time to first exec through the API (create, then `exec true`) on two daemons of the bench's
+    /// own, one cold and one with a warm pool (--warm 1), against `bwrap ... true` and `unshare ... true`, with
+    /// the exec round trip against `nsenter` in the same run.
+    #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause", "density"])]
+    pub first_exec: bool,
     /// With --soak: clients looping at once, each on its own connections.
     #[arg(long, default_value = "20", value_parser = parse_count_usize, value_name = "N")]
     pub clients: usize,
