@@ -164,7 +164,7 @@ impl Engine {
             let path = entry.path();
             let Some(id) = path.file_stem().and_then(|s| s.to_str()).map(str::to_string) else { continue };
             let removing = self.removing.lock().map(|r| r.contains(&id)).unwrap_or(true);
-            if removing || self.sandboxes.lock().await.contains_key(&id) {
+            if removing || self.warm_claiming(&id) || self.sandboxes.lock().await.contains_key(&id) {
                 continue;
             }
             if let Some(age) = min_age {

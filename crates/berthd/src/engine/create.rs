@@ -120,6 +120,7 @@ impl Engine {
         if let Some(w) = warm {
             self.discard_warm(w).await;
         }
+        self.warm_claimed(&id);
         let record = match booted {
             Ok(r) => r,
             Err(e) => {

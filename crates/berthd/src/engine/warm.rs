@@ -45,6 +45,9 @@ pub(super) struct Warm {
     /// The pool must stay empty (the daemon is stopping, or a storage pool is being made).
     closed: AtomicBool,
     last_take_ms: AtomicU64,
+    /// Taken and not yet held as live: their sockets move to `run/shims/` with the age of their build, so the
+    /// reaper's adoption of old unknown sockets must leave them to the create claiming them.
+    claiming: std::sync::Mutex<std::collections::HashSet<String>>,
     served: AtomicU64,
     missed: AtomicU64,
 }
@@ -225,6 +228,9 @@ impl Engine {
                 }
             }
         };
+        if let (Some(h), Ok(mut c)) = (&taken, self.warm.claiming.lock()) {
+            c.insert(h.id.clone());
+        }
         let counter = if taken.is_some() { &self.warm.served } else { &self.warm.missed };
         counter.fetch_add(1, Ordering::Relaxed);
         self.warm.last_take_ms.store(now_ms(), Ordering::Relaxed);
@@ -237,9 +243,22 @@ impl Engine {
 
     /// Put back a pooled sandbox a create took and could not use before it claimed it.
     pub(super) fn return_warm(&self, held: Held) {
+        self.warm_claimed(&held.id);
         if let Ok(mut r) = self.warm.ready.lock() {
             r.push_front(held);
         }
+    }
+
+    /// The create that took sandbox `id` from the pool holds it as live now, or has given up on it.
+    pub(super) fn warm_claimed(&self, id: &str) {
+        if let Ok(mut c) = self.warm.claiming.lock() {
+            c.remove(id);
+        }
+    }
+
+    /// Whether sandbox `id` is being claimed by a create (not to be adopted meanwhile).
+    pub(super) fn warm_claiming(&self, id: &str) -> bool {
+        self.warm.claiming.lock().map(|c| c.contains(id)).unwrap_or(true)
     }
 
     /// Make a pooled sandbox the sandbox `record` describes (its id the pooled one's), with this `env` and
