@@ -330,6 +330,22 @@ pub struct DaemonInfo {
     pub version: String,
     /// Each host resource a sandbox can consume, its bound on this daemon, and how to change it.
     pub bounds: Vec<Bound>,
+    /// The warm pool: sandboxes built ahead for creates that ask for the defaults.
+    #[serde(default)]
+    pub warm: WarmPool,
+}
+
+/// [`DaemonInfo::warm`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmPool {
+    /// How many the daemon keeps built ahead (`berth daemon --warm`; 0: no pool).
+    pub size: usize,
+    /// How many are built and waiting now.
+    pub ready: usize,
+    /// Creates served from the pool since the daemon started.
+    pub served: u64,
+    /// Creates the pool could have served but found it empty (built cold).
+    pub missed: u64,
 }
 
 /// One row of [`DaemonInfo::bounds`].

@@ -11,6 +11,7 @@ mod child;
 pub mod ids;
 pub mod image;
 pub mod plan;
+mod rename;
 mod restore;
 mod sandbox;
 pub mod spec;

@@ -215,6 +215,14 @@ const PROC_READONLY: [&str; 3] = ["sys", "bus", "fs"];
 /// The device nodes a sandbox gets, bound from the host.
 pub const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 
+/// The files that name a sandbox's host (`/etc/hostname`, `/etc/hosts`), by their names on the scratch tmpfs.
+pub fn host_files(hostname: &str) -> [(&'static str, String); 2] {
+    [
+        ("hostname", format!("{hostname}\n")),
+        ("hosts", format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n")),
+    ]
+}
+
 /// Compile a spec into a plan.
 pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u32, u32)]) -> Plan {
     let root = layout.rootfs();
@@ -241,11 +249,7 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
     steps.extend(layout.state_directories().into_iter().map(|path| Step::Mkdir { path, mode: 0o755 }));
     // The sandbox's own names live on the scratch tmpfs and are bound over /etc's (as container runtimes
     // do): they are not the project's files, so a persistent sandbox's or a fork's changes never include them.
-    let hostname = &spec.name;
-    let names = [
-        ("hostname", format!("{hostname}\n")),
-        ("hosts", format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n")),
-    ];
+    let names = host_files(&spec.name);
     for (file, contents) in &names {
         steps.push(Step::WriteFile { path: layout.dir.join(file), contents: contents.clone() });
     }

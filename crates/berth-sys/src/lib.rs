@@ -17,5 +17,6 @@ pub mod net;
 pub mod process;
 pub mod pty;
 pub mod seccomp;
+pub mod uts;
 
 pub use error::{SysError, SysResult};

@@ -212,6 +212,10 @@ pub struct DaemonArgs {
     /// Removed sandboxes whose journal, receipt and outputs are kept (the oldest go first).
     #[arg(long, value_parser = parse_count_usize, value_name = "N", default_value = "1000")]
     pub keep_removed: usize,
+    /// Sandboxes kept built ahead (host image, default limits, at most 64) for creates that ask for nothing
+    /// else; 0: none. They are torn down when the daemon stops.
+    #[arg(long, value_parser = parse_warm, value_name = "N", default_value = "0")]
+    pub warm: usize,
     /// How sandboxes' files are bounded. auto: make a btrfs storage pool (a sparse file under the data root)
     /// when there is none and the host can, else warn that they are not bounded; pool: the same, but refuse
     /// to start without one; none: use the data root as it is.
@@ -252,6 +256,7 @@ impl DaemonArgs {
             default_memory_bytes: self.default_memory.0,
             default_pids: self.default_pids.0,
             keep_removed: self.keep_removed,
+            warm: self.warm,
         }
     }
 }
@@ -354,6 +359,11 @@ pub struct BenchArgs {
     /// on the host; --runs rounds (a new sandbox each).
     #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause", "density"])]
     pub hibernate: bool,
+    /// Instead: time to first exec through the API (create, then `exec true`) on two daemons of the bench's
+    /// own, one cold and one with a warm pool (--warm 1), against `bwrap ... true` and `unshare ... true`, with
+    /// the exec round trip against `nsenter` in the same run.
+    #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause", "density"])]
+    pub first_exec: bool,
     /// With --soak: clients looping at once, each on its own connections.
     #[arg(long, default_value = "20", value_parser = parse_count_usize, value_name = "N")]
     pub clients: usize,
@@ -409,6 +419,9 @@ fn parse_count(s: &str) -> Result<u64, String> {
 }
 fn parse_count_usize(s: &str) -> Result<usize, String> {
     spec::parse_count(s).map(|n| n as usize).map_err(|e| e.to_string())
+}
+fn parse_warm(s: &str) -> Result<usize, String> {
+    s.parse::<usize>().map_err(|_| format!("{s:?} is not a whole number (0 for no pool)"))
 }
 fn parse_cpus(s: &str) -> Result<u64, String> {
     spec::parse_cpus(s).map_err(|e| e.to_string())

@@ -38,6 +38,7 @@ mod secrets;
 mod sessions;
 mod storage;
 mod usage;
+mod warm;
 
 pub(crate) use attach::AttachedExec;
 use events::Events;
@@ -85,6 +86,8 @@ pub struct Engine {
     budget_removals: std::sync::atomic::AtomicU64,
     /// The CRIU hibernation uses, or why there is none (said once, at start).
     criu: Result<berth_runtime::checkpoint::Criu, String>,
+    /// Sandboxes built ahead (see `warm`).
+    warm: warm::Warm,
 }
 
 pub fn now_ms() -> u64 {
@@ -137,6 +140,7 @@ impl Engine {
             samples: std::sync::atomic::AtomicU64::new(0),
             budget_removals: std::sync::atomic::AtomicU64::new(0),
             criu: berth_runtime::checkpoint::Criu::find(None),
+            warm: warm::Warm::new(bounds.warm),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
@@ -149,6 +153,7 @@ impl Engine {
         engine.log_criu();
         engine.reserve_hibernated();
         engine.adopt_all().await;
+        engine.await_old_warm().await;
         engine.account_for_lost().await;
         Ok(engine)
     }
@@ -165,7 +170,7 @@ impl Engine {
             let path = entry.path();
             let Some(id) = path.file_stem().and_then(|s| s.to_str()).map(str::to_string) else { continue };
             let removing = self.removing.lock().map(|r| r.contains(&id)).unwrap_or(true);
-            if removing || self.sandboxes.lock().await.contains_key(&id) {
+            if removing || self.warm_claiming(&id) || self.sandboxes.lock().await.contains_key(&id) {
                 continue;
             }
             if let Some(age) = min_age {
@@ -528,6 +533,7 @@ impl Engine {
                 .chain(crate::bounds::table(&self.bounds))
                 .chain(crate::listen::table(&crate::listen::bounds()))
                 .collect(),
+            warm: self.warm_info(),
         }
     }
 

@@ -535,6 +535,7 @@ pub async fn serve(
     bounds: crate::Bounds,
     storage: crate::StorageOptions,
     listeners: crate::listen::Bounds,
+    shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), EngineError> {
     let io = |action: &str, e: std::io::Error| berth_sys::SysError::new(format!("{action} {}", socket.display()), e);
     if !crate::listen::set_bounds(listeners) {
@@ -550,6 +551,7 @@ pub async fn serve(
         .map_err(|e| io("set the mode of", e))?;
     crate::memory::spawn_trimmer();
     engine.spawn_meter();
+    engine.spawn_warm();
     let reaper = Arc::clone(&engine);
     tokio::spawn(async move {
         for tick in 1u64.. {
@@ -575,6 +577,11 @@ pub async fn serve(
         }),
     );
     crate::bounds::log_table(&bounds);
-    crate::listen::serve(listener, app(engine), "unix", None).await;
+    tokio::select! {
+        _ = crate::listen::serve(listener, app(Arc::clone(&engine)), "unix", None) => {}
+        _ = shutdown => {}
+    }
+    // Sandboxes outlive the daemon; the warm pool does not.
+    engine.close_warm().await;
     Ok(())
 }

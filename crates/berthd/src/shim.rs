@@ -42,6 +42,10 @@ pub struct ShimStart {
     /// memory only, for the next daemon.
     #[serde(default)]
     pub authority: Option<(String, String)>,
+    /// Built ahead for the warm pool: it listens at `<root>/run/pool/<id>.sock` until a `claim` makes it a
+    /// sandbox like any other, and tears itself down if its daemon goes first (its stdin closes).
+    #[serde(default)]
+    pub pooled: bool,
     /// Wake the sandbox hibernated in this directory instead of building it from its image.
     #[serde(default)]
     pub restore: Option<PathBuf>,
@@ -74,6 +78,15 @@ pub enum ShimRequest {
     Control,
     /// Tear the sandbox down, reply with what was done, and exit.
     Destroy,
+    /// A pooled sandbox becomes this one: its record (its host named after `record.name`), its exec
+    /// environment and its proxy's authority; its socket moves to `<root>/run/shims/<id>.sock`.
+    Claim {
+        record: Box<berth_api::Sandbox>,
+        #[serde(default)]
+        env: std::collections::BTreeMap<String, String>,
+        #[serde(default)]
+        authority: Option<(String, String)>,
+    },
     /// Write the sandbox's processes to `dir` with CRIU (they end), reply, and exit; on failure the sandbox
     /// runs on and the shim keeps serving.
     Hibernate {
@@ -94,6 +107,9 @@ pub enum ShimReply {
         authority: Option<(String, String)>,
     },
     Control,
+    Claimed {
+        record: Box<berth_api::Sandbox>,
+    },
     Destroyed {
         teardown: berth_api::Teardown,
     },
@@ -116,6 +132,15 @@ pub fn shims_dir(root: &Path) -> PathBuf {
     root.join("run").join("shims")
 }
 
+/// Where the shim of pooled sandbox `id` listens until it is claimed.
+pub fn pool_socket_path(root: &Path, id: &str) -> PathBuf {
+    pool_dir(root).join(format!("{id}.sock"))
+}
+
+pub fn pool_dir(root: &Path) -> PathBuf {
+    root.join("run").join("pool")
+}
+
 /// The shim's main: returns the process exit code.
 pub fn main(root: &Path) -> i32 {
     let mut out = std::io::stdout();
@@ -133,8 +158,11 @@ pub fn main(root: &Path) -> i32 {
         Ok(r) => r,
         Err((message, invalid)) => return report(&mut out, ShimReady::Failed { message, invalid }),
     };
-    let path = socket_path(root, sandbox.id());
-    let listener = match std::fs::create_dir_all(shims_dir(root))
+    let (path, dir) = match start.pooled {
+        true => (pool_socket_path(root, sandbox.id()), pool_dir(root)),
+        false => (socket_path(root, sandbox.id()), shims_dir(root)),
+    };
+    let listener = match std::fs::create_dir_all(dir)
         .map_err(|e| e.to_string())
         .and_then(|()| berth_sys::fd::seqpacket_listen(&path).map_err(|e| berth_runtime::error_chain(&e)))
     {
@@ -151,9 +179,17 @@ pub fn main(root: &Path) -> i32 {
         let _ = sandbox.destroy();
         return 125;
     }
-    let woken = start.restore.is_some();
-    let code = serve(root, woken, &mut sandbox, &listener, &path, &record, &start.env, &start.authority);
-    let _ = std::fs::remove_file(&path);
+    let mut held = Held {
+        record,
+        env: start.env,
+        authority: start.authority,
+        socket: path,
+        pooled: start.pooled,
+        root: root.to_path_buf(),
+        woken: start.restore.is_some(),
+    };
+    let code = serve(&mut sandbox, &listener, &mut held);
+    let _ = std::fs::remove_file(&held.socket);
     // Dropping the sandbox tears it down if `serve` did not.
     drop(sandbox);
     code
@@ -173,6 +209,79 @@ fn report(out: &mut std::io::Stdout, ready: ShimReady) -> i32 {
     let _ = serde_json::to_writer(&mut *out, &ready).map(|()| out.write_all(b"\n"));
     let _ = out.flush();
     if failed { 125 } else { 0 }
+}
+
+/// What the shim holds for the daemon besides the sandbox.
+struct Held {
+    record: berth_api::Sandbox,
+    env: std::collections::BTreeMap<String, String>,
+    authority: Option<(String, String)>,
+    /// Where it listens now.
+    socket: PathBuf,
+    /// In the warm pool, not yet claimed.
+    pooled: bool,
+    root: PathBuf,
+    /// Woken from hibernation (see `hibernate`).
+    woken: bool,
+}
+
+impl Held {
+    /// Become the sandbox the daemon names: its host renamed (unless already so named), its record, and its
+    /// socket moved where every sandbox's is.
+    fn claim(
+        &mut self,
+        sandbox: &Sandbox,
+        mut record: berth_api::Sandbox,
+        env: std::collections::BTreeMap<String, String>,
+        authority: Option<(String, String)>,
+    ) -> Result<berth_api::Sandbox, String> {
+        if !self.pooled || record.id != sandbox.id() {
+            return Err("this sandbox is not in the warm pool, or is another".into());
+        }
+        if record.name != self.record.name {
+            sandbox.rename_host(&record.name).map_err(|e| berth_runtime::error_chain(&e))?;
+        }
+        let to = socket_path(&self.root, sandbox.id());
+        std::fs::create_dir_all(shims_dir(&self.root)).map_err(|e| e.to_string())?;
+        std::fs::rename(&self.socket, &to).map_err(|e| format!("move the shim's socket: {e}"))?;
+        record.pid = Some(sandbox.pid());
+        record.state = berth_api::SandboxState::Running;
+        (self.record, self.env, self.authority, self.socket, self.pooled) = (record, env, authority, to, false);
+        Ok(self.record.clone())
+    }
+}
+
+impl Held {
+    /// Write the sandbox's processes to `dir` (they end) and tear the rest down: the image's size and what
+    /// was done.
+    fn hibernate(
+        &self,
+        sandbox: &mut Sandbox,
+        dir: &Path,
+        criu: Option<&Path>,
+    ) -> Result<(u64, berth_api::Teardown), String> {
+        let criu = berth_runtime::checkpoint::Criu::find(criu)?;
+        if self.pooled {
+            return Err("a sandbox of the warm pool is not hibernated".into());
+        }
+        // CRIU rebuilds init's memory from outside the sandbox's user namespace, and refuses to dump a
+        // non-dumpable process whose memory belongs to another namespace.
+        if self.woken {
+            return Err("a sandbox woken from hibernation cannot hibernate again until its runtime is rebuilt \
+                        (berth stop and start, or berth rebuild): CRIU cannot dump the woken init, whose memory \
+                        it made outside the sandbox's user namespace"
+                .into());
+        }
+        let owner = berth_runtime::reservation_owner(&self.root, &self.record.id);
+        let (manifest, t) = sandbox.hibernate(dir, &criu, &owner).map_err(|e| berth_runtime::error_chain(&e))?;
+        let teardown = berth_api::Teardown {
+            id: self.record.id.clone(),
+            steps: t.steps,
+            leftovers: t.leftovers,
+            ..Default::default()
+        };
+        Ok((manifest.bytes, teardown))
+    }
 }
 
 fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox), (String, bool)> {
@@ -232,29 +341,30 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
     Ok((sandbox, record))
 }
 
-/// Answer the daemon until the sandbox is destroyed (0) or its init dies (1).
-#[allow(clippy::too_many_arguments)]
-fn serve(
-    root: &Path,
-    woken: bool,
-    sandbox: &mut Sandbox,
-    listener: &OwnedFd,
-    socket: &Path,
-    record: &berth_api::Sandbox,
-    env: &std::collections::BTreeMap<String, String>,
-    authority: &Option<(String, String)>,
-) -> i32 {
+/// Answer the daemon until the sandbox is destroyed (0), its init dies (1), or, while pooled, its daemon
+/// goes (1).
+fn serve(sandbox: &mut Sandbox, listener: &OwnedFd, held: &mut Held) -> i32 {
+    let stdin = std::io::stdin();
     loop {
-        let (conn_ready, init_gone) = {
+        let (conn_ready, init_gone, daemon_gone) = {
             let pidfd = sandbox.pidfd();
-            let mut fds = [PollFd::new(listener, PollFlags::IN), PollFd::new(&pidfd, PollFlags::IN)];
+            let mut fds = vec![PollFd::new(listener, PollFlags::IN), PollFd::new(&pidfd, PollFlags::IN)];
+            // A pooled sandbox's daemon holds its stdin open: end of file, or anything else on it, means the
+            // daemon is gone and nobody will claim it.
+            if held.pooled {
+                fds.push(PollFd::new(&stdin, PollFlags::IN));
+            }
             match rustix::event::poll(&mut fds, None) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(_) => return 1,
             }
-            (!fds[0].revents().is_empty(), !fds[1].revents().is_empty())
+            (
+                !fds[0].revents().is_empty(),
+                !fds[1].revents().is_empty(),
+                fds.get(2).is_some_and(|f| !f.revents().is_empty()),
+            )
         };
-        if init_gone {
+        if init_gone || daemon_gone {
             return 1;
         }
         if !conn_ready {
@@ -269,48 +379,31 @@ fn serve(
             let sent = match req {
                 ShimRequest::Info => send(
                     &ShimReply::Info {
-                        record: Box::new(record.clone()),
-                        env: env.clone(),
-                        authority: authority.clone(),
+                        record: Box::new(held.record.clone()),
+                        env: held.env.clone(),
+                        authority: held.authority.clone(),
                     },
                     &[],
                 ),
                 ShimRequest::Control => send(&ShimReply::Control, &[sandbox.control()]),
-                ShimRequest::Hibernate { dir, criu } => {
-                    let done = berth_runtime::checkpoint::Criu::find(criu.as_deref()).and_then(|criu| {
-                        // CRIU rebuilds init's memory from outside the sandbox's user namespace, and refuses to
-                        // dump a non-dumpable process whose memory belongs to another namespace.
-                        if woken {
-                            return Err("a sandbox woken from hibernation cannot hibernate again until its runtime \
-                                        is rebuilt (berth stop and start, or berth rebuild): CRIU cannot dump the \
-                                        woken init, whose memory it made outside the sandbox's user namespace"
-                                .to_string());
-                        }
-                        sandbox
-                            .hibernate(&dir, &criu, &berth_runtime::reservation_owner(root, &record.id))
-                            .map_err(|e| berth_runtime::error_chain(&e))
-                    });
-                    match done {
-                        Ok((manifest, t)) => {
-                            let _ = std::fs::remove_file(socket);
-                            let teardown = berth_api::Teardown {
-                                id: record.id.clone(),
-                                steps: t.steps,
-                                leftovers: t.leftovers,
-                                ..Default::default()
-                            };
-                            let _ = send(&ShimReply::Hibernated { bytes: manifest.bytes, teardown }, &[]);
-                            return 0;
-                        }
-                        Err(message) => send(&ShimReply::Error { message }, &[]),
+                ShimRequest::Claim { record, env, authority } => match held.claim(sandbox, *record, env, authority) {
+                    Ok(record) => send(&ShimReply::Claimed { record: Box::new(record) }, &[]),
+                    Err(message) => send(&ShimReply::Error { message }, &[]),
+                },
+                ShimRequest::Hibernate { dir, criu } => match held.hibernate(sandbox, &dir, criu.as_deref()) {
+                    Ok((bytes, teardown)) => {
+                        let _ = std::fs::remove_file(&held.socket);
+                        let _ = send(&ShimReply::Hibernated { bytes, teardown }, &[]);
+                        return 0;
                     }
-                }
+                    Err(message) => send(&ShimReply::Error { message }, &[]),
+                },
                 ShimRequest::Destroy => {
                     let t = sandbox.teardown();
                     // Gone before the answer, so whoever asked finds nothing of it left.
-                    let _ = std::fs::remove_file(socket);
+                    let _ = std::fs::remove_file(&held.socket);
                     let teardown = berth_api::Teardown {
-                        id: record.id.clone(),
+                        id: held.record.id.clone(),
                         steps: t.steps,
                         leftovers: t.leftovers,
                         ..Default::default()

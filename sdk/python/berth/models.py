@@ -332,10 +332,22 @@ class Bound(Model):
 
 
 @dataclass
+class WarmPool(Model):
+    """The daemon's warm pool: sandboxes built ahead for creates that ask for the defaults."""
+
+    __schema__ = "WarmPool"
+    size: int = 0
+    ready: int = 0
+    served: int = 0
+    missed: int = 0
+
+
+@dataclass
 class DaemonInfo(Model):
     __schema__ = "DaemonInfo"
     version: str
     bounds: list[Bound] = field(default_factory=list)
+    warm: WarmPool = field(default_factory=WarmPool)
 
 
 @dataclass

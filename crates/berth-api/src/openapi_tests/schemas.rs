@@ -294,6 +294,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
                     set_by: "berth daemon --max-log-bytes".into(),
                     note: "the middle is dropped, with a marker".into(),
                 }],
+                warm: WarmPool { size: 2, ready: 1, served: 5, missed: 0 },
             }),
         ),
         ("MintedToken", to_value(&MintedToken { id: "a1b2c3".into(), name: "ci".into(), token: "berth_00ff".into() })),

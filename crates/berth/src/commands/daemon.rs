@@ -31,11 +31,18 @@ pub fn daemon(root: &Path, socket: &Path, args: crate::cli::DaemonArgs) -> anyho
     rt.block_on(async {
         let storage =
             berthd::StorageOptions { choice: args.storage, pool_size: args.pool_size, default_disk: args.default_disk };
-        let serve = berthd::serve(root, socket, args.listen, bounds, storage, listeners);
-        tokio::select! {
-            r = serve => r.map_err(anyhow::Error::from),
-            _ = tokio::signal::ctrl_c() => Ok(()),
-        }
+        // SIGINT or SIGTERM: stop serving, tear the warm pool down, exit (sandboxes stay, for the next daemon).
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("handle SIGTERM")?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        };
+        berthd::serve(root, socket, args.listen, bounds, storage, listeners, shutdown)
+            .await
+            .map_err(anyhow::Error::from)
     })?;
     Ok(0)
 }

@@ -6,6 +6,7 @@ mod bench_contexts;
 mod bench_daemon;
 mod bench_egress;
 mod bench_exec;
+mod bench_first;
 mod bench_hibernate;
 mod bench_meter;
 mod bench_pause;
@@ -53,6 +54,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench(args) if args.hibernate => bench_hibernate::bench_hibernate(&cli.socket, args),
         Command::Bench(args) if args.contexts => bench_contexts::bench_contexts(&cli.socket, args),
         Command::Bench(args) if args.soak => bench_soak::bench_soak(&cli.socket, args),
+        Command::Bench(args) if args.first_exec => bench_first::bench_first_exec(args),
         Command::Bench(args) if args.exec => bench_exec::bench_exec(&cli.socket, args),
         Command::Bench(args) => bench::bench(&cli.root, args),
         Command::Daemon(args) => daemon::daemon(&cli.root, &cli.socket, args),

@@ -117,6 +117,19 @@ impl Daemon {
         }
     }
 
+    /// SIGTERM the daemon and wait (at most 30 s) for it to exit: it stops serving and tears its warm pool
+    /// down (its sandboxes' shims live on).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            super::terminate(&mut c);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while c.try_wait().unwrap().is_none() {
+                assert!(Instant::now() < deadline, "the daemon did not exit after SIGTERM");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
     /// `berth --socket SOCKET ARGS...`, ready to run.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_berth"));

@@ -9,14 +9,13 @@ use crate::shim::{self, ShimReady, ShimStart};
 
 impl Engine {
     pub async fn create(&self, mut req: CreateSandbox) -> Result<Sandbox, EngineError> {
-        let id = berth_runtime::new_id().map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?;
-        // An unnamed sandbox is named after its id: unique as ids are, however many are created at once.
-        let name = req.name.clone().unwrap_or_else(|| format!("berth-{id}"));
-        berth_runtime::spec::check_name(&name).map_err(|e| EngineError::invalid(e.to_string()))?;
-        if berth_runtime::spec::check_id(&name).is_ok() {
-            return Err(EngineError::invalid(format!(
-                "{name:?} looks like a sandbox id: a name may not, so that an id always means one sandbox"
-            )));
+        if let Some(name) = &req.name {
+            berth_runtime::spec::check_name(name).map_err(|e| EngineError::invalid(e.to_string()))?;
+            if berth_runtime::spec::check_id(name).is_ok() {
+                return Err(EngineError::invalid(format!(
+                    "{name:?} looks like a sandbox id: a name may not, so that an id always means one sandbox"
+                )));
+            }
         }
         if let Some(c) = req.cpus.filter(|c| !(0.01..=1024.0).contains(c)) {
             return Err(EngineError::invalid(format!("{c} is not a CPU count: use a positive number of cores")));
@@ -64,8 +63,6 @@ impl Engine {
             Some(s) => Some(self.store.snapshot(s)?.ok_or_else(|| EngineError::NoSnapshot(s.clone()))?),
             None => None,
         };
-        let _name = self.reserve_name(&name).await?;
-        req.name = Some(name);
         let image =
             req.image.clone().or_else(|| parent.as_ref().map(|p| p.image.clone())).unwrap_or_else(|| "host".into());
         if image != "host" {
@@ -75,20 +72,56 @@ impl Engine {
             req.env.entry(k).or_insert(v);
         }
         req.image = Some(image);
+        // A name asked for is held before a pooled sandbox is taken, so that a name in use costs the pool none.
+        let asked = match &req.name {
+            Some(n) => Some(self.reserve_name(n).await?),
+            None => None,
+        };
+        let mut warm = self.take_warm(&req).await;
+        let id = match &warm {
+            Some(w) => w.id.clone(),
+            None => berth_runtime::new_id().map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?,
+        };
+        // An unnamed sandbox is named after its id: unique as ids are, however many are created at once.
+        let _name = match asked {
+            Some(guard) => guard,
+            None => match self.reserve_name(&format!("berth-{id}")).await {
+                Ok(guard) => guard,
+                Err(e) => {
+                    if let Some(w) = warm {
+                        self.return_warm(w);
+                    }
+                    return Err(e);
+                }
+            },
+        };
+        req.name.get_or_insert_with(|| format!("berth-{id}"));
         let state = self.state_dir(&id);
-        match &parent {
-            Some(p) => self.pool_clone(self.snapshot_dir(&p.id), state.clone(), false).await?,
-            None => {
+        let made = match (&parent, &warm) {
+            (_, Some(_)) => Ok(()),
+            (Some(p), None) => self.pool_clone(self.snapshot_dir(&p.id), state.clone(), false).await,
+            (None, None) => {
                 let dir = state.clone();
-                self.pool_op(move |pool| pool.create(&dir)).await?
+                self.pool_op(move |pool| pool.create(&dir)).await
             }
-        }
-        let made = self.apply_quota(&id, req.disk_bytes).await;
+        };
+        // A pooled sandbox's volume has the default quota: set again only for another.
+        let made = match made {
+            Ok(()) if warm.as_ref().is_none_or(|w| w.disk != req.disk_bytes) => {
+                self.apply_quota(&id, req.disk_bytes).await
+            }
+            other => other,
+        };
         let parent_id = parent.map(|p| p.id);
         let booted = match made {
-            Ok(()) => self.boot(&id, &req, now_ms(), parent_id.clone(), owner.clone()).await,
+            Ok(()) => self.boot_from(&id, &req, now_ms(), parent_id.clone(), owner.clone(), &mut warm, None).await,
             Err(e) => Err(e),
         };
+        // Not claimed (the create failed before): torn down here, not left to notice its stdin close.
+        if let Some(w) = warm {
+            self.discard_warm(w).await;
+        }
+        self.warm_claimed(&id);
         let record = match booted {
             Ok(r) => r,
             Err(e) => {
@@ -121,7 +154,7 @@ impl Engine {
         parent: Option<String>,
         owner: Option<String>,
     ) -> Result<Sandbox, EngineError> {
-        self.boot_with(id, req, created_at_ms, parent, owner, None).await
+        self.boot_from(id, req, created_at_ms, parent, owner, &mut None, None).await
     }
 
     /// [`boot`](Engine::boot), or, with `restore` (an image directory and the CRIU to use), wake the sandbox
@@ -135,8 +168,20 @@ impl Engine {
         owner: Option<String>,
         restore: Option<(std::path::PathBuf, std::path::PathBuf)>,
     ) -> Result<Sandbox, EngineError> {
+        self.boot_from(id, req, created_at_ms, parent, owner, &mut None, restore).await
+    }
+
+    /// The record a sandbox starts with.
+    pub(super) fn record_of(
+        &self,
+        id: &str,
+        req: &CreateSandbox,
+        created_at_ms: u64,
+        parent: Option<String>,
+        owner: Option<String>,
+    ) -> Result<Sandbox, EngineError> {
         let now = now_ms();
-        let record = Sandbox {
+        Ok(Sandbox {
             id: id.to_string(),
             name: req.name.clone().unwrap_or_default(),
             image: req.image.clone().unwrap_or_else(|| "host".into()),
@@ -162,7 +207,23 @@ impl Engine {
             network: network::network_of(&network::policy_of(&req.network)?),
             owner,
             usage: None,
-        };
+        })
+    }
+
+    /// `boot`, from a pooled sandbox (`warm`, its id `id`) when there is one, else from a shim started now
+    /// (which wakes the sandbox from `restore`, an image and the CRIU to use, when given).
+    #[allow(clippy::too_many_arguments)]
+    async fn boot_from(
+        &self,
+        id: &str,
+        req: &CreateSandbox,
+        created_at_ms: u64,
+        parent: Option<String>,
+        owner: Option<String>,
+        warm: &mut Option<super::warm::Held>,
+        restore: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    ) -> Result<Sandbox, EngineError> {
+        let record = self.record_of(id, req, created_at_ms, parent, owner)?;
         // A session token for this run of the sandbox (its API at BERTH_API, as BERTH_TOKEN); revoked when it
         // stops or is removed. Neither it nor the proxy settings are part of the kept spec.
         let resolved = self.resolve_secrets(&req.secrets, None)?;
@@ -190,6 +251,7 @@ impl Engine {
             volumes,
             files,
             authority: authority.clone(),
+            pooled: false,
             criu: restore.as_ref().map(|(_, criu)| criu.clone()),
             restore: restore.map(|(dir, _)| dir),
         };
@@ -197,7 +259,11 @@ impl Engine {
         // takes the shim over.
         self.store.sandbox_live(&start.record)?;
         self.store.put_spec(id, &serde_json::to_value(req).unwrap_or_default())?;
-        let started = match self.spawn_shim(&start).await {
+        let spawned = match warm.take() {
+            Some(w) => self.claim_warm(w, &start.record, &start.env, &start.authority).await,
+            None => self.spawn_shim(&start).await,
+        };
+        let started = match spawned {
             Ok(record) => adopt(&shim::socket_path(&self.root, &record.id)).await.map(|a| (record, a)),
             Err(e) => Err(e),
         };
@@ -237,6 +303,14 @@ impl Engine {
     }
 
     async fn spawn_shim(&self, start: &ShimStart) -> Result<Sandbox, EngineError> {
+        self.start_shim(start).await.map(|(record, _, _)| record)
+    }
+
+    /// Start a shim for `start` and wait for its first line; its process and stdin are the caller's.
+    pub(super) async fn start_shim(
+        &self,
+        start: &ShimStart,
+    ) -> Result<(Sandbox, tokio::process::Child, tokio::process::ChildStdin), EngineError> {
         let mut child = tokio::process::Command::new(&self.exe)
             .arg("--root")
             .arg(&self.root)
@@ -252,12 +326,11 @@ impl Engine {
         line.push(b'\n');
         let mut stdin = child.stdin.take().ok_or(EngineError::ShimGone)?;
         stdin.write_all(&line).await.map_err(EngineError::SpawnShim)?;
-        drop(stdin);
         let stdout = child.stdout.take().ok_or(EngineError::ShimGone)?;
         let mut first = String::new();
         BufReader::new(stdout).read_line(&mut first).await.map_err(EngineError::SpawnShim)?;
         match serde_json::from_str::<ShimReady>(&first) {
-            Ok(ShimReady::Ready { record }) => Ok(*record),
+            Ok(ShimReady::Ready { record }) => Ok((*record, child, stdin)),
             Ok(ShimReady::Failed { message, invalid }) => {
                 let _ = child.wait().await;
                 Err(if invalid { EngineError::invalid(message) } else { EngineError::Create(message) })

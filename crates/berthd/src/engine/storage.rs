@@ -143,6 +143,8 @@ impl Engine {
     /// space, at most 512 GiB) and use it from the next sandbox on. Refused when the pool holds volumes
     /// already, which the new pool would hide.
     pub async fn init_storage(&self, size: Option<u64>) -> Result<berth_storage::PoolInfo, EngineError> {
+        // The warm pool's volumes would be in the pool replaced: none while it is made, refilled on the new one.
+        let _warm = self.suspend_warm().await;
         let root = self.root.clone();
         let made = tokio::task::spawn_blocking(move || {
             let size = size.map_or_else(|| berth_storage::auto_pool_size(&root), Ok)?;
