@@ -548,16 +548,7 @@ pub async fn serve(
         .map_err(|e| io("set the mode of", e))?;
     crate::memory::spawn_trimmer();
     engine.spawn_meter();
-    let reaper = Arc::clone(&engine);
-    tokio::spawn(async move {
-        for tick in 1u64.. {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            reaper.reap().await;
-            if tick % 120 == 0 {
-                reaper.prune_storage().await;
-            }
-        }
-    });
+    engine.spawn_reaper();
     if let Some(addr) = listen {
         let tcp = tokio::net::TcpListener::bind(addr)
             .await
@@ -573,6 +564,8 @@ pub async fn serve(
         }),
     );
     crate::bounds::log_table(&bounds);
-    crate::listen::serve(listener, app(engine), "unix", None).await;
+    // On a worker of the runtime rather than the thread that waits for the daemon: each connection's task then
+    // starts on the thread that accepted it, with no other thread to wake first.
+    let _ = tokio::spawn(crate::listen::serve(listener, app(engine), "unix", None)).await;
     Ok(())
 }
