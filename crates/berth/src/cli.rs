@@ -350,7 +350,7 @@ pub struct BenchArgs {
     #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "metering"])]
     pub pause: bool,
     /// Instead: density of paused sandboxes: --idle sandboxes created and paused, then the memory and CPU of
-    /// the daemon, the shims and the inits over a quiet spell, and exec on one paused sandbox while the rest
+    /// the daemon, the shims and the inits over a quiet minute, and exec on one paused sandbox while the rest
     /// stay paused.
     #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause"])]
     pub density: bool,

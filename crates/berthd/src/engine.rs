@@ -88,6 +88,8 @@ pub struct Engine {
     criu: Result<berth_runtime::checkpoint::Criu, String>,
     /// Sandboxes built ahead (see `warm`).
     warm: warm::Warm,
+    /// Brings the reaper's next pass forward (see `reap`).
+    reap_wake: Arc<tokio::sync::Notify>,
 }
 
 pub fn now_ms() -> u64 {
@@ -141,6 +143,7 @@ impl Engine {
             budget_removals: std::sync::atomic::AtomicU64::new(0),
             criu: berth_runtime::checkpoint::Criu::find(None),
             warm: warm::Warm::new(bounds.warm),
+            reap_wake: Arc::default(),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
@@ -163,9 +166,11 @@ impl Engine {
     }
 
     /// Adopt the shims in the shims directory that this daemon does not know. With `min_age`, only sockets
-    /// at least that old: a younger one may belong to a create this daemon is finishing itself.
-    async fn adopt(&self, min_age: Option<Duration>) {
-        let Ok(mut dir) = tokio::fs::read_dir(shim::shims_dir(&self.root)).await else { return };
+    /// at least that old: a younger one may belong to a create this daemon is finishing itself. Returns
+    /// whether a socket was left for being younger.
+    async fn adopt(&self, min_age: Option<Duration>) -> bool {
+        let mut young_left = false;
+        let Ok(mut dir) = tokio::fs::read_dir(shim::shims_dir(&self.root)).await else { return false };
         while let Ok(Some(entry)) = dir.next_entry().await {
             let path = entry.path();
             let Some(id) = path.file_stem().and_then(|s| s.to_str()).map(str::to_string) else { continue };
@@ -182,6 +187,7 @@ impl Engine {
                     .and_then(|t| t.elapsed().ok())
                     .is_none_or(|e| e < age);
                 if young {
+                    young_left = true;
                     continue;
                 }
             }
@@ -195,17 +201,22 @@ impl Engine {
                     let record = a.record.clone();
                     let kept = self.store.record(&record.id).ok().flatten();
                     let paused_at = kept.filter(|k| k.state == SandboxState::Paused).and_then(|k| k.paused_at_ms);
+                    // The freezer says whether it is paused (the record may not have been written yet).
+                    let cg = self.cgroups.as_ref().map(|h| h.open(&record.id));
+                    let frozen = cg.as_ref().is_some_and(|c| c.is_frozen().unwrap_or(false));
                     let Ok(live) = self.make_live(a, &decls) else { continue };
                     let mut record = record;
-                    if let Some(at) = paused_at {
+                    if frozen {
                         // Paused by a client or its idle clock: it stays paused until something wakes it.
+                        let at = paused_at.unwrap_or_else(now_ms);
                         live.pause.begin(at);
                         let mut r = live.record.lock().await;
                         (r.state, r.paused_at_ms) = (SandboxState::Paused, Some(at));
                         record = r.clone();
-                    } else if let Some(h) = &self.cgroups {
-                        // A daemon that died mid-snapshot may have left it frozen.
-                        let _ = h.open(&record.id).thaw();
+                    } else if let Some(c) = &cg {
+                        // Not paused, whatever the record says; a freeze that a daemon which died left under
+                        // way is undone.
+                        let _ = c.thaw();
                     }
                     live.note("adopt", serde_json::json!({}), serde_json::json!({"pid": record.pid}));
                     let _ = self.store.sandbox_live(&record);
@@ -218,7 +229,9 @@ impl Engine {
                 }
             }
         }
+        young_left
     }
+
     async fn live(&self, id_or_name: &str) -> Result<Arc<Live>, EngineError> {
         let all = self.sandboxes.lock().await;
         if let Some(l) = all.get(id_or_name) {
@@ -464,6 +477,8 @@ impl Engine {
             let waited = done.wait_for(|r| r.is_some()).await.map(|r| r.clone());
             if let Ok(result) = waited {
                 if let Some(res) = &result {
+                    // The idle clocks start again from an exec's end, not its start.
+                    journal_live.record.lock().await.last_activity_ms = now_ms();
                     let kind = match (res.timed_out, res.killed) {
                         (true, _) => EventKind::ExecTimedOut,
                         (_, true) => EventKind::ExecKilled,

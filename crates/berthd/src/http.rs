@@ -552,16 +552,7 @@ pub async fn serve(
     crate::memory::spawn_trimmer();
     engine.spawn_meter();
     engine.spawn_warm();
-    let reaper = Arc::clone(&engine);
-    tokio::spawn(async move {
-        for tick in 1u64.. {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            reaper.reap().await;
-            if tick % 120 == 0 {
-                reaper.prune_storage().await;
-            }
-        }
-    });
+    engine.spawn_reaper();
     if let Some(addr) = listen {
         let tcp = tokio::net::TcpListener::bind(addr)
             .await
@@ -577,8 +568,11 @@ pub async fn serve(
         }),
     );
     crate::bounds::log_table(&bounds);
+    // On a worker of the runtime rather than the thread that waits for the daemon: each connection's task then
+    // starts on the thread that accepted it, with no other thread to wake first.
+    let server = tokio::spawn(crate::listen::serve(listener, app(Arc::clone(&engine)), "unix", None));
     tokio::select! {
-        _ = crate::listen::serve(listener, app(Arc::clone(&engine)), "unix", None) => {}
+        _ = server => {}
         _ = shutdown => {}
     }
     // Sandboxes outlive the daemon; the warm pool does not.

@@ -23,7 +23,7 @@ pub struct Session {
     waiters: Mutex<HashMap<u64, mpsc::UnboundedSender<Event>>>,
     next: AtomicU64,
     /// Set when init hung up: the sandbox has ended (its shim tears it down).
-    closed: std::sync::atomic::AtomicBool,
+    closed: tokio::sync::watch::Sender<bool>,
     /// What takes the connections init accepted (they are dropped, and so closed, when nothing does). Called
     /// on the task that reads the control socket: it must only hand the connection on.
     connections: Mutex<Option<ConnectionHandler>>,
@@ -39,7 +39,7 @@ impl Session {
             control,
             waiters: Mutex::new(HashMap::new()),
             next: AtomicU64::new(first_request_id()),
-            closed: std::sync::atomic::AtomicBool::new(false),
+            closed: tokio::sync::watch::Sender::new(false),
             connections: Mutex::new(None),
         });
         tokio::spawn(Arc::clone(&session).route());
@@ -109,7 +109,7 @@ impl Session {
         if let Ok(mut w) = self.waiters.lock() {
             w.clear();
         }
-        self.closed.store(true, Ordering::Relaxed);
+        self.closed.send_replace(true);
     }
 
     /// Hand the connections init accepts from now on to `handler`.
@@ -121,7 +121,12 @@ impl Session {
 
     /// Whether init has hung up (the sandbox ended on its own).
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Relaxed)
+        *self.closed.borrow()
+    }
+
+    /// Returns once init has hung up.
+    pub async fn closed(&self) {
+        let _ = self.closed.subscribe().wait_for(|closed| *closed).await;
     }
 }
 

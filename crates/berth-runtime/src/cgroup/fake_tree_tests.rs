@@ -158,8 +158,14 @@ fn v1_comounted_cpu_cpuacct_is_made_once() {
 
     cg.freeze().unwrap();
     assert_eq!(read_trimmed(&at("freezer").join("freezer.state")), "FROZEN");
+    assert!(cg.is_frozen().unwrap());
     cg.thaw().unwrap();
     assert_eq!(read_trimmed(&at("freezer").join("freezer.state")), "THAWED");
+    assert!(!cg.is_frozen().unwrap());
+    // A fake file takes what is written at once: the freeze settles on the first look.
+    assert!(cg.try_freeze(std::time::Duration::ZERO).unwrap());
+    assert!(cg.is_frozen().unwrap());
+    cg.thaw().unwrap();
 
     assert_eq!(h.list(), ["sb2"]);
     cg.remove().unwrap();

@@ -171,6 +171,26 @@ impl Cgroup {
         }
     }
 
+    /// Ask for a freeze and wait for it at most `spin`, looking without sleeping: for a caller that should not
+    /// block for long. `Ok(true)`: frozen. `Ok(false)`: still freezing, and left so: [`Cgroup::freeze`] then
+    /// waits longer (and undoes and retries a freeze that does not settle), or [`Cgroup::thaw`] undoes it.
+    pub fn try_freeze(&self, spin: Duration) -> Result<bool, CgroupError> {
+        match &self.kind {
+            Kind::V1(dirs) => v1::try_freeze(&dirs.freezer, spin),
+            Kind::V2(dir) => v2::try_freeze(dir, spin),
+            Kind::Invalid { .. } => self.check().map(|()| false),
+        }
+    }
+
+    /// Whether every task of the cgroup is frozen (a freeze still under way is not).
+    pub fn is_frozen(&self) -> Result<bool, CgroupError> {
+        match &self.kind {
+            Kind::V1(dirs) => v1::frozen(&dirs.freezer.join("freezer.state")),
+            Kind::V2(dir) => v2::frozen(&dir.join("cgroup.events")),
+            Kind::Invalid { .. } => self.check().map(|()| false),
+        }
+    }
+
     pub fn thaw(&self) -> Result<(), CgroupError> {
         match &self.kind {
             Kind::V1(dirs) => v1::thaw(&dirs.freezer),

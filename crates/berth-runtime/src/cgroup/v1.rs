@@ -136,11 +136,27 @@ pub(crate) fn freeze(freezer: &Path, within: Duration) -> Result<(), CgroupError
     let failed = |source| CgroupError::Freeze { path: path.clone(), state: "FROZEN", source };
     fsio::write(&path, "FROZEN").map_err(failed)?;
     // FREEZING until every task has stopped.
-    if fsio::wait_for(within, || Ok(fsio::read(&path)?.trim() == "FROZEN"))? {
+    if fsio::wait_for(within, || frozen(&path))? {
         Ok(())
     } else {
         Err(failed(fsio::timed_out("tasks still freezing")))
     }
+}
+
+/// Ask for a freeze and look at it without sleeping for at most `spin`: whether it settled.
+pub(crate) fn try_freeze(freezer: &Path, spin: Duration) -> Result<bool, CgroupError> {
+    let path = freezer.join("freezer.state");
+    fsio::write(&path, "FROZEN").map_err(|source| CgroupError::Freeze {
+        path: path.clone(),
+        state: "FROZEN",
+        source,
+    })?;
+    fsio::spin_for(spin, || frozen(&path))
+}
+
+/// Whether `freezer.state` says every task is frozen (`FREEZING` is not yet).
+pub(crate) fn frozen(state: &Path) -> Result<bool, CgroupError> {
+    Ok(fsio::read(state)?.trim() == "FROZEN")
 }
 
 pub(crate) fn thaw(freezer: &Path) -> Result<(), CgroupError> {

@@ -117,11 +117,24 @@ pub(crate) fn freeze(dir: &Path, within: Duration) -> Result<(), CgroupError> {
     fsio::write(&path, "1").map_err(failed)?;
     // Freezing is asynchronous: cgroup.events says "frozen 1" once every task has stopped.
     let events = dir.join("cgroup.events");
-    if fsio::wait_for(within, || Ok(fsio::keyed(&fsio::read(&events)?, "frozen") == Some(1)))? {
+    if fsio::wait_for(within, || frozen(&events))? {
         Ok(())
     } else {
         Err(failed(fsio::timed_out("cgroup.events did not say \"frozen 1\" in time")))
     }
+}
+
+/// Ask for a freeze and look at it without sleeping for at most `spin`: whether it settled.
+pub(crate) fn try_freeze(dir: &Path, spin: Duration) -> Result<bool, CgroupError> {
+    let path = dir.join("cgroup.freeze");
+    fsio::write(&path, "1").map_err(|source| CgroupError::Freeze { path: path.clone(), state: "1", source })?;
+    let events = dir.join("cgroup.events");
+    fsio::spin_for(spin, || frozen(&events))
+}
+
+/// Whether `cgroup.events` says every task is frozen.
+pub(crate) fn frozen(events: &Path) -> Result<bool, CgroupError> {
+    Ok(fsio::keyed(&fsio::read(events)?, "frozen") == Some(1))
 }
 
 pub(crate) fn thaw(dir: &Path) -> Result<(), CgroupError> {
@@ -239,6 +252,13 @@ mod tests {
         assert_eq!(read_trimmed(&dir.join("cgroup.freeze")), "1");
         thaw(&dir).unwrap();
         assert_eq!(read_trimmed(&dir.join("cgroup.freeze")), "0");
+        // Asked, not yet settled: the spin gives up and leaves it asked.
+        fs::write(dir.join("cgroup.events"), "populated 1\nfrozen 0\n").unwrap();
+        assert!(!try_freeze(&dir, Duration::from_micros(200)).unwrap());
+        assert_eq!(read_trimmed(&dir.join("cgroup.freeze")), "1");
+        assert!(!frozen(&dir.join("cgroup.events")).unwrap());
+        fs::write(dir.join("cgroup.events"), "populated 1\nfrozen 1\n").unwrap();
+        assert!(try_freeze(&dir, Duration::ZERO).unwrap());
         fs::remove_file(dir.join("cgroup.freeze")).unwrap();
         assert!(matches!(freeze(&dir, Duration::from_millis(50)), Err(CgroupError::Freeze { .. })));
     }

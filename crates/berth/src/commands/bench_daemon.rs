@@ -19,6 +19,9 @@ use crate::client::{Client, segment};
 /// How long the idle sandboxes settle before the measurement, and how long it lasts.
 const SETTLE: Duration = Duration::from_secs(2);
 const WINDOW: Duration = Duration::from_secs(10);
+/// With paused sandboxes the window is a minute: a daemon that does nothing for them shows 0 however long it
+/// is watched, and a cost of a few milliseconds a minute still shows.
+const PAUSED_WINDOW: Duration = Duration::from_secs(60);
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// The knobs of these measurements. `berth bench` has no flags for them, so they come from the environment:
@@ -243,7 +246,7 @@ fn measure_idle(
     let hz = clock_ticks();
     let before: Vec<BTreeMap<i32, u64>> = groups.iter().map(|g| cpu_ticks(&g.pids)).collect();
     let t = Instant::now();
-    std::thread::sleep(WINDOW);
+    std::thread::sleep(if opts.pause { PAUSED_WINDOW } else { WINDOW });
     let after: Vec<BTreeMap<i32, u64>> = groups.iter().map(|g| cpu_ticks(&g.pids)).collect();
     let window_s = t.elapsed().as_secs_f64();
 

@@ -96,6 +96,8 @@ impl Engine {
             let waited = finished.wait_for(|r| r.is_some()).await.map(|r| r.clone());
             if let Ok(result) = waited {
                 if let Some(res) = &result {
+                    // The idle clocks start again from a shell's end, not its start.
+                    journal_live.record.lock().await.last_activity_ms = super::now_ms();
                     let kind = if res.killed { EventKind::ExecKilled } else { EventKind::ExecFinished };
                     events.emit(&sid2, kind, Some(eid.clone()), Some(res.exit_code));
                 }

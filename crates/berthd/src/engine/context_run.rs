@@ -80,8 +80,12 @@ impl Engine {
         tokio::spawn(async move {
             let run =
                 Run { engine, live, ctx: c, budget: Budget::new(max_output), log: Some(log), tx: Some(tx), total: 0 };
+            let (engine, live) = (Arc::clone(&run.engine), Arc::clone(&run.live));
             run.pump(conn, timeout, log_path).await;
             drop(guard);
+            // The sandbox's idle clocks start again from the run's end.
+            live.record.lock().await.last_activity_ms = now_ms();
+            engine.wake_reaper();
         });
         Ok(rx)
     }

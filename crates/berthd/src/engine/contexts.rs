@@ -230,6 +230,8 @@ impl Engine {
         self.replace_interpreter(&c).await?;
         live.note("context_restart", serde_json::json!({"context": c.snapshot().id}), serde_json::json!({}));
         drop(_run);
+        // The sandbox's idle clocks run again.
+        self.wake_reaper();
         Ok(c.view())
     }
 

@@ -296,6 +296,12 @@ impl Engine {
                 return Err(e);
             }
         };
+        // Its idle clocks start once it is ready: a slow build is no idle time.
+        let record = {
+            let mut r = live.record.lock().await;
+            r.last_activity_ms = now_ms();
+            r.clone()
+        };
         self.store.sandbox_live(&record)?;
         self.store.put_spec(&record.id, &serde_json::to_value(req).unwrap_or_default())?;
         self.sandboxes.lock().await.insert(record.id.clone(), live);

@@ -479,6 +479,7 @@ impl Engine {
         );
         Self::log_egress(&live, attempts);
         self.route_connections(&live);
+        self.watch_session(&live);
         Ok(live)
     }
 }

@@ -69,6 +69,22 @@ pub(crate) fn remaining(
     (!left.is_zero()).then_some(left)
 }
 
+/// How long a pause looks at the freezer on the daemon's own thread, without sleeping, before it hands the
+/// wait to a blocking thread: a freeze of a few tasks settles well within it.
+const FREEZE_SPIN: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Freeze sandbox `sid`'s cgroup: at once in the usual case, else on a blocking thread (which waits longer,
+/// and undoes and retries a freeze that does not settle).
+async fn freeze(cg: berth_runtime::cgroup::Cgroup, sid: &str) -> Result<(), EngineError> {
+    if cg.try_freeze(FREEZE_SPIN).unwrap_or(false) {
+        return Ok(());
+    }
+    tokio::task::spawn_blocking(move || cg.freeze())
+        .await
+        .map_err(|_| EngineError::Conflict("freezing panicked".into()))?
+        .map_err(|e| EngineError::Conflict(format!("sandbox {sid} could not be paused: {e}")))
+}
+
 impl Engine {
     /// Freeze every process of a running sandbox. `why`: `asked` (a client) or `idle` (`idle_pause_seconds`).
     pub async fn pause(&self, id: &str, why: &str) -> Result<Sandbox, EngineError> {
@@ -90,21 +106,34 @@ impl Engine {
         let Some(h) = &self.cgroups else {
             return Err(EngineError::Conflict("this host has no cgroup freezer that berth can use".into()));
         };
-        let cg = h.open(&sid);
-        tokio::task::spawn_blocking(move || cg.freeze())
-            .await
-            .map_err(|_| EngineError::Conflict("freezing panicked".into()))?
-            .map_err(|e| EngineError::Conflict(format!("sandbox {sid} could not be paused: {e}")))?;
+        freeze(h.open(&sid), &sid).await?;
         let at = now_ms();
         live.pause.begin(at);
         r.state = SandboxState::Paused;
         r.paused_at_ms = Some(at);
         let record = r.clone();
+        // Written after the answer, in order with every other write (queued while the record is held). The
+        // frozen cgroup is itself the state of record: a restarted daemon reads it at the adoption.
+        self.store.sandbox_live_later(record.clone());
         drop(r);
-        let _ = self.store.sandbox_live(&record);
         live.note("pause", serde_json::json!({"reason": why}), serde_json::json!({}));
         self.events.emit(&sid, EventKind::Paused, None, None);
+        self.after_pause_or_resume(&live, true);
         Ok(record)
+    }
+
+    /// What a pause or resume leaves to be done after its answer: the record's write, and at a pause the
+    /// sandbox's last sample (its memory, which holds still while it is paused; the meter passes it over).
+    fn after_pause_or_resume(&self, live: &Arc<Live>, paused: bool) {
+        let Some(engine) = self.this.get().and_then(std::sync::Weak::upgrade) else { return };
+        let live = Arc::clone(live);
+        tokio::spawn(async move {
+            let _ = engine.store.flush();
+            if paused {
+                let id = live.record.lock().await.id.clone();
+                engine.sample(&[(id, live)], u64::MAX).await;
+            }
+        });
     }
 
     /// Thaw a paused sandbox; a running one is left as it is. `cause` becomes its last activity.
@@ -120,15 +149,15 @@ impl Engine {
             return Ok(r.clone());
         }
         if let Some(h) = &self.cgroups {
-            let cg = h.open(&r.id);
-            tokio::task::spawn_blocking(move || cg.thaw())
-                .await
-                .map_err(|_| EngineError::Conflict("thawing panicked".into()))?
+            // One write, which the kernel does at once: not worth a hop to a blocking thread.
+            h.open(&r.id)
+                .thaw()
                 .map_err(|e| EngineError::Conflict(format!("sandbox {} could not be resumed: {e}", r.id)))?;
         }
         let lasted = live.pause.end(now);
         if let Ok(mut m) = live.meter.lock() {
             m.paused_ms += lasted;
+            m.resumed(now);
         }
         r.state = SandboxState::Running;
         r.paused_at_ms = None;
@@ -138,10 +167,11 @@ impl Engine {
         r.last_activity_ms = now;
         r.last_activity = Some(cause.to_string());
         let record = r.clone();
+        self.store.sandbox_live_later(record.clone());
         drop(r);
-        let _ = self.store.sandbox_live(&record);
         live.note("resume", serde_json::json!({"cause": cause}), serde_json::json!({"paused_ms": lasted}));
         self.events.emit(&record.id, EventKind::Resumed, None, None);
+        self.after_pause_or_resume(live, false);
         Ok(record)
     }
 

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use berth_api::{Budget, Charged, EventKind, SandboxState, Usage};
 use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast::error::RecvError;
 
 use super::{Engine, Live, now_ms};
 use crate::EngineError;
@@ -74,6 +75,16 @@ pub(super) fn meter_path(root: &Path, id: &str) -> PathBuf {
 impl Meter {
     pub(super) fn load(root: &Path, id: &str) -> Meter {
         std::fs::read(meter_path(root, id)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+    }
+
+    /// At a resume: the memory sampled at the pause was held all through it, so the integral grows by that
+    /// much for the time since that sample, with nothing read from the kernel.
+    pub(super) fn resumed(&mut self, now: u64) {
+        if self.last_sample_ms > 0 && now > self.last_sample_ms {
+            let secs = (now - self.last_sample_ms) as f64 / 1000.0;
+            self.memory_gib_seconds += self.last_memory_bytes as f64 / (1u64 << 30) as f64 * secs;
+            self.last_sample_ms = now;
+        }
     }
 
     /// Count a closed proxy connection's bytes.
@@ -141,24 +152,38 @@ fn reason(kind: &str, used: f64, limit: f64, unit: &str) -> String {
 }
 
 impl Engine {
-    /// Sample every running sandbox once a second, for as long as the engine lives.
+    /// Sample every running sandbox once a second, for as long as the engine lives. While none runs (none
+    /// there, or every one paused) there is nothing to sample: the meter waits for a lifecycle event (a create,
+    /// a resume, …) instead.
     pub fn spawn_meter(self: &Arc<Engine>) {
         let weak = Arc::downgrade(self);
+        let events = self.events.tx.clone();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(SAMPLE_EVERY).await;
+                // Listening from before the round: an event during it is not missed.
+                let mut stirred = events.subscribe();
                 let Some(engine) = weak.upgrade() else { return };
-                engine.sample_all().await;
+                let sampled = engine.sample_all().await;
+                drop(engine);
+                if sampled == 0 && matches!(stirred.recv().await, Err(RecvError::Closed)) {
+                    return;
+                }
             }
         });
     }
 
-    /// The running sandboxes' ids and handles, not being removed or stopped.
+    /// The running sandboxes' ids and handles, not being removed or stopped. A paused one is passed over
+    /// without a look at its record: it uses no CPU and its memory stays as it was sampled at the pause (the
+    /// resume integrates the time between).
     async fn metered(&self) -> Vec<(String, Arc<Live>)> {
         let all: Vec<Arc<Live>> = self.sandboxes.lock().await.values().cloned().collect();
         let removing = self.removing.lock().map(|r| r.clone()).unwrap_or_default();
         let mut out = Vec::new();
         for l in all {
+            if l.pause.is_paused() {
+                continue;
+            }
             let (id, state) = {
                 let r = l.record.lock().await;
                 (r.id.clone(), r.state)
@@ -190,7 +215,7 @@ impl Engine {
 
     /// Sample these sandboxes: update each meter, and return their usage (own use only in `charged`). Disk
     /// use is read again where the last reading is older than `disk_age_ms`.
-    async fn sample(&self, live: &[(String, Arc<Live>)], disk_age_ms: u64) -> Vec<Usage> {
+    pub(super) async fn sample(&self, live: &[(String, Arc<Live>)], disk_age_ms: u64) -> Vec<Usage> {
         let now = now_ms();
         let due: Vec<(String, bool)> = live
             .iter()
@@ -303,10 +328,14 @@ impl Engine {
             .unwrap_or_default()
     }
 
-    /// Add each sandbox's live children's use to what is charged to it.
+    /// Add each sandbox's live children's use to what is charged to it (both among those in `usage`).
     async fn charge_children(&self, usage: &mut [Usage]) {
+        let lives: Vec<Arc<Live>> = {
+            let all = self.sandboxes.lock().await;
+            usage.iter().filter_map(|u| all.get(&u.id).cloned()).collect()
+        };
         let mut owners: HashMap<String, String> = HashMap::new();
-        for l in self.sandboxes.lock().await.values() {
+        for l in lives {
             let r = l.record.lock().await;
             if let Some(o) = &r.owner {
                 owners.insert(r.id.clone(), o.clone());
@@ -323,8 +352,9 @@ impl Engine {
         }
     }
 
-    /// One round: sample every running sandbox, warn at 80 % of a limit, and remove those past one.
-    async fn sample_all(&self) {
+    /// One round: sample every running sandbox, warn at 80 % of a limit, and remove those past one. Returns
+    /// how many were sampled.
+    async fn sample_all(&self) -> usize {
         let live = self.metered().await;
         let mut usage = self.sample(&live, DISK_EVERY_MS).await;
         self.charge_children(&mut usage).await;
@@ -367,6 +397,7 @@ impl Engine {
             }
         }
         self.samples.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        usage.len()
     }
 
     /// What running sandbox `id` has used, measured now (its disk too).

@@ -71,6 +71,9 @@ pub const IDEMPOTENCY_TTL_MS: u64 = 24 * 3600 * 1000;
 
 pub struct Store {
     conn: Mutex<Connection>,
+    /// Live sandboxes' records to be written before anything else is done with the database (see
+    /// [`Store::sandbox_live_later`]), oldest first.
+    later: Mutex<Vec<berth_api::Sandbox>>,
 }
 
 impl Store {
@@ -92,12 +95,32 @@ impl Store {
             conn.execute_batch(&format!("BEGIN; {sql}; PRAGMA user_version = {version}; COMMIT;"))
                 .map_err(|source| StoreError::Migrate { version, source })?;
         }
-        Ok(Store { conn: Mutex::new(conn) })
+        Ok(Store { conn: Mutex::new(conn), later: Mutex::new(Vec::new()) })
     }
 
+    /// Every use of the database: the records queued by [`Store::sandbox_live_later`] are written first.
     pub(crate) fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, StoreError> {
         let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let queued = std::mem::take(&mut *self.later.lock().map_err(|_| StoreError::Poisoned)?);
+        for record in &queued {
+            upsert_live(&conn, record)?;
+        }
         Ok(f(&conn)?)
+    }
+
+    /// Record a live sandbox as [`Store::sandbox_live`] does, but later: by the next [`Store::flush`] or
+    /// before the next use of the database, whichever comes first, so in order with every other write and
+    /// seen by every read. For a change whose state of record is also elsewhere (a pause is the cgroup's
+    /// freezer, which a restarted daemon reads), so that its caller need not wait for the write.
+    pub fn sandbox_live_later(&self, record: berth_api::Sandbox) {
+        if let Ok(mut q) = self.later.lock() {
+            q.push(record);
+        }
+    }
+
+    /// Write what [`Store::sandbox_live_later`] queued.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.with(|_| Ok(()))
     }
 
     pub fn add_token(&self, id: &str, name: &str, sha256: &str, now_ms: u64) -> Result<(), StoreError> {
@@ -194,15 +217,7 @@ impl Store {
 
     /// Record a sandbox (again), as live.
     pub fn sandbox_live(&self, record: &berth_api::Sandbox) -> Result<(), StoreError> {
-        let json = serde_json::to_string(record).unwrap_or_default();
-        self.with(|c| {
-            c.execute(
-                "INSERT INTO sandboxes (id, name, record) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(id) DO UPDATE SET name = ?2, record = ?3, gone_at_ms = NULL, gone_reason = NULL",
-                params![record.id, record.name, json],
-            )
-            .map(|_| ())
-        })
+        self.with(|c| upsert_live(c, record))
     }
 
     pub fn sandbox_gone(&self, id: &str, reason: &str, now_ms: u64) -> Result<(), StoreError> {
@@ -251,6 +266,22 @@ impl Store {
     }
 }
 
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}
+
+fn upsert_live(c: &Connection, record: &berth_api::Sandbox) -> rusqlite::Result<()> {
+    let json = serde_json::to_string(record).unwrap_or_default();
+    c.execute(
+        "INSERT INTO sandboxes (id, name, record) VALUES (?1, ?2, ?3)
+         ON CONFLICT(id) DO UPDATE SET name = ?2, record = ?3, gone_at_ms = NULL, gone_reason = NULL",
+        params![record.id, record.name, json],
+    )
+    .map(|_| ())
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -280,5 +311,32 @@ mod tests {
         assert_eq!(s.idempotent_get("create k").unwrap(), Some((201, serde_json::json!({"id": "x"}))));
         assert_eq!(s.live_ids().unwrap(), ["0123456789ab"]);
         assert_eq!(s.gone_reason("ba9876543210").unwrap(), Some("removed".into()));
+    }
+
+    #[test]
+    fn a_record_written_later_is_written_before_anything_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let mut rec: berth_api::Sandbox = serde_json::from_value(serde_json::json!({
+            "id": "0123456789ab", "name": "n", "image": "host", "state": "running", "created_at_ms": 1,
+            "expires_at_ms": null, "idle_timeout_seconds": null, "last_activity_ms": 1, "memory_bytes": null,
+            "pids": null, "cpus": null, "labels": {}, "pid": 7
+        }))
+        .unwrap();
+        s.sandbox_live(&rec).unwrap();
+        rec.state = berth_api::SandboxState::Paused;
+        s.sandbox_live_later(rec.clone());
+        // A read sees it.
+        assert_eq!(s.record("0123456789ab").unwrap().unwrap().state, berth_api::SandboxState::Paused);
+        // A removal after it is not undone by it.
+        s.sandbox_live_later(rec.clone());
+        s.sandbox_gone("0123456789ab", "removed", 2).unwrap();
+        s.flush().unwrap();
+        assert!(s.live_ids().unwrap().is_empty());
+        // Queued and never flushed by hand: written when the store closes.
+        rec.id = "ba9876543210".into();
+        s.sandbox_live_later(rec);
+        drop(s);
+        assert_eq!(Store::open(dir.path()).unwrap().live_ids().unwrap(), ["ba9876543210"]);
     }
 }
