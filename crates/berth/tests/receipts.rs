@@ -66,9 +66,10 @@ fn rm_prints_a_receipt_with_outputs_their_digests_and_a_clean_leak_check() {
 #[test]
 fn a_ttl_that_runs_out_goes_through_the_same_teardown() {
     let d = Daemon::start();
-    let id = d.create(&["--ttl", "1s", "--output", "/workspace/*.log"]);
+    // Long enough that a create slowed by a loaded host still leaves time for the exec before the TTL ends.
+    let id = d.create(&["--ttl", "4s", "--output", "/workspace/*.log"]);
     d.sh(&id, "echo done > /workspace/run.log");
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Instant::now() + Duration::from_secs(20);
     while !d.ids().is_empty() {
         assert!(Instant::now() < deadline, "the TTL did not end the sandbox");
         std::thread::sleep(Duration::from_millis(100));
