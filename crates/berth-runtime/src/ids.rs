@@ -46,12 +46,7 @@ impl IdBlock {
             if reserved_by(dir, slot).is_some() {
                 continue;
             }
-            let file = File::options()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(dir.join(format!("{slot}.lock")))
-                .map_err(io)?;
+            let file = lock_file(dir, slot).map_err(io)?;
             match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
                 // Kept for a hibernated sandbox: not given out again until it wakes or is removed.
                 Ok(()) if reserved_by(dir, slot).is_some() => continue,
@@ -80,12 +75,7 @@ impl IdBlock {
             _ => {}
         }
         std::fs::create_dir_all(dir).map_err(io)?;
-        let file = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(format!("{slot}.lock")))
-            .map_err(io)?;
+        let file = lock_file(dir, slot).map_err(io)?;
         // A claim that looked at the block before its reservation was written lets go of it at once.
         let mut tries = 0;
         loop {
@@ -118,6 +108,11 @@ impl IdBlock {
     pub fn slot(&self) -> u32 {
         self.slot
     }
+}
+
+/// The file whose lock is block `slot`'s claim.
+fn lock_file(dir: &Path, slot: u32) -> std::io::Result<File> {
+    File::options().create(true).truncate(false).write(true).open(dir.join(format!("{slot}.lock")))
 }
 
 fn reservation(dir: &Path, slot: u32) -> std::path::PathBuf {
