@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use berth_api::{CreateSandbox, ExecFrame, ExecRequest, Sandbox};
+use berth_api::{CreateSandbox, ExecRequest, Sandbox};
 
 use super::bench_daemon::{self, DaemonBenchOpts};
 use crate::cli::BenchArgs;
@@ -85,19 +85,9 @@ fn measure(socket: &Path, sandbox: &Sandbox, args: &BenchArgs) -> anyhow::Result
     let mut api = Vec::new();
     let mut cli = Vec::new();
     let mut nsenter = Vec::new();
-    let req = ExecRequest { argv: vec!["true".into()], ..ExecRequest::default() };
-    let path = format!("/v1/sandboxes/{}/execs", sandbox.id);
     for round in 0..args.warmup + args.runs {
         let t = Instant::now();
-        let mut stream = Client::connect(socket)?.post_json_stream(&path, &req)?;
-        let mut exited = false;
-        while let Some(line) = stream.next_line()? {
-            if let Ok(ExecFrame::Exit(r)) = serde_json::from_slice::<ExecFrame>(&line) {
-                anyhow::ensure!(r.exit_code == 0, "exec true failed: {r:?}");
-                exited = true;
-            }
-        }
-        anyhow::ensure!(exited, "the exec stream ended without an exit frame");
+        super::bench_first::exec_true(socket, &sandbox.id)?;
         let api_ms = t.elapsed().as_secs_f64() * 1000.0;
         let cli_ms = time(Command::new(&exe).arg("--socket").arg(socket).args(["exec", &sandbox.id, "--", "true"]))?;
         let ns_ms = time(Command::new("nsenter").args(["-t", &pid, "-a", "true"]))?;

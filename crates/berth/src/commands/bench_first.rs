@@ -75,7 +75,7 @@ impl Daemon {
 }
 
 /// `exec true` in sandbox `id` through the API; it must exit 0.
-fn exec_true(socket: &Path, id: &str) -> anyhow::Result<()> {
+pub(super) fn exec_true(socket: &Path, id: &str) -> anyhow::Result<()> {
     let req = ExecRequest { argv: vec!["true".into()], ..ExecRequest::default() };
     let mut stream = Client::connect(socket)?.post_json_stream(&format!("/v1/sandboxes/{id}/execs"), &req)?;
     let mut exited = false;

@@ -157,20 +157,6 @@ impl Engine {
         self.boot_from(id, req, created_at_ms, parent, owner, &mut None, None).await
     }
 
-    /// [`boot`](Engine::boot), or, with `restore` (an image directory and the CRIU to use), wake the sandbox
-    /// hibernated there.
-    pub(crate) async fn boot_with(
-        &self,
-        id: &str,
-        req: &CreateSandbox,
-        created_at_ms: u64,
-        parent: Option<String>,
-        owner: Option<String>,
-        restore: Option<(std::path::PathBuf, std::path::PathBuf)>,
-    ) -> Result<Sandbox, EngineError> {
-        self.boot_from(id, req, created_at_ms, parent, owner, &mut None, restore).await
-    }
-
     /// The record a sandbox starts with.
     pub(super) fn record_of(
         &self,
@@ -213,7 +199,7 @@ impl Engine {
     /// `boot`, from a pooled sandbox (`warm`, its id `id`) when there is one, else from a shim started now
     /// (which wakes the sandbox from `restore`, an image and the CRIU to use, when given).
     #[allow(clippy::too_many_arguments)]
-    async fn boot_from(
+    pub(super) async fn boot_from(
         &self,
         id: &str,
         req: &CreateSandbox,

@@ -68,18 +68,14 @@ impl Engine {
         .await
         .map_err(|_| EngineError::ShimGone)
         .and_then(|r| r);
-        let reply = match reply {
-            Ok(ShimReply::Hibernated { bytes, .. }) => {
-                self.sandboxes.lock().await.remove(&sid);
-                Ok(ShimReply::Hibernated { bytes, teardown: Default::default() })
-            }
-            other => other,
-        };
+        // No longer live before the reaper may look again.
+        if let Ok(ShimReply::Hibernated { .. }) = reply {
+            self.sandboxes.lock().await.remove(&sid);
+        }
         if let Ok(mut r) = self.removing.lock() {
             r.remove(&sid);
         }
-        let reply = reply?;
-        let bytes = match reply {
+        let bytes = match reply? {
             ShimReply::Hibernated { bytes, .. } => bytes,
             ShimReply::Error { message } => {
                 let _ = tokio::fs::remove_dir_all(&dir).await;
@@ -167,12 +163,13 @@ impl Engine {
         let dir = self.hibernate_dir(&hib.id);
         let started = std::time::Instant::now();
         let woke = self
-            .boot_with(
+            .boot_from(
                 &hib.id,
                 &spec,
                 hib.created_at_ms,
                 hib.parent.clone(),
                 hib.owner.clone(),
+                &mut None,
                 Some((dir.clone(), criu.path)),
             )
             .await;

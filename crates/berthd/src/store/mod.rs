@@ -287,6 +287,16 @@ fn upsert_live(c: &Connection, record: &berth_api::Sandbox) -> rusqlite::Result<
 mod tests {
     use super::*;
 
+    /// A running sandbox's record with only the fields a record must have.
+    fn sample_record() -> berth_api::Sandbox {
+        serde_json::from_value(serde_json::json!({
+            "id": "0123456789ab", "name": "n", "image": "host", "state": "running", "created_at_ms": 1,
+            "expires_at_ms": null, "idle_timeout_seconds": null, "last_activity_ms": 1, "memory_bytes": null,
+            "pids": null, "cpus": null, "labels": {}, "pid": 7
+        }))
+        .unwrap()
+    }
+
     #[test]
     fn state_survives_a_reopen_and_migrations_run_once() {
         let dir = tempfile::tempdir().unwrap();
@@ -294,12 +304,7 @@ mod tests {
             let s = Store::open(dir.path()).unwrap();
             s.add_token("t1", "ci", "abc", 1).unwrap();
             s.idempotent_put("create k", 201, &serde_json::json!({"id": "x"}), 1).unwrap();
-            let mut rec: berth_api::Sandbox = serde_json::from_value(serde_json::json!({
-                "id": "0123456789ab", "name": "n", "image": "host", "state": "running", "created_at_ms": 1,
-                "expires_at_ms": null, "idle_timeout_seconds": null, "last_activity_ms": 1, "memory_bytes": null,
-                "pids": null, "cpus": null, "labels": {}, "pid": 7
-            }))
-            .unwrap();
+            let mut rec = sample_record();
             s.sandbox_live(&rec).unwrap();
             rec.id = "ba9876543210".into();
             s.sandbox_live(&rec).unwrap();
@@ -317,12 +322,7 @@ mod tests {
     fn a_record_written_later_is_written_before_anything_after_it() {
         let dir = tempfile::tempdir().unwrap();
         let s = Store::open(dir.path()).unwrap();
-        let mut rec: berth_api::Sandbox = serde_json::from_value(serde_json::json!({
-            "id": "0123456789ab", "name": "n", "image": "host", "state": "running", "created_at_ms": 1,
-            "expires_at_ms": null, "idle_timeout_seconds": null, "last_activity_ms": 1, "memory_bytes": null,
-            "pids": null, "cpus": null, "labels": {}, "pid": 7
-        }))
-        .unwrap();
+        let mut rec = sample_record();
         s.sandbox_live(&rec).unwrap();
         rec.state = berth_api::SandboxState::Paused;
         s.sandbox_live_later(rec.clone());
