@@ -36,6 +36,9 @@ struct Init {
 }
 
 /// Run as PID 1 until the supervisor hangs up. Returns the process exit code.
+///
+/// Started as `berth init`, or as `berth init --resumed STATE` by itself after a restore (see
+/// [`Request::Reexec`]), where STATE names the commands it runs and the listeners it holds.
 pub fn run() -> i32 {
     let Some(control) = berth_sys::fd::inherited(CONTROL_FD) else {
         eprintln!("berth init: no control socket on descriptor {CONTROL_FD}; init is only started by berth");
@@ -45,6 +48,17 @@ pub fn run() -> i32 {
     if rustix::io::fcntl_setfd(&control, rustix::io::FdFlags::CLOEXEC).is_err() {
         return 125;
     }
+    let args: Vec<String> = std::env::args().collect();
+    let resumed = match args.get(2).map(String::as_str) {
+        Some("--resumed") => match decode_state(args.get(3).map_or("", String::as_str)) {
+            Ok(state) => Some(state),
+            Err(message) => {
+                let _ = protocol::send(control.as_fd(), &Event::Rejected { message }, &[]);
+                return 125;
+            }
+        },
+        _ => None,
+    };
     // Not dumpable: the code init hosts cannot read init's memory or descriptors through /proc, nor ptrace it
     // (CAP_SYS_PTRACE is not in the sandbox's bounding set). Compare CVE-2019-5736, where a container
     // overwrote the runtime binary through /proc/self/exe.
@@ -53,8 +67,11 @@ pub fn run() -> i32 {
         return 125;
     }
     // Landlock goes on here rather than before exec: init's own binary lives outside the sandbox's tree, so
-    // the rules would forbid executing it. Nothing untrusted has run yet.
-    let landlock = match berth_sys::landlock::restrict_sandbox(&["/dev/pts", "/dev/tty", "/dev/ptmx"]) {
+    // the rules would forbid executing it. Nothing untrusted has run yet — or, resumed, what runs was
+    // restored without any landlock domain: signals are then not scoped, or the commands started from here on
+    // could not signal the ones that ran before the checkpoint (nor could init itself).
+    let scope_signals = resumed.is_none();
+    let landlock = match berth_sys::landlock::restrict_sandbox(&["/dev/pts", "/dev/tty", "/dev/ptmx"], scope_signals) {
         Ok(status) => format!("{status:?}").to_lowercase(),
         Err(e) => {
             let _ = protocol::send(control.as_fd(), &Event::SetupFailed { message: e.to_string() }, &[]);
@@ -70,77 +87,171 @@ pub fn run() -> i32 {
             return 125;
         }
     };
-    let listeners = [protocol::PROXY_PORT, protocol::API_PORT]
-        .into_iter()
-        .filter_map(|port| {
-            std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))
-                .and_then(|l| l.set_nonblocking(true).map(|()| (port, l)))
-                .ok()
-        })
-        .collect();
-    // The control socket the supervisor keeps is made here, in the sandbox's own network namespace, and
-    // handed over with `ready`: a socket of the host's namespace held inside would tie the sandbox to the
-    // host, and a checkpoint of the sandbox could not name it. The inherited one is closed.
+    let ready = Event::Ready { version: env!("CARGO_PKG_VERSION").into(), landlock };
+    let init = match resumed {
+        Some(state) => match Init::resumed(control, state, &ready) {
+            Some(init) => init,
+            None => return 125,
+        },
+        None => match Init::fresh(control, &ready) {
+            Some(init) => init,
+            None => return 125,
+        },
+    };
+    init.serve(&sigfd)
+}
+
+/// Make the control socket the supervisor keeps, in the sandbox's own network namespace, and hand it over
+/// with `ready`: a socket of the host's namespace held inside would tie the sandbox to the host, and a
+/// checkpoint of the sandbox could not name it. The inherited one is closed; the new one is on descriptor 3,
+/// where a checkpoint finds it.
+fn hand_over_control(control: OwnedFd, ready: &Event) -> Option<OwnedFd> {
     let (mine, theirs) = match berth_sys::fd::seqpacket_pair() {
         Ok(pair) => pair,
         Err(e) => {
             let _ = protocol::send(control.as_fd(), &Event::SetupFailed { message: e.to_string() }, &[]);
-            return 125;
+            return None;
         }
     };
-    let ready = Event::Ready { version: env!("CARGO_PKG_VERSION").into(), landlock };
-    if protocol::send(control.as_fd(), &ready, &[theirs.as_fd()]).is_err() {
-        return 125;
-    }
+    protocol::send(control.as_fd(), ready, &[theirs.as_fd()]).ok()?;
     drop(theirs);
-    // On descriptor 3, where the old one was: a checkpoint of the sandbox finds it there.
     drop(control);
-    if berth_sys::fd::dup_onto(mine.as_fd(), CONTROL_FD).is_err() {
-        return 125;
-    }
+    berth_sys::fd::dup_onto(mine.as_fd(), CONTROL_FD).ok()?;
     drop(mine);
-    let Some(control) = berth_sys::fd::inherited(CONTROL_FD) else { return 125 };
-    if rustix::io::fcntl_setfd(&control, rustix::io::FdFlags::CLOEXEC).is_err() {
-        return 125;
+    let control = berth_sys::fd::inherited(CONTROL_FD)?;
+    rustix::io::fcntl_setfd(&control, rustix::io::FdFlags::CLOEXEC).ok()?;
+    Some(control)
+}
+
+/// What init carries across its own re-execution: running commands (pid → request id) and listeners (port
+/// → descriptor).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct State {
+    running: HashMap<i32, u64>,
+    listeners: Vec<(u16, i32)>,
+}
+
+/// `PID:ID,...;PORT:FD,...`
+fn encode_state(state: &State) -> String {
+    let running: Vec<String> = state.running.iter().map(|(pid, id)| format!("{pid}:{id}")).collect();
+    let listeners: Vec<String> = state.listeners.iter().map(|(port, fd)| format!("{port}:{fd}")).collect();
+    format!("{};{}", running.join(","), listeners.join(","))
+}
+
+fn decode_state(text: &str) -> Result<State, String> {
+    fn pairs<A: std::str::FromStr, B: std::str::FromStr>(part: &str) -> Result<Vec<(A, B)>, String> {
+        part.split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (a, b) = p.split_once(':').ok_or_else(|| format!("{p:?} is not a pair"))?;
+                Ok((a.parse().map_err(|_| format!("{a:?}"))?, b.parse().map_err(|_| format!("{b:?}"))?))
+            })
+            .collect()
     }
-    let mut init = Init { control, listeners, running: HashMap::new() };
-    loop {
-        let (control_ready, signal_ready, listeners_ready) = {
-            let mut fds = vec![PollFd::new(&init.control, PollFlags::IN), PollFd::new(&sigfd, PollFlags::IN)];
-            for (_, l) in &init.listeners {
-                fds.push(PollFd::new(l, PollFlags::IN));
-            }
-            match rustix::event::poll(&mut fds, None) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(_) => return 125,
-            }
-            let ready = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
-            (ready(0), ready(1), (2..fds.len()).any(ready))
-        };
-        if listeners_ready {
-            init.hand_over_connections();
+    let (running, listeners) =
+        text.split_once(';').ok_or_else(|| "init's resumed state has no listeners part".to_string())?;
+    let bad = |e: String| format!("init's resumed state is malformed at {e}");
+    Ok(State { running: pairs(running).map_err(bad)?.into_iter().collect(), listeners: pairs(listeners).map_err(bad)? })
+}
+
+impl Init {
+    /// A new sandbox's init: bind the ports it serves, and report ready with the control socket.
+    fn fresh(control: OwnedFd, ready: &Event) -> Option<Init> {
+        let listeners = [protocol::PROXY_PORT, protocol::API_PORT]
+            .into_iter()
+            .filter_map(|port| {
+                std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))
+                    .and_then(|l| l.set_nonblocking(true).map(|()| (port, l)))
+                    .ok()
+            })
+            .collect();
+        let control = hand_over_control(control, ready)?;
+        Some(Init { control, listeners, running: HashMap::new() })
+    }
+
+    /// Init executed again by itself (see [`Request::Reexec`]): the same listeners and commands, and a new
+    /// control socket (the one a restore hands over is of the host's network namespace).
+    fn resumed(control: OwnedFd, state: State, ready: &Event) -> Option<Init> {
+        let mut listeners = Vec::new();
+        for (port, fd) in state.listeners {
+            let Some(fd) = berth_sys::fd::inherited(fd).filter(|_| fd > CONTROL_FD) else { continue };
+            let _ = rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC);
+            listeners.push((port, std::net::TcpListener::from(fd)));
         }
-        if signal_ready {
-            for sig in proc::read_signals(&sigfd) {
-                if sig != libc_sig::CHLD {
-                    for pid in init.running.keys() {
-                        proc::kill_group(*pid, sig);
+        let control = hand_over_control(control, ready)?;
+        Some(Init { control, listeners, running: state.running })
+    }
+
+    /// Execute init's own binary again in place, keeping the control socket, the listeners and the
+    /// commands (their processes stay init's children). Returns only on failure, with everything as it was.
+    fn reexec(&self) -> String {
+        use std::os::fd::AsRawFd;
+        let state = State {
+            running: self.running.clone(),
+            listeners: self.listeners.iter().map(|(port, l)| (*port, l.as_raw_fd())).collect(),
+        };
+        let exe = match rustix::fs::open(
+            "/proc/self/exe",
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(e) => return format!("init could not open its own binary: {e}"),
+        };
+        let keep = |cloexec: bool| {
+            let flags = if cloexec { rustix::io::FdFlags::CLOEXEC } else { rustix::io::FdFlags::empty() };
+            let _ = rustix::io::fcntl_setfd(&self.control, flags);
+            for (_, l) in &self.listeners {
+                let _ = rustix::io::fcntl_setfd(l, flags);
+            }
+        };
+        keep(false);
+        let err = proc::exec_fd(exe.as_fd(), &["berth", "init", "--resumed", &encode_state(&state)], &[]);
+        keep(true);
+        format!("init could not execute itself again: {err}")
+    }
+
+    /// The loop: requests first (a `reexec` queued before a restore is taken before anything else is done),
+    /// then connections and signals.
+    fn serve(mut self, sigfd: &OwnedFd) -> i32 {
+        loop {
+            let (control_ready, signal_ready, listeners_ready) = {
+                let mut fds = vec![PollFd::new(&self.control, PollFlags::IN), PollFd::new(sigfd, PollFlags::IN)];
+                for (_, l) in &self.listeners {
+                    fds.push(PollFd::new(l, PollFlags::IN));
+                }
+                match rustix::event::poll(&mut fds, None) {
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    Err(_) => return 125,
+                }
+                let ready = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
+                (ready(0), ready(1), (2..fds.len()).any(ready))
+            };
+            if control_ready {
+                match protocol::recv::<Request>(self.control.as_fd()) {
+                    Ok((req, fds)) => self.handle(req, fds),
+                    Err(ProtocolError::Closed) => return self.shutdown(),
+                    Err(ProtocolError::TooLarge) => {
+                        let _ = self.report(&Event::Rejected { message: ProtocolError::TooLarge.to_string() });
+                    }
+                    Err(ProtocolError::Decode(e)) => {
+                        let _ = self.report(&Event::Rejected { message: e.to_string() });
+                    }
+                    Err(ProtocolError::Io(_)) => return self.shutdown(),
+                }
+            }
+            if listeners_ready {
+                self.hand_over_connections();
+            }
+            if signal_ready {
+                for sig in proc::read_signals(sigfd) {
+                    if sig != libc_sig::CHLD {
+                        for pid in self.running.keys() {
+                            proc::kill_group(*pid, sig);
+                        }
                     }
                 }
-            }
-            init.reap();
-        }
-        if control_ready {
-            match protocol::recv::<Request>(init.control.as_fd()) {
-                Ok((req, fds)) => init.handle(req, fds),
-                Err(ProtocolError::Closed) => return init.shutdown(),
-                Err(ProtocolError::TooLarge) => {
-                    let _ = init.report(&Event::Rejected { message: ProtocolError::TooLarge.to_string() });
-                }
-                Err(ProtocolError::Decode(e)) => {
-                    let _ = init.report(&Event::Rejected { message: e.to_string() });
-                }
-                Err(ProtocolError::Io(_)) => return init.shutdown(),
+                self.reap();
             }
         }
     }
@@ -172,6 +283,10 @@ impl Init {
                     Err((code, message)) => Event::Failed { id, code, message },
                 };
                 let _ = self.report(&ev);
+            }
+            Request::Reexec => {
+                let message = self.reexec();
+                let _ = self.report(&Event::Rejected { message });
             }
             Request::Signal { id, signal } => {
                 if !(1..=64).contains(&signal) {
@@ -269,5 +384,26 @@ impl Init {
             proc::kill_group(*pid, libc_sig::KILL);
         }
         0
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_resumed_state_round_trips() {
+        let state = State { running: HashMap::from([(7, 1), (42, 9)]), listeners: vec![(3128, 5), (3129, 6)] };
+        assert_eq!(decode_state(&encode_state(&state)).unwrap(), state);
+        assert_eq!(decode_state(";").unwrap(), State::default());
+    }
+
+    #[test]
+    fn a_malformed_state_is_refused() {
+        assert!(decode_state("").is_err());
+        assert!(decode_state("7;").is_err());
+        assert!(decode_state("x:1;").is_err());
+        assert!(decode_state(";3128:").is_err());
     }
 }

@@ -57,6 +57,11 @@ pub enum Request {
     },
     /// Send a signal to every process of a running command's process group.
     Signal { id: u64, signal: i32 },
+    /// Sent once, right after init was restored from a checkpoint: init executes its own binary again,
+    /// keeping its listeners and its commands, and answers with `ready`, which carries a new control socket
+    /// made inside the sandbox as at start (the supervisor uses it from then on). The restore made init's memory outside the sandbox's user namespace, where no later
+    /// checkpoint could reach it, and left it without its landlock domain: the new program has both back.
+    Reexec,
 }
 
 /// What init reports.
@@ -126,6 +131,12 @@ mod tests {
         assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), req);
         assert!(serde_json::from_str::<Request>(r#"{"op":"signal","id":7,"signal":15,"x":1}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"format_disk"}"#).is_err());
+    }
+
+    #[test]
+    fn reexec_is_a_bare_request() {
+        assert_eq!(serde_json::to_string(&Request::Reexec).unwrap(), r#"{"op":"reexec"}"#);
+        assert_eq!(serde_json::from_str::<Request>(r#"{"op":"reexec"}"#).unwrap(), Request::Reexec);
     }
 
     #[test]

@@ -179,6 +179,7 @@ pub(crate) fn dump(criu: &Criu, id: &str, slot: u32, pid: i32, dir: &Path) -> Re
     let exe_key = format!("file[{:x}:{:x}]", stx.stx_mnt_id, stx.stx_ino);
     keep_init(&exe, dir).map_err(|e| fail(format!("keep a copy of init's binary: {e}")))?;
     drop(exe_file);
+    crate::trace::mark("find externals, keep init");
 
     let mut args: Vec<String> = vec!["dump".into(), "-t".into(), pid.to_string()];
     args.extend(common_args(dir));
@@ -197,6 +198,7 @@ pub(crate) fn dump(criu: &Criu, id: &str, slot: u32, pid: i32, dir: &Path) -> Re
         .stderr(Stdio::piped())
         .output()
         .map_err(|e| fail(format!("run {}: {e}", criu.path.display())))?;
+    crate::trace::mark("criu dump");
     if !out.status.success() {
         return Err(fail(explain(&dir.join("dump.log"), "dump")));
     }
@@ -277,6 +279,8 @@ pub(crate) struct Parts {
     pub pid: i32,
     pub pidfd: std::os::fd::OwnedFd,
     pub control: std::os::fd::OwnedFd,
+    /// Init executed itself again after the restore (see [`crate::restore`]).
+    pub renewed: bool,
 }
 
 impl Sandbox {
@@ -292,6 +296,7 @@ impl Sandbox {
             pid: p.pid,
             pidfd: p.pidfd,
             control: p.control,
+            checkpointable: p.renewed,
             destroyed: false,
         }
     }

@@ -14,6 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use berth_init::protocol::{self, Event, Request};
 use berth_sys::clone::{Forked, Namespaces};
 use berth_sys::process;
 
@@ -134,12 +135,16 @@ impl Runtime {
         let userns = berth_sys::clone::user_namespace(&map, &map)?;
         let trees = clone_trees(&plan, ids.base(), userns.as_fd())?;
         let (ours, theirs) = berth_sys::fd::seqpacket_pair()?;
+        // Queued before init runs again, so that it is the first thing the restored init reads (see
+        // `renew_init`).
+        protocol::send(ours.as_fd(), &Request::Reexec, &[])?;
         let exe = fs::File::open(dir.join(checkpoint::INIT_COPY))
             .map_err(|e| RuntimeError::Checkpoint { message: format!("open the kept copy of init: {e}") })?;
         let pidfile = dir.join("restore.pid");
         let _ = fs::remove_file(&pidfile);
         let args = restore_args(&manifest, &image, &plan, &staging, &image.join("restore.pid"), &theirs, &exe)?;
 
+        crate::trace::mark("claim, cgroup, id maps, trees");
         let (_, stager) = match berth_sys::clone::spawn(Namespaces::MOUNT, None)? {
             Forked::Child => {
                 let code = match stage_and_exec(&staging, &plan.root, &trees, criu, &args, &[&theirs, &exe]) {
@@ -156,6 +161,7 @@ impl Runtime {
         drop(trees);
         drop(theirs);
         let exit = process::pidfd_wait(stager.as_fd())?;
+        crate::trace::mark("stage and criu restore");
         if exit != process::Exit::Code(0) {
             let message = match fs::read_to_string(dir.join("stage.log")) {
                 Ok(why) => format!("the sandbox's mounts could not be staged for its restore: {why}"),
@@ -172,6 +178,11 @@ impl Runtime {
             rustix::process::PidfdFlags::empty(),
         )
         .map_err(|e| berth_sys::SysError::new("open the restored init", e))?;
+        let (control, renewed) = match renew_init(&ours)? {
+            Some(new) => (new, true),
+            None => (ours, false),
+        };
+        crate::trace::mark("init executed anew");
         let cgroup = guard.cgroup.take().ok_or(RuntimeError::InitGone)?;
         guard.paths.clear();
         Ok(Sandbox::assemble(checkpoint::Parts {
@@ -184,13 +195,37 @@ impl Runtime {
             cgroup,
             pid,
             pidfd,
-            control: ours,
+            control,
+            renewed,
         }))
     }
 
     /// Who a hibernated sandbox's id block is reserved for (see [`reservation_owner`]).
     pub fn reservation_owner(&self, id: &str) -> String {
         reservation_owner(&self.root, id)
+    }
+}
+
+/// Wait for the restored init's answer to the `reexec` queued before the restore: `ready` from init
+/// executed again (its memory the sandbox's namespace's again, its landlock domain back) with the control
+/// socket to use from now on, or anything else from the init of an older berth that does not know the
+/// request, which runs on as it was restored (`None`).
+fn renew_init(control: &OwnedFd) -> Result<Option<OwnedFd>, RuntimeError> {
+    use rustix::event::{PollFd, PollFlags};
+    let mut fds = [PollFd::new(control, PollFlags::IN)];
+    let limit = rustix::time::Timespec { tv_sec: 10, tv_nsec: 0 };
+    match rustix::event::poll(&mut fds, Some(&limit)) {
+        Ok(0) => {
+            return Err(RuntimeError::Checkpoint { message: "the restored init did not answer within 10 s".into() });
+        }
+        Ok(_) => {}
+        Err(e) => return Err(berth_sys::SysError::new("wait for the restored init", e).into()),
+    }
+    match protocol::recv::<Event>(control.as_fd()) {
+        Ok((Event::Ready { .. }, mut fds)) if fds.len() == 1 => Ok(fds.pop()),
+        Ok(_) => Ok(None),
+        Err(protocol::ProtocolError::Closed | protocol::ProtocolError::Io(_)) => Err(RuntimeError::InitGone),
+        Err(e) => Err(e.into()),
     }
 }
 

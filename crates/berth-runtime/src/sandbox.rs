@@ -53,6 +53,8 @@ pub struct Sandbox {
     pub(crate) pid: i32,
     pub(crate) pidfd: OwnedFd,
     pub(crate) control: OwnedFd,
+    /// Its init can be checkpointed: one berth started, or one restored that executed itself again.
+    pub(crate) checkpointable: bool,
     pub(crate) destroyed: bool,
 }
 
@@ -236,6 +238,7 @@ impl Runtime {
             pid,
             pidfd,
             control,
+            checkpointable: true,
             destroyed: false,
         })
     }
@@ -471,6 +474,12 @@ impl Sandbox {
     pub fn signal(&self, id: u64, signal: i32) -> Result<(), RuntimeError> {
         protocol::send(self.control.as_fd(), &Request::Signal { id, signal }, &[])?;
         Ok(())
+    }
+
+    /// Whether a checkpoint of it can be taken: not when it was restored by an older berth whose init could
+    /// not execute itself again, and whose memory CRIU made outside the sandbox's user namespace.
+    pub fn checkpointable(&self) -> bool {
+        self.checkpointable
     }
 
     /// The control socket, for callers that poll it alongside other descriptors.

@@ -20,24 +20,21 @@ pub enum LandlockStatus {
 
 /// The rule set berth applies: the whole tree may be read, written and executed (everything visible is the
 /// sandbox's own), but device nodes cannot be created, device ioctls are limited to terminals, and signals
-/// cannot reach outside the sandbox's landlock domain.
-pub fn restrict_sandbox(tty_paths: &[&str]) -> SysResult<LandlockStatus> {
+/// cannot reach outside the sandbox's landlock domain (unless `scope_signals` is false).
+pub fn restrict_sandbox(tty_paths: &[&str], scope_signals: bool) -> SysResult<LandlockStatus> {
     let abi = ABI::V6;
     let all = AccessFs::from_all(abi);
     let denied = AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev;
     let err =
         |e: landlock::RulesetError| SysError::new(format!("apply landlock rules: {e}"), std::io::ErrorKind::Other);
-    let mut ruleset = Ruleset::default()
-        .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(all)
-        .map_err(err)?
-        // Abstract unix sockets are not scoped: they belong to a network namespace, and each sandbox has its
-        // own, so none outside it can be reached anyway; scoped, a checkpoint's agent inside the sandbox could
-        // not reach CRIU.
-        .scope(Scope::Signal)
-        .map_err(err)?
-        .create()
-        .map_err(err)?;
+    let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::BestEffort).handle_access(all).map_err(err)?;
+    // Abstract unix sockets are not scoped: they belong to a network namespace, and each sandbox has its own,
+    // so none outside it can be reached anyway; scoped, a checkpoint's agent inside the sandbox could not
+    // reach CRIU.
+    if scope_signals {
+        ruleset = ruleset.scope(Scope::Signal).map_err(err)?;
+    }
+    let mut ruleset = ruleset.create().map_err(err)?;
     let root =
         PathFd::new("/").map_err(|e| SysError::new(format!("open / for landlock: {e}"), std::io::ErrorKind::Other))?;
     ruleset = ruleset.add_rule(PathBeneath::new(root, all & !denied)).map_err(err)?;

@@ -186,7 +186,6 @@ pub fn main(root: &Path) -> i32 {
         socket: path,
         pooled: start.pooled,
         root: root.to_path_buf(),
-        woken: start.restore.is_some(),
     };
     let code = serve(&mut sandbox, &listener, &mut held);
     let _ = std::fs::remove_file(&held.socket);
@@ -221,8 +220,6 @@ struct Held {
     /// In the warm pool, not yet claimed.
     pooled: bool,
     root: PathBuf,
-    /// Woken from hibernation (see `hibernate`).
-    woken: bool,
 }
 
 impl Held {
@@ -265,11 +262,12 @@ impl Held {
             return Err("a sandbox of the warm pool is not hibernated".into());
         }
         // CRIU rebuilds init's memory from outside the sandbox's user namespace, and refuses to dump a
-        // non-dumpable process whose memory belongs to another namespace.
-        if self.woken {
-            return Err("a sandbox woken from hibernation cannot hibernate again until its runtime is rebuilt \
-                        (berth stop and start, or berth rebuild): CRIU cannot dump the woken init, whose memory \
-                        it made outside the sandbox's user namespace"
+        // non-dumpable process whose memory belongs to another namespace; init executes itself again after a
+        // wake to fix that, but the init of an older berth cannot.
+        if !sandbox.checkpointable() {
+            return Err("this sandbox was woken with the init of an older berth, which cannot hibernate again \
+                        until its runtime is rebuilt (berth stop and start, or berth rebuild): CRIU cannot dump \
+                        that woken init, whose memory it made outside the sandbox's user namespace"
                 .into());
         }
         let owner = berth_runtime::reservation_owner(&self.root, &self.record.id);
