@@ -44,6 +44,15 @@ pub struct Manifest {
     pub criu_version: String,
     /// Bytes of the image, the copy of init included.
     pub bytes: u64,
+    /// The kernel's boot id when it was written ([`boot_id`]): an image whose sandbox's files were not
+    /// synced (an ephemeral one's) is not restored after the host restarted.
+    #[serde(default)]
+    pub boot_id: String,
+}
+
+/// This boot of the host's kernel, as the kernel names it.
+pub fn boot_id() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
 /// A mount of the sandbox CRIU leaves to whoever restores it.
@@ -153,7 +162,7 @@ pub(crate) fn common_args(dir: &Path) -> Vec<String> {
         "skip".into(),
         "--tcp-established".into(),
         "--file-locks".into(),
-        "-v2".into(),
+        "-v4".into(),
     ]
 }
 
@@ -210,6 +219,7 @@ pub(crate) fn dump(criu: &Criu, id: &str, slot: u32, pid: i32, dir: &Path) -> Re
         externals,
         criu_version: criu.version.clone(),
         bytes: dir_bytes(dir),
+        boot_id: boot_id(),
     };
     let text = serde_json::to_vec_pretty(&manifest).map_err(|e| fail(e.to_string()))?;
     fs::write(dir.join(MANIFEST), text).map_err(|e| fail(format!("write the manifest: {e}")))?;

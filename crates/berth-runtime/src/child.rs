@@ -100,6 +100,20 @@ fn setup(plan: &Plan, control: &OwnedFd, init_exe: BorrowedFd<'_>, cgroup: &Entr
     Err(process::exec_fd(exe.as_fd(), &["berth", "init"], &[]).into())
 }
 
+/// The kernel refuses a `volatile` overlay's upper layer once it was mounted so (it cannot know the host did
+/// not crash since): the mark it leaves in the work directory goes first. berth mounts one again only to wake
+/// a hibernated sandbox, whose layer was unmounted with it; an ephemeral sandbox that hibernated is not woken
+/// after the host restarted.
+pub(crate) fn clear_volatile_mark(work: &Path) -> Result<(), RuntimeError> {
+    let mark = work.join("work").join("incompat");
+    match fs::remove_dir_all(&mark) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(SysError::new(format!("remove {}", mark.display()), e).into())
+        }
+        _ => Ok(()),
+    }
+}
+
 pub(crate) fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<(), RuntimeError> {
     let tree = |i: usize| {
         trees.get(i).map(|t| t.as_fd()).ok_or_else(|| RuntimeError::Setup { message: format!("missing mount {i}") })
@@ -110,13 +124,17 @@ pub(crate) fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<()
             let target_fd = resolve_in_root(root, target, *file)?;
             mount::attach_at(tree(*i)?, target_fd.as_fd(), Path::new(target))?;
         }
-        Step::Overlay { lower, upper, work, target } => {
-            let opts = format!(
+        Step::Overlay { lower, upper, work, target, volatile } => {
+            let mut opts = format!(
                 "lowerdir={},upperdir={},workdir={},userxattr",
                 lower.display(),
                 upper.display(),
                 work.display()
             );
+            if *volatile {
+                clear_volatile_mark(work)?;
+                opts.push_str(",volatile");
+            }
             mount::mount_fs("overlay", target, "overlay", Flags::NOSUID | Flags::NODEV, &opts)?;
         }
         Step::Mount { fstype, target, flags, data } => mount::mount_fs(fstype, target, fstype, *flags, data)?,

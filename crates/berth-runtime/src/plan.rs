@@ -104,11 +104,13 @@ pub enum Step {
         target: String,
         file: bool,
     },
+    /// An overlay; `volatile` (see [`crate::Spec::volatile`]) when its upper layer need not outlive it.
     Overlay {
         lower: PathBuf,
         upper: PathBuf,
         work: PathBuf,
         target: PathBuf,
+        volatile: bool,
     },
     Mount {
         fstype: &'static str,
@@ -257,11 +259,14 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
     if layers.usr.is_some() {
         steps.push(Step::Attach { tree: 1, target: layout.lower("usr") });
     }
+    // On the scratch tmpfs there is nothing to sync anyway.
+    let volatile = spec.volatile && spec.state.is_some();
     steps.push(Step::Overlay {
         lower: layout.lower("root"),
         upper: layout.upper("root"),
         work: layout.work("root"),
         target: root.clone(),
+        volatile,
     });
     if layers.usr.is_some() {
         steps.push(Step::Overlay {
@@ -269,6 +274,7 @@ pub fn compile(spec: &Spec, layers: &ImageLayers, layout: &Layout, owners: &[(u3
             upper: layout.upper("usr"),
             work: layout.work("usr"),
             target: at("/usr"),
+            volatile,
         });
     }
     // An imported image may lack the directories berth mounts on: made where missing, as they are.
@@ -421,6 +427,7 @@ mod tests {
                 upper: "/data/sandboxes/abc/upper/root".into(),
                 work: "/data/sandboxes/abc/overlay-work/root".into(),
                 target: "/data/sandboxes/abc/rootfs".into(),
+                volatile: false,
             }
         );
         assert_eq!(plan.steps.last(), Some(&Step::Pivot { new_root: "/data/sandboxes/abc/rootfs".into() }));
@@ -455,6 +462,7 @@ mod tests {
             upper: "/s/state/upper/root".into(),
             work: "/s/state/overlay-work/root".into(),
             target: "/s/rootfs".into(),
+            volatile: false,
         }));
         assert!(plan.steps.contains(&Step::BindFile {
             source: "/s/state/workspace".into(),

@@ -43,7 +43,7 @@ pub(crate) fn stage(plan: &Plan, layout: &Layout) -> Staging {
     };
     for step in &plan.steps {
         match step {
-            Step::Overlay { lower, upper, work, target } => match inside(target) {
+            Step::Overlay { lower, upper, work, target, volatile } => match inside(target) {
                 None => steps.push(step.clone()),
                 Some(point) => {
                     let at = stage_dir.join(point.trim_start_matches('/').replace('/', "_"));
@@ -53,6 +53,7 @@ pub(crate) fn stage(plan: &Plan, layout: &Layout) -> Staging {
                         upper: upper.clone(),
                         work: work.clone(),
                         target: at.clone(),
+                        volatile: *volatile,
                     });
                     sources.insert(point, at);
                 }
@@ -147,7 +148,8 @@ impl Runtime {
         crate::trace::mark("claim, cgroup, id maps, trees");
         let (_, stager) = match berth_sys::clone::spawn(Namespaces::MOUNT, None)? {
             Forked::Child => {
-                let code = match stage_and_exec(&staging, &plan.root, &trees, criu, &args, &[&theirs, &exe]) {
+                let code = match stage_and_exec(&staging, &plan, &trees, userns.as_fd(), criu, &args, &[&theirs, &exe])
+                {
                     Ok(never) => match never {},
                     Err(e) => {
                         let _ = fs::write(dir.join("stage.log"), crate::error_chain(&e));
@@ -292,18 +294,31 @@ fn restore_args(
     Ok(args)
 }
 
-/// In the stager: build the mounts, then become CRIU.
+/// In the stager: build the mounts, then become CRIU. The overlays are made as the sandbox's root makes them
+/// at create (made by host root, their upper layers, seen through id-mapped trees, could not be written).
 fn stage_and_exec(
     staging: &Staging,
-    root: &Path,
+    plan: &Plan,
     trees: &[OwnedFd],
+    userns: std::os::fd::BorrowedFd<'_>,
     criu: &Criu,
     args: &[String],
     inherit: &[&dyn AsFd],
 ) -> Result<std::convert::Infallible, RuntimeError> {
     berth_sys::mount::make_private_recursive()?;
     for step in &staging.steps {
-        crate::child::run_step(step, root, trees)?;
+        match step {
+            Step::Overlay { lower, upper, work, target, volatile } => {
+                let mut flags = vec!["userxattr"];
+                if *volatile {
+                    crate::child::clear_volatile_mark(work)?;
+                    flags.push("volatile");
+                }
+                let overlay = berth_sys::mount::overlay_as(userns, lower, upper, work, &flags)?;
+                berth_sys::mount::attach(overlay.as_fd(), target)?;
+            }
+            _ => crate::child::run_step(step, &plan.root, trees)?,
+        }
     }
     for fd in inherit {
         rustix::io::fcntl_setfd(fd.as_fd(), rustix::io::FdFlags::empty())

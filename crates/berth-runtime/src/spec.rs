@@ -38,6 +38,10 @@ pub struct Spec {
     /// workspace) across runs, stored under [`crate::ids::STORAGE_BASE`]. `None`: a private tmpfs that
     /// vanishes with the sandbox.
     pub state: Option<PathBuf>,
+    /// The state is the sandbox's only while it lives (an ephemeral sandbox's): its overlays are mounted
+    /// `volatile`, with no sync of the whole host file system at unmount, which otherwise makes removing (or
+    /// hibernating) a sandbox wait for every dirty page on that file system, and no `fsync` inside it.
+    pub volatile: bool,
     pub volumes: Vec<VolumeMount>,
     /// Small files berth hands the sandbox (name, contents), such as the certificate of the authority its
     /// proxy signs with: written to a private tmpfs at [`crate::plan::BERTH_FILES`], never into its files.

@@ -149,6 +149,71 @@ pub fn attach_at(tree: BorrowedFd<'_>, target: BorrowedFd<'_>, shown_as: &Path) 
     .ctx(|| format!("attach a mount at {}", shown_as.display()))
 }
 
+/// An overlay made as root of the user namespace `userns` makes it (its superblock owned by that namespace,
+/// its upper layer written with that root's ids, as when the sandbox's own first process mounts it), but
+/// for a caller outside that namespace: a detached mount, to attach with [`attach`]. `flags` are overlay's
+/// flag options (`userxattr`, `volatile`). The caller must be single-threaded (a child is forked for it).
+pub fn overlay_as(
+    userns: BorrowedFd<'_>,
+    lower: &Path,
+    upper: &Path,
+    work: &Path,
+    flags: &[&str],
+) -> SysResult<OwnedFd> {
+    let (ours, theirs) = crate::fd::seqpacket_pair()?;
+    let none = crate::clone::Namespaces { user: false, mount: false, pid: false, net: false, ipc: false, uts: false };
+    match crate::clone::spawn(none, None)? {
+        crate::clone::Forked::Child => {
+            drop(ours);
+            let made = (|| -> SysResult<OwnedFd> {
+                rustix::thread::move_into_link_name_space(userns, Some(rustix::thread::LinkNameSpaceType::User))
+                    .ctx(|| "enter the sandbox's user namespace")?;
+                crate::process::become_id(0)?;
+                // SAFETY: unshare(CLONE_NEWMOUNT) only gives this process a mount namespace of its own; it is a
+                // freshly forked, single-threaded child that shares nothing with another thread.
+                unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS) }
+                    .ctx(|| "create a mount namespace in the sandbox's user namespace")?;
+                let fs = rustix::mount::fsopen("overlay", rustix::mount::FsOpenFlags::FSOPEN_CLOEXEC)
+                    .ctx(|| "open an overlay file system")?;
+                rustix::mount::fsconfig_set_string(&fs, "source", "overlay").ctx(|| "name the overlay")?;
+                for (key, path) in [("lowerdir", lower), ("upperdir", upper), ("workdir", work)] {
+                    rustix::mount::fsconfig_set_string(&fs, key, path)
+                        .ctx(|| format!("set the overlay's {key} to {}", path.display()))?;
+                }
+                for flag in flags {
+                    rustix::mount::fsconfig_set_flag(&fs, *flag).ctx(|| format!("set the overlay's {flag}"))?;
+                }
+                rustix::mount::fsconfig_create(&fs).ctx(|| format!("create the overlay of {}", upper.display()))?;
+                let attrs =
+                    rustix::mount::MountAttrFlags::MOUNT_ATTR_NOSUID | rustix::mount::MountAttrFlags::MOUNT_ATTR_NODEV;
+                rustix::mount::fsmount(&fs, rustix::mount::FsMountFlags::FSMOUNT_CLOEXEC, attrs)
+                    .ctx(|| "mount the overlay")
+            })();
+            let sent = match made {
+                Ok(mnt) => crate::fd::send(theirs.as_fd(), b"", &[mnt.as_fd()]),
+                Err(e) => crate::fd::send(theirs.as_fd(), e.to_string().as_bytes(), &[]),
+            };
+            crate::clone::exit_now(i32::from(sent.is_err()))
+        }
+        crate::clone::Forked::Parent { pidfd, .. } => {
+            drop(theirs);
+            let mut buf = [0u8; 1024];
+            let got = crate::fd::recv(ours.as_fd(), &mut buf);
+            crate::process::pidfd_wait(pidfd.as_fd())?;
+            match got {
+                Ok((_, mut fds)) if fds.len() == 1 => {
+                    fds.pop().ok_or_else(|| SysError::new("mount the overlay", std::io::ErrorKind::Other))
+                }
+                Ok((n, _)) => Err(SysError::new(
+                    "mount the overlay as the sandbox's root",
+                    std::io::Error::other(String::from_utf8_lossy(&buf[..n]).into_owned()),
+                )),
+                Err(e) => Err(e),
+            }
+        }
+    }
+}
+
 /// Make `new_root` the root of this mount namespace and detach the old root entirely.
 pub fn pivot_into(new_root: &Path) -> SysResult<()> {
     rustix::process::chdir(new_root).ctx(|| format!("enter {}", new_root.display()))?;

@@ -123,6 +123,17 @@ fn a_hibernated_sandbox_holds_no_memory_and_wakes_where_it_was() {
     let usage: Value = serde_json::from_slice(&d.berth(&["usage", &id, "--json"]).stdout).unwrap();
     assert!(usage["hibernated_seconds"].as_f64().unwrap() > 0.0, "{usage}");
 
+    // Its root and /usr are as writable as before (the woken overlays write as the sandbox's root).
+    let wrote = d.berth(&[
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "echo w > /etc/woken && echo u > /usr/local/woken && cat /etc/woken /usr/local/woken",
+    ]);
+    assert_eq!(text(&wrote.stdout), "w\nu\n", "{}", text(&wrote.stderr));
+
     // Commands started after the wake are under init's landlock rules again (init executed itself anew):
     // making a device node is refused by landlock (EACCES), not only by the user namespace (EPERM).
     let mknod = d.berth(&["exec", &id, "--", "python3", "-c", MKNOD]);
@@ -201,4 +212,35 @@ fn a_hibernated_sandbox_removed_leaves_nothing() {
     assert!(!d.root().join("pool/sandboxes").join(&id).exists(), "its files go");
     let (status, _) = d.http("GET", &format!("/v1/sandboxes/{id}"), "");
     assert_eq!(status, 404);
+}
+
+#[test]
+fn an_ephemeral_sandbox_does_not_wake_after_its_host_restarted_and_a_persistent_one_does() {
+    let mut d = Daemon::start();
+    let ephemeral = d.create(&[]);
+    let persistent = d.create(&["--persistent"]);
+    for id in [&ephemeral, &persistent] {
+        assert!(d.berth(&["exec", id, "--", "sh", "-c", "echo kept > /workspace/note"]).status.success());
+        assert!(d.berth(&["hibernate", id]).status.success());
+    }
+    // A host restart, as the daemon finds it: the kernel's boot id differs from the one in the images.
+    d.kill();
+    for id in [&ephemeral, &persistent] {
+        let path = d.root().join("hibernate").join(id).join("manifest.json");
+        let mut m: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert!(m["boot_id"].as_str().is_some_and(|b| !b.is_empty()), "{m}");
+        m["boot_id"] = "00000000-0000-0000-0000-000000000000".into();
+        std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+    }
+    d.spawn();
+    // The ephemeral one's files were never synced to disk (its overlay is volatile): it is gone, and says why.
+    let (status, _) = d.http("GET", &format!("/v1/sandboxes/{ephemeral}"), "");
+    assert_eq!(status, 404);
+    assert!(!d.root().join("hibernate").join(&ephemeral).exists(), "its image went with it");
+    let journal = text(&d.berth(&["journal", &ephemeral]).stdout);
+    assert!(journal.contains("host restarted while it hibernated"), "{journal}");
+    // The persistent one wakes with its processes and files.
+    assert_eq!(record(&d, &persistent)["state"], "hibernated");
+    let note = d.berth(&["exec", &persistent, "--", "cat", "/workspace/note"]);
+    assert_eq!(text(&note.stdout), "kept\n", "{}", text(&note.stderr));
 }

@@ -154,6 +154,7 @@ impl Engine {
         engine.private_dirs();
         engine.log_storage();
         engine.log_criu();
+        engine.discard_stale_hibernations().await;
         engine.reserve_hibernated();
         engine.adopt_all().await;
         engine.await_old_warm().await;

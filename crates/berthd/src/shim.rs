@@ -299,6 +299,8 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
         mounts,
         id: start.id.clone(),
         state: start.state.clone(),
+        // Pooled, it may yet be claimed by a persistent sandbox.
+        volatile: !start.record.persistent && !start.pooled,
         files: start.files.clone(),
         volumes: start
             .volumes

@@ -253,6 +253,26 @@ impl Engine {
         }
     }
 
+    /// At start: an ephemeral sandbox that hibernated before the host restarted is gone (its files were
+    /// never synced: see `volatile` in the runtime's spec); a persistent one stays hibernated.
+    pub(super) async fn discard_stale_hibernations(&self) {
+        let boot = berth_runtime::checkpoint::boot_id();
+        for s in self.store.stopped().unwrap_or_default() {
+            if s.state != SandboxState::Hibernated || s.persistent {
+                continue;
+            }
+            let stale = berth_runtime::checkpoint::read_manifest(&self.hibernate_dir(&s.id))
+                .map(|m| !m.boot_id.is_empty() && m.boot_id != boot)
+                .unwrap_or(false);
+            if stale {
+                self.forget_hibernation(&s.id).await;
+                let why = "the host restarted while it hibernated, and an ephemeral sandbox's hibernation does not \
+                           outlive its host";
+                self.supervisor_gone(&s.id, why, "lost").await;
+            }
+        }
+    }
+
     /// At start: the id blocks of hibernated sandboxes reserved again (after a reboot, the reservations,
     /// on a tmpfs, are gone).
     pub(super) fn reserve_hibernated(&self) {
