@@ -162,7 +162,7 @@ pub(crate) fn common_args(dir: &Path) -> Vec<String> {
         "skip".into(),
         "--tcp-established".into(),
         "--file-locks".into(),
-        "-v4".into(),
+        "-v2".into(),
     ]
 }
 
