@@ -73,6 +73,46 @@ impl Freezer {
     }
 }
 
+/// One HTTP/1.1 connection kept open across requests, as an SDK keeps it (the CLI's client closes each).
+struct KeptAlive {
+    stream: std::io::BufReader<std::os::unix::net::UnixStream>,
+}
+
+impl KeptAlive {
+    fn connect(socket: &Path) -> anyhow::Result<KeptAlive> {
+        Ok(KeptAlive { stream: std::io::BufReader::new(std::os::unix::net::UnixStream::connect(socket)?) })
+    }
+
+    /// POST `{}` to `path`; the response's status (its body is read and dropped).
+    fn post(&mut self, path: &str) -> anyhow::Result<u16> {
+        use std::io::{BufRead, Read, Write};
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: berth\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}"
+        );
+        self.stream.get_mut().write_all(req.as_bytes())?;
+        let mut line = String::new();
+        self.stream.read_line(&mut line)?;
+        let status: u16 = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let mut length = 0usize;
+        loop {
+            line.clear();
+            self.stream.read_line(&mut line)?;
+            if line.trim().is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                length = v.trim().parse()?;
+            }
+        }
+        let mut body = vec![0u8; length];
+        self.stream.read_exact(&mut body)?;
+        anyhow::ensure!(status == 200, "{path}: {status} {}", String::from_utf8_lossy(&body));
+        Ok(status)
+    }
+}
+
 fn stats(v: &mut [f64]) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
     (v.get(v.len() / 2).copied().unwrap_or(0.0), v.get(v.len() * 9 / 10).copied().unwrap_or(0.0))
@@ -87,8 +127,9 @@ fn measure(socket: &Path, id: &str, args: &BenchArgs) -> anyhow::Result<serde_js
     Client::connect(socket)?.post_json(&format!("/v1/sandboxes/{id}/execs"), &busy)?;
     let freezer = Freezer::find(id)?;
     let (pause, resume) = (format!("/v1/sandboxes/{id}/pause"), format!("/v1/sandboxes/{id}/resume"));
-    let mut times: [Vec<f64>; 4] = Default::default();
+    let mut times: [Vec<f64>; 6] = Default::default();
     let mut retries = 0;
+    let mut kept = KeptAlive::connect(socket)?;
     for round in 0..args.warmup + args.runs {
         let t = Instant::now();
         Client::connect(socket)?.post_json(&pause, &serde_json::json!({}))?;
@@ -97,18 +138,32 @@ fn measure(socket: &Path, id: &str, args: &BenchArgs) -> anyhow::Result<serde_js
         Client::connect(socket)?.post_json(&resume, &serde_json::json!({}))?;
         let api_resume = t.elapsed();
         let t = Instant::now();
+        kept.post(&pause)?;
+        let kept_pause = t.elapsed();
+        let t = Instant::now();
+        kept.post(&resume)?;
+        let kept_resume = t.elapsed();
+        let t = Instant::now();
         retries += freezer.set(true)? - 1;
         let raw_freeze = t.elapsed();
         let t = Instant::now();
         freezer.set(false)?;
         let raw_thaw = t.elapsed();
         if round >= args.warmup {
-            for (i, d) in [api_pause, api_resume, raw_freeze, raw_thaw].into_iter().enumerate() {
+            for (i, d) in [api_pause, api_resume, raw_freeze, raw_thaw, kept_pause, kept_resume].into_iter().enumerate()
+            {
                 times[i].push(d.as_secs_f64() * 1000.0);
             }
         }
     }
-    let names = ["API pause", "API resume", "freezer: freeze", "freezer: thaw"];
+    let names = [
+        "API pause",
+        "API resume",
+        "freezer: freeze",
+        "freezer: thaw",
+        "API pause (kept)",
+        "API resume (kept)",
+    ];
     let mut rows = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let (p50, p90) = stats(&mut times[i]);
@@ -117,6 +172,11 @@ fn measure(socket: &Path, id: &str, args: &BenchArgs) -> anyhow::Result<serde_js
     }
     let m = |i: usize| rows[i]["median_ms"].as_f64().unwrap_or(0.0).max(f64::EPSILON);
     println!("pause: {:.2}x the raw freezer; resume: {:.2}x the raw thaw", m(0) / m(2), m(1) / m(3));
+    println!(
+        "on a kept-alive connection (as the SDK's): pause {:.2}x, resume {:.2}x",
+        m(4) / m(2),
+        m(5) / m(3)
+    );
     println!("raw freezes that had to be undone and tried again: {retries}");
     Ok(serde_json::json!({"cases": rows, "raw_retries": retries}))
 }
