@@ -52,6 +52,9 @@ pub struct ShimStart {
     /// The CRIU binary to restore with (found on the PATH when unset).
     #[serde(default)]
     pub criu: Option<PathBuf>,
+    /// Its version, as the daemon checked it (asked of the binary again when unset).
+    #[serde(default)]
+    pub criu_version: Option<String>,
 }
 
 /// The first line a shim prints: the sandbox, or why it could not be built.
@@ -93,6 +96,8 @@ pub enum ShimRequest {
         dir: PathBuf,
         #[serde(default)]
         criu: Option<PathBuf>,
+        #[serde(default)]
+        criu_version: Option<String>,
     },
 }
 
@@ -256,8 +261,9 @@ impl Held {
         sandbox: &mut Sandbox,
         dir: &Path,
         criu: Option<&Path>,
+        version: Option<&str>,
     ) -> Result<(u64, berth_api::Teardown), String> {
-        let criu = berth_runtime::checkpoint::Criu::find(criu)?;
+        let criu = checked_criu(criu, version)?;
         if self.pooled {
             return Err("a sandbox of the warm pool is not hibernated".into());
         }
@@ -279,6 +285,16 @@ impl Held {
             ..Default::default()
         };
         Ok((manifest.bytes, teardown))
+    }
+}
+
+/// CRIU as the daemon found and checked it (its path and version), or found again here when not given.
+fn checked_criu(path: Option<&Path>, version: Option<&str>) -> Result<berth_runtime::checkpoint::Criu, String> {
+    match (path, version) {
+        (Some(path), Some(version)) => {
+            Ok(berth_runtime::checkpoint::Criu { path: path.to_path_buf(), version: version.to_string() })
+        }
+        (path, _) => berth_runtime::checkpoint::Criu::find(path),
     }
 }
 
@@ -315,7 +331,7 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
     let runtime = Runtime::open(root).map_err(|e| (berth_runtime::error_chain(&e), false))?;
     let built = match &start.restore {
         Some(dir) => {
-            let criu = berth_runtime::checkpoint::Criu::find(start.criu.as_deref()).map_err(|m| (m, false))?;
+            let criu = checked_criu(start.criu.as_deref(), start.criu_version.as_deref()).map_err(|m| (m, false))?;
             runtime.restore(&spec, dir, &criu)
         }
         None => runtime.create(&spec),
@@ -390,14 +406,16 @@ fn serve(sandbox: &mut Sandbox, listener: &OwnedFd, held: &mut Held) -> i32 {
                     Ok(record) => send(&ShimReply::Claimed { record: Box::new(record) }, &[]),
                     Err(message) => send(&ShimReply::Error { message }, &[]),
                 },
-                ShimRequest::Hibernate { dir, criu } => match held.hibernate(sandbox, &dir, criu.as_deref()) {
-                    Ok((bytes, teardown)) => {
-                        let _ = std::fs::remove_file(&held.socket);
-                        let _ = send(&ShimReply::Hibernated { bytes, teardown }, &[]);
-                        return 0;
+                ShimRequest::Hibernate { dir, criu, criu_version } => {
+                    match held.hibernate(sandbox, &dir, criu.as_deref(), criu_version.as_deref()) {
+                        Ok((bytes, teardown)) => {
+                            let _ = std::fs::remove_file(&held.socket);
+                            let _ = send(&ShimReply::Hibernated { bytes, teardown }, &[]);
+                            return 0;
+                        }
+                        Err(message) => send(&ShimReply::Error { message }, &[]),
                     }
-                    Err(message) => send(&ShimReply::Error { message }, &[]),
-                },
+                }
                 ShimRequest::Destroy => {
                     let t = sandbox.teardown();
                     // Gone before the answer, so whoever asked finds nothing of it left.

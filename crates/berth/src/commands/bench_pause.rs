@@ -156,14 +156,8 @@ fn measure(socket: &Path, id: &str, args: &BenchArgs) -> anyhow::Result<serde_js
             }
         }
     }
-    let names = [
-        "API pause",
-        "API resume",
-        "freezer: freeze",
-        "freezer: thaw",
-        "API pause (kept)",
-        "API resume (kept)",
-    ];
+    let names =
+        ["API pause", "API resume", "freezer: freeze", "freezer: thaw", "API pause (kept)", "API resume (kept)"];
     let mut rows = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let (p50, p90) = stats(&mut times[i]);
@@ -172,11 +166,7 @@ fn measure(socket: &Path, id: &str, args: &BenchArgs) -> anyhow::Result<serde_js
     }
     let m = |i: usize| rows[i]["median_ms"].as_f64().unwrap_or(0.0).max(f64::EPSILON);
     println!("pause: {:.2}x the raw freezer; resume: {:.2}x the raw thaw", m(0) / m(2), m(1) / m(3));
-    println!(
-        "on a kept-alive connection (as the SDK's): pause {:.2}x, resume {:.2}x",
-        m(4) / m(2),
-        m(5) / m(3)
-    );
+    println!("on a kept-alive connection (as the SDK's): pause {:.2}x, resume {:.2}x", m(4) / m(2), m(5) / m(3));
     println!("raw freezes that had to be undone and tried again: {retries}");
     Ok(serde_json::json!({"cases": rows, "raw_retries": retries}))
 }

@@ -207,7 +207,7 @@ impl Engine {
         parent: Option<String>,
         owner: Option<String>,
         warm: &mut Option<super::warm::Held>,
-        restore: Option<(std::path::PathBuf, std::path::PathBuf)>,
+        restore: Option<(std::path::PathBuf, berth_runtime::checkpoint::Criu)>,
     ) -> Result<Sandbox, EngineError> {
         let record = self.record_of(id, req, created_at_ms, parent, owner)?;
         // A session token for this run of the sandbox (its API at BERTH_API, as BERTH_TOKEN); revoked when it
@@ -238,7 +238,8 @@ impl Engine {
             files,
             authority: authority.clone(),
             pooled: false,
-            criu: restore.as_ref().map(|(_, criu)| criu.clone()),
+            criu: restore.as_ref().map(|(_, criu)| criu.path.clone()),
+            criu_version: restore.as_ref().map(|(_, criu)| criu.version.clone()),
             restore: restore.map(|(dir, _)| dir),
         };
         // Recorded before it starts: a daemon that dies while the shim builds it finds it, and its spec, when it

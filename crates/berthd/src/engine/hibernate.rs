@@ -55,7 +55,11 @@ impl Engine {
         let cpu_ns = self.cgroups.as_ref().and_then(|h| h.open(&sid).usage().ok()).map(|u| u.cpu_ns);
         let started = std::time::Instant::now();
         let path = shim::socket_path(&self.root, &sid);
-        let req = ShimRequest::Hibernate { dir: dir.clone(), criu: Some(criu.path.clone()) };
+        let req = ShimRequest::Hibernate {
+            dir: dir.clone(),
+            criu: Some(criu.path.clone()),
+            criu_version: Some(criu.version.clone()),
+        };
         // Its init ends with the dump: the reaper must not take that for a sandbox that died.
         if let Ok(mut r) = self.removing.lock() {
             r.insert(sid.clone());
@@ -170,7 +174,7 @@ impl Engine {
                 hib.parent.clone(),
                 hib.owner.clone(),
                 &mut None,
-                Some((dir.clone(), criu.path)),
+                Some((dir.clone(), criu)),
             )
             .await;
         let mut record = match woke {
