@@ -247,6 +247,16 @@ fn keep_init(exe: &str, dir: &Path) -> std::io::Result<()> {
     fs::copy(exe, &target).map(|_| ())
 }
 
+/// Write the image in `dir` (its files, then the directory) to disk.
+pub fn sync_image(dir: &Path) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)?.flatten() {
+        if entry.file_type()?.is_file() {
+            fs::File::open(entry.path())?.sync_all()?;
+        }
+    }
+    fs::File::open(dir)?.sync_all()
+}
+
 /// Read the manifest of the image in `dir`.
 pub fn read_manifest(dir: &Path) -> Result<Manifest, RuntimeError> {
     let text = fs::read(dir.join(MANIFEST))

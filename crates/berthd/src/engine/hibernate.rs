@@ -92,8 +92,20 @@ impl Engine {
             }
             _ => return Err(EngineError::ShimGone),
         };
-        let ms = started.elapsed().as_millis() as u64;
         let mut record = live.record.lock().await.clone();
+        // A persistent sandbox's hibernation outlives a host crash: its image is on disk before it is called
+        // hibernated (an ephemeral one's need not be: it does not wake after a host restart).
+        if record.persistent {
+            let image = dir.clone();
+            let synced = tokio::task::spawn_blocking(move || berth_runtime::checkpoint::sync_image(&image)).await;
+            if let Ok(Err(e)) | Err(e) = synced.map_err(std::io::Error::other) {
+                crate::log::warn(
+                    "hibernation image not synced",
+                    serde_json::json!({"sandbox": sid, "error": e.to_string()}),
+                );
+            }
+        }
+        let ms = started.elapsed().as_millis() as u64;
         record.state = SandboxState::Hibernated;
         record.pid = None;
         record.paused_at_ms = None;
