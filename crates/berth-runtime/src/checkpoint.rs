@@ -132,13 +132,15 @@ pub fn mount_key(mount_point: &str) -> String {
 
 /// The mounts of a sandbox's table that CRIU must treat as external: everything but the root and whole
 /// proc, sysfs, devpts, mqueue and tmpfs mounts (a bind of a tmpfs's file, as `/etc/hostname`, is external).
+/// The empty read-only tmpfs mounts that mask parts of `/proc` and `/sys` are external too: the restore
+/// binds one such mask over each of them, instead of CRIU archiving and unpacking each (see [`is_mask`]).
 pub fn externals(table: &[berth_sys::mountinfo::MountInfo]) -> Vec<External> {
     let mut out: Vec<External> = Vec::new();
     for m in table {
         let point = m.mount_point.to_string_lossy().into_owned();
         let whole = m.root == Path::new("/");
-        let recreated =
-            matches!(m.fstype.as_str(), "proc" | "sysfs" | "devpts" | "mqueue") || (m.fstype == "tmpfs" && whole);
+        let recreated = matches!(m.fstype.as_str(), "proc" | "sysfs" | "devpts" | "mqueue")
+            || (m.fstype == "tmpfs" && whole && !masks(m));
         if point == "/" || recreated || out.iter().any(|e| e.mount_point == point) {
             continue;
         }
@@ -150,6 +152,17 @@ pub fn externals(table: &[berth_sys::mountinfo::MountInfo]) -> Vec<External> {
         });
     }
     out
+}
+
+/// Whether a mount is one of berth's masks: a whole, empty, read-only tmpfs of no size.
+fn masks(m: &berth_sys::mountinfo::MountInfo) -> bool {
+    let has = |o: &str| m.super_options.iter().any(|s| s == o);
+    m.fstype == "tmpfs" && has("ro") && has("size=0k")
+}
+
+/// Whether an external mount of an image is one of berth's masks (see [`externals`]).
+pub fn is_mask(e: &External) -> bool {
+    e.fstype == "tmpfs" && e.root == "/"
 }
 
 /// Options both a dump and a restore pass.
@@ -356,12 +369,15 @@ mod tests {
              79 73 0:46 / /proc rw - proc proc rw\n\
              80 79 0:6 /null /proc/keys rw - devtmpfs devtmpfs rw\n\
              87 79 0:46 /sys /proc/sys ro - proc proc rw\n\
+             88 79 0:47 / /proc/acpi ro - tmpfs tmpfs ro,size=0k,mode=555\n\
              93 73 0:51 / /dev ro - tmpfs tmpfs rw\n\
              100 93 0:52 / /dev/pts rw - devpts devpts rw\n\
              103 73 254:0 /pool/sandboxes/a/workspace /workspace rw,idmapped - ext4 /dev/vda rw\n",
         );
         let points: Vec<String> = externals(&table).into_iter().map(|e| e.mount_point).collect();
-        assert_eq!(points, ["/usr", "/etc/hostname", "/proc/keys", "/workspace"]);
+        assert_eq!(points, ["/usr", "/etc/hostname", "/proc/keys", "/proc/acpi", "/workspace"]);
+        let acpi = externals(&table).into_iter().find(|e| e.mount_point == "/proc/acpi").unwrap();
+        assert!(is_mask(&acpi));
     }
 
     #[test]

@@ -24,6 +24,7 @@ use crate::plan::{self, Layout, Plan, Step};
 use crate::sandbox::{LIVE_DIR, SCRATCH_MOUNT_POINT, Sandbox, claim, claim_held, clone_trees, mount_owners};
 use crate::spec::Spec;
 use crate::{Runtime, RuntimeError};
+use berth_sys::mount::Flags;
 
 /// The plan's steps for a restore, and where each mount inside the sandbox's root is staged instead.
 #[derive(Debug, PartialEq, Eq)]
@@ -31,10 +32,13 @@ pub(crate) struct Staging {
     pub steps: Vec<Step>,
     /// Sandbox path (`/usr`, `/etc/hostname`, …) → where its source is once the steps have run.
     pub sources: BTreeMap<String, PathBuf>,
+    /// One mask (an empty read-only tmpfs), bound by CRIU over every masked path of the image.
+    pub mask: PathBuf,
 }
 
-/// Turn a plan into its staging for a restore (see the module's documentation).
-pub(crate) fn stage(plan: &Plan, layout: &Layout) -> Staging {
+/// Turn a plan into its staging for a restore (see the module's documentation); `root_id` is the host id of
+/// the sandbox's root, who owns its masks.
+pub(crate) fn stage(plan: &Plan, layout: &Layout, root_id: u32) -> Staging {
     let stage_dir = layout.dir.join("stage");
     let mut steps = vec![];
     let mut sources = BTreeMap::new();
@@ -96,8 +100,16 @@ pub(crate) fn stage(plan: &Plan, layout: &Layout) -> Staging {
     }
     // The staging directory itself, on the scratch tmpfs: right after that tmpfs is mounted.
     let scratch = steps.iter().position(|s| matches!(s, Step::Mount { target, .. } if *target == layout.dir));
+    let mask = stage_dir.join("mask");
+    steps.push(Step::Mkdir { path: mask.clone(), mode: 0o555 });
+    steps.push(Step::Mount {
+        fstype: "tmpfs",
+        target: mask.clone(),
+        flags: Flags::RDONLY | Flags::NOSUID | Flags::NODEV | Flags::NOEXEC,
+        data: format!("size=0,mode=555,uid={root_id},gid={root_id}"),
+    });
     steps.insert(scratch.map_or(0, |i| i + 1), Step::Mkdir { path: stage_dir, mode: 0o755 });
-    Staging { steps, sources }
+    Staging { steps, sources, mask }
 }
 
 impl Runtime {
@@ -127,7 +139,7 @@ impl Runtime {
         give_image_to(dir, ids.base())?;
         let layout = Layout { dir: PathBuf::from(SCRATCH_MOUNT_POINT), state: spec.state.is_some() };
         let plan = plan::compile(spec, &layers, &layout, &owners);
-        let mut staging = stage(&plan, &layout);
+        let mut staging = stage(&plan, &layout, ids.base());
         // The image is read from inside the restored user namespace too: bound where that id can reach it,
         // whatever the permissions of the directories above it on the host.
         let image = layout.dir.join("image");
@@ -275,7 +287,11 @@ fn restore_args(
     args.extend(checkpoint::common_args(dir));
     args.extend(["-o".into(), "restore.log".into(), "--root".into(), plan.root.display().to_string()]);
     for e in &manifest.externals {
-        let source = staging.sources.get(&e.mount_point).cloned().ok_or_else(|| RuntimeError::Checkpoint {
+        let staged = match checkpoint::is_mask(e) {
+            true => Some(staging.mask.clone()),
+            false => staging.sources.get(&e.mount_point).cloned(),
+        };
+        let source = staged.ok_or_else(|| RuntimeError::Checkpoint {
             message: format!(
                 "the sandbox had {} mounted at {}, which berth cannot mount again for its restore",
                 e.fstype, e.mount_point
@@ -367,7 +383,7 @@ mod tests {
         };
         let layers = ImageLayers { skeleton: "/img/rootfs".into(), usr: Some("/usr".into()), storage_ids: false };
         let plan = plan::compile(&sp, &layers, &layout, &[]);
-        let st = stage(&plan, &layout);
+        let st = stage(&plan, &layout, 1 << 20);
         assert!(st.steps.iter().any(|s| matches!(s, Step::Overlay { target, .. } if *target == plan.root)));
         assert!(!st.steps.iter().any(|s| matches!(s, Step::Pivot { .. })));
         // Nothing is mounted inside the root: CRIU binds the root alone and mounts the rest itself.

@@ -134,6 +134,12 @@ fn a_hibernated_sandbox_holds_no_memory_and_wakes_where_it_was() {
     ]);
     assert_eq!(text(&wrote.stdout), "w\nu\n", "{}", text(&wrote.stderr));
 
+    // What berth masks is masked still: an empty directory that cannot be written.
+    let masked = d.berth(&["exec", &id, "--", "sh", "-c", "ls -A /proc/acpi /sys/firmware; touch /proc/acpi/x"]);
+    assert!(
+        !masked.status.success() && text(&masked.stdout).trim_end().lines().all(|l| l.ends_with(':') || l.is_empty())
+    );
+
     // Commands started after the wake are under init's landlock rules again (init executed itself anew):
     // making a device node is refused by landlock (EACCES), not only by the user namespace (EPERM).
     let mknod = d.berth(&["exec", &id, "--", "python3", "-c", MKNOD]);
