@@ -169,6 +169,7 @@ impl Engine {
             pooled: true,
             restore: None,
             criu: None,
+            pipes: Vec::new(),
         };
         let started = match self.apply_quota(&id, disk).await {
             Ok(()) => self.start_shim(&start).await,
