@@ -217,6 +217,13 @@ fn a_detached_exec_sleeps_with_its_sandbox_and_goes_on_in_its_log() {
     let out = d.berth(&["exec", &id, "--detach", "--timeout", "8s", "--", "sh", "-c", script]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let x = text(&out.stdout).trim().to_string();
+    // One that has read a line of its stdin reads the rest after the wake, then end of file; one to kill.
+    let fed = r#"{"argv": ["sh", "-c", "read a; sleep 2; read b; read c || echo \"$a $b eof\""], "stdin": "one\ntwo\n", "detach": true}"#;
+    let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/execs"), fed);
+    assert_eq!(status, 201, "{body}");
+    let reader = serde_json::from_str::<Value>(&body).unwrap()["exec_id"].as_str().unwrap().to_string();
+    let out = d.berth(&["exec", &id, "--detach", "--", "sleep", "300"]);
+    let sleeper = text(&out.stdout).trim().to_string();
     // A follower of its log from before the hibernation reads on to its end.
     let follower = d.cmd(&["logs", &id, &x, "--follow"]).stdout(Stdio::piped()).spawn().unwrap();
     wait_for("some counting", Duration::from_secs(20), || log_file(&d, &id, &x).lines().count() >= 5);
@@ -246,6 +253,15 @@ fn a_detached_exec_sleeps_with_its_sandbox_and_goes_on_in_its_log() {
     assert_eq!(text(&out.stdout), expected);
     let followed = common::daemon::wait_output(follower, Duration::from_secs(20));
     assert_eq!(text(&followed.stdout), expected, "the follower saw it all, and ended with it");
+    wait_for("the reader's end", Duration::from_secs(20), || exec_info(&d, &id, &reader)["running"] == false);
+    assert_eq!(log_file(&d, &id, &reader), "one two eof\n", "its unread stdin was kept, then it ended");
+    let out = d.berth(&["kill", &id, &sleeper, "--json"]);
+    let killed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (killed["running"].as_bool(), killed["result"]["killed"].as_bool()),
+        (Some(false), Some(true)),
+        "{killed}"
+    );
     let journal = text(&d.berth(&["journal", &id]).stdout);
     assert!(journal.contains("exec_finished"), "{journal}");
     assert!(d.berth(&["journal", &id, "--verify"]).status.success(), "one journal chain through it all");
