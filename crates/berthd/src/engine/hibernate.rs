@@ -187,6 +187,8 @@ impl Engine {
                 return Err(e);
             }
         };
+        // Its execs asleep go on, and its contexts are the woken init's, before anything else reaches them.
+        self.resume_execs(&record.id, pipes).await;
         let ms = started.elapsed().as_millis() as u64;
         let hibernated_ms = hib.hibernated_at_ms.map(|t| now_ms().saturating_sub(t)).unwrap_or(0);
         if let Ok(live) = self.live(&record.id).await {
@@ -214,7 +216,6 @@ impl Engine {
                 serde_json::json!({"pid": record.pid, "ms": ms, "hibernated_ms": hibernated_ms}),
             );
         }
-        self.resume_execs(&record.id, pipes).await;
         let _ = tokio::fs::remove_dir_all(&dir).await;
         self.prune_init_copies();
         self.events.emit(&record.id, EventKind::Woken, None, None);
