@@ -281,6 +281,17 @@ fn a_code_context_keeps_its_variables_through_hibernation_and_a_daemon_restart()
         got
     };
     run(&d, "import os\nkept = 41\npid = os.getpid()");
+    // A JavaScript one too, whose interpreter writes to the exec's own pipes.
+    let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/contexts"), r#"{"language": "javascript"}"#);
+    assert_eq!(status, 201, "{body}");
+    let js = serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_string();
+    let run_js = |d: &Daemon, code: &str| {
+        let body = serde_json::json!({"code": code}).to_string();
+        let (status, got) = d.http("POST", &format!("/v1/sandboxes/{id}/contexts/{js}/run"), &body);
+        assert_eq!(status, 200, "{got}");
+        got
+    };
+    run_js(&d, "globalThis.kept = 'js kept'");
 
     // Running code holds a connection from berth: refused, and the run goes on.
     let runner = d
@@ -310,4 +321,6 @@ fn a_code_context_keeps_its_variables_through_hibernation_and_a_daemon_restart()
     assert!(list.contains(&ctx), "{list}");
     let got = run(&d, "kept = kept + 1\nkept");
     assert!(got.contains("42"), "{got}");
+    let got = run_js(&d, "console.log('said'); kept");
+    assert!(got.contains("js kept") && got.contains("said"), "{got}");
 }
