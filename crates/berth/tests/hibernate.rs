@@ -134,6 +134,9 @@ fn a_hibernated_sandbox_holds_no_memory_and_wakes_where_it_was() {
 fn what_cannot_go_to_disk_is_named_and_the_sandbox_runs_on() {
     let d = Daemon::start();
     let id = d.create(&[]);
+    // A detached exec, held for the hibernation and let go again when it is refused: its timeout still fires.
+    let out = d.berth(&["exec", &id, "--detach", "--timeout", "3s", "--", "sh", "-c", "echo before; sleep 60"]);
+    let detached = text(&out.stdout).trim().to_string();
     // An exec whose output streams to its client.
     let mut attached = d.cmd(&["exec", &id, "--", "sleep", "60"]).stdout(Stdio::piped()).spawn().unwrap();
     wait_for("the attached exec", Duration::from_secs(20), || {
@@ -143,9 +146,15 @@ fn what_cannot_go_to_disk_is_named_and_the_sandbox_runs_on() {
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("execs or shells are running") && body.contains("sleep 60"), "{body}");
     assert!(body.contains("its output streams to a client"), "{body}");
+    assert!(!body.contains(&format!("{detached} (")), "a detached exec does not refuse it: {body}");
     assert_eq!(record(&d, &id)["state"], "running");
     assert!(d.berth(&["exec", &id, "--", "true"]).status.success());
     common::terminate(&mut attached);
+    wait_for("the detached exec's timeout", Duration::from_secs(20), || {
+        exec_info(&d, &id, &detached)["running"] == false
+    });
+    assert_eq!(exec_info(&d, &id, &detached)["result"]["timed_out"], true);
+    assert_eq!(log_file(&d, &id, &detached), "before\n");
     // `berth wake` brings one back explicitly.
     let other = d.create(&[]);
     assert!(d.berth(&["exec", &other, "--", "sh", "-c", "echo 41 > /tmp/n"]).status.success());

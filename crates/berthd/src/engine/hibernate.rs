@@ -36,7 +36,7 @@ impl Engine {
         let criu = self.criu.clone().map_err(EngineError::Unsupported)?;
         let _busy = self.busy(&sid, "hibernating")?;
         self.check_hibernatable(&live, &sid).await?;
-        // Its detached execs sleep with it (see `sleep`); any other running exec refuses.
+        // Its detached execs sleep with it (see `sleep`); any other running exec refuses. Released if it fails.
         let held = self.hold_execs(&live, &sid).await?;
         let init_pid = live.record.lock().await.pid.unwrap_or(0);
         // CRIU seizes the processes itself; frozen by a pause, they are thawed first.
@@ -81,7 +81,7 @@ impl Engine {
         let bytes = match reply {
             Ok(ShimReply::Hibernated { bytes, .. }) => bytes,
             Ok(ShimReply::Error { message }) => {
-                self.release_execs(&live, &held).await;
+                drop(held);
                 let _ = tokio::fs::remove_dir_all(&dir).await;
                 if was_paused {
                     let _ = self.pause(&sid, "asked").await;
@@ -91,12 +91,9 @@ impl Engine {
                 )));
             }
             Ok(_) => return Err(EngineError::ShimGone),
-            Err(e) => {
-                self.release_execs(&live, &held).await;
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         };
-        self.put_to_sleep(&live, &sid, &dir, &held, init_pid).await;
+        self.put_to_sleep(&live, &sid, &dir, held, init_pid).await;
         let ms = started.elapsed().as_millis() as u64;
         let mut record = live.record.lock().await.clone();
         record.state = SandboxState::Hibernated;

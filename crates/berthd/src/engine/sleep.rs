@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use berth_api::ExecResult;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{Engine, ExecEntry, Live};
 use crate::EngineError;
@@ -61,12 +61,25 @@ pub(super) struct WakePipes {
     states: Vec<Vec<u8>>,
 }
 
+/// The execs held for a hibernation (id, the line to its supervisor): released when this is dropped, unless
+/// they were put to sleep.
+#[derive(Default)]
+pub(super) struct Held(Vec<(String, mpsc::UnboundedSender<Park>)>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        for (_, park) in &self.0 {
+            let _ = park.send(Park::Release);
+        }
+    }
+}
+
 impl Engine {
-    /// Hold the running execs of `live` for a hibernation; returns their ids. When one cannot sleep, the
-    /// others are released and the refusal names it.
-    pub(super) async fn hold_execs(&self, live: &Arc<Live>, sid: &str) -> Result<Vec<String>, EngineError> {
+    /// Hold the running execs of `live` for a hibernation. When one cannot sleep, the others are released and
+    /// the refusal names it.
+    pub(super) async fn hold_execs(&self, live: &Arc<Live>, sid: &str) -> Result<Held, EngineError> {
         let execs = live.execs.lock().await;
-        let (mut held, mut refused) = (Vec::new(), Vec::new());
+        let (mut held, mut refused) = (Held::default(), Vec::new());
         for (id, e) in execs.iter().filter(|(_, e)| e.done.borrow().is_none()) {
             let why = match &e.park {
                 None => Err("a shell, on the caller's terminal".to_string()),
@@ -76,18 +89,14 @@ impl Engine {
                     if park.send(Park::Hold(tx)).is_err() { Ok(()) } else { rx.await.unwrap_or(Ok(())) }
                 }
             };
-            match why {
-                Ok(()) => held.push(id.clone()),
-                Err(why) => refused.push(format!("{id} ({}): {why}", e.argv.join(" "))),
+            match (why, &e.park) {
+                (Ok(()), Some(park)) => held.0.push((id.clone(), park.clone())),
+                (Ok(()), None) => {}
+                (Err(why), _) => refused.push(format!("{id} ({}): {why}", e.argv.join(" "))),
             }
         }
         if refused.is_empty() {
             return Ok(held);
-        }
-        for id in &held {
-            if let Some(park) = execs.get(id).and_then(|e| e.park.as_ref()) {
-                let _ = park.send(Park::Release);
-            }
         }
         Err(EngineError::Conflict(format!(
             "sandbox {sid} cannot hibernate while execs or shells are running that stream to berth ({}): their \
@@ -97,22 +106,13 @@ impl Engine {
         )))
     }
 
-    /// The hibernation failed: the held execs go on as before.
-    pub(super) async fn release_execs(&self, live: &Arc<Live>, held: &[String]) {
-        let execs = live.execs.lock().await;
-        for id in held {
-            if let Some(park) = execs.get(id).and_then(|e| e.park.as_ref()) {
-                let _ = park.send(Park::Release);
-            }
-        }
-    }
-
     /// The sandbox is on disk: its held execs hand over their state, kept beside the image in `dir` and in
     /// this daemon's memory.
-    pub(super) async fn put_to_sleep(&self, live: &Arc<Live>, sid: &str, dir: &Path, held: &[String], init_pid: i32) {
+    pub(super) async fn put_to_sleep(&self, live: &Arc<Live>, sid: &str, dir: &Path, mut held: Held, init_pid: i32) {
+        let held = std::mem::take(&mut held.0);
         let entries: Vec<(String, ExecEntry)> = {
             let mut execs = live.execs.lock().await;
-            held.iter().filter_map(|id| execs.remove(id).map(|e| (id.clone(), e))).collect()
+            held.iter().filter_map(|(id, _)| execs.remove(id).map(|e| (id.clone(), e))).collect()
         };
         let mut sleeping = Sleeping { init_pid, execs: Vec::new() };
         let mut kept = HashMap::new();
