@@ -171,3 +171,27 @@ const UNCLAIMED: usize = 64;
 fn first_request_id() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn events_of_a_request_nobody_waits_for_yet_are_kept_for_it() {
+        let (ours, init) = berth_sys::fd::seqpacket_pair().unwrap();
+        let session = Session::start(ours).unwrap();
+        let exited = Event::Exited { id: 7, code: Some(3), signal: None };
+        protocol::send(init.as_fd(), &exited, &[]).unwrap();
+        protocol::send(init.as_fd(), &Event::Exited { id: 8, code: Some(0), signal: None }, &[]).unwrap();
+        // The router has read them (it reads in order) once a request's event after them reached its waiter.
+        let (num, mut later) = session.register();
+        protocol::send(init.as_fd(), &Event::Started { id: num, pid: 2 }, &[]).unwrap();
+        assert!(matches!(later.recv().await, Some(Event::Started { pid: 2, .. })));
+        let mut rx = session.register_as(7);
+        assert_eq!(rx.recv().await, Some(exited));
+        protocol::send(init.as_fd(), &Event::Exited { id: 7, code: None, signal: Some(9) }, &[]).unwrap();
+        assert_eq!(rx.recv().await, Some(Event::Exited { id: 7, code: None, signal: Some(9) }));
+        assert_eq!(session.unclaimed.lock().unwrap().len(), 1, "another request's event is still kept");
+    }
+}
