@@ -231,7 +231,8 @@ fn a_detached_exec_sleeps_with_its_sandbox_and_goes_on_in_its_log() {
     let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/execs"), fed);
     assert_eq!(status, 201, "{body}");
     let reader = serde_json::from_str::<Value>(&body).unwrap()["exec_id"].as_str().unwrap().to_string();
-    let out = d.berth(&["exec", &id, "--detach", "--", "sleep", "300"]);
+    // (It starts a session of its own too: only the exec's own cgroup, where CRIU puts it back, reaches it.)
+    let out = d.berth(&["exec", &id, "--detach", "--", "sh", "-c", "setsid sleep 300 & sleep 300"]);
     let sleeper = text(&out.stdout).trim().to_string();
     // A follower of its log from before the hibernation reads on to its end.
     let follower = d.cmd(&["logs", &id, &x, "--follow"]).stdout(Stdio::piped()).spawn().unwrap();
@@ -271,6 +272,7 @@ fn a_detached_exec_sleeps_with_its_sandbox_and_goes_on_in_its_log() {
         (Some(false), Some(true)),
         "{killed}"
     );
+    wait_for("the killed tree's end", Duration::from_secs(10), || processes_of(&id) == 1);
     let journal = text(&d.berth(&["journal", &id]).stdout);
     assert!(journal.contains("exec_finished"), "{journal}");
     assert!(d.berth(&["journal", &id, "--verify"]).status.success(), "one journal chain through it all");
