@@ -273,8 +273,18 @@ fn a_detached_exec_sleeps_with_its_sandbox_and_goes_on_in_its_log() {
         "{killed}"
     );
     wait_for("the killed tree's end", Duration::from_secs(10), || processes_of(&id) == 1);
-    let journal = text(&d.berth(&["journal", &id]).stdout);
-    assert!(journal.contains("exec_finished"), "{journal}");
+    let journal: Value = serde_json::from_slice(&d.berth(&["journal", &id, "--json"]).stdout).unwrap();
+    let records = journal.as_array().unwrap();
+    let of = |action: &str| records.iter().find(|r| r["action"] == action).unwrap()["result"].clone();
+    let listed = |v: Value| v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let mut asleep = listed(of("hibernate")["execs_asleep"].clone());
+    asleep.sort();
+    let mut three = vec![x.clone(), reader.clone(), sleeper.clone()];
+    three.sort();
+    assert_eq!(asleep, three, "the hibernation names the execs that slept");
+    assert_eq!(listed(of("wake")["execs_woken"].clone()).len(), 3);
+    let finished = records.iter().filter(|r| r["action"] == "exec_finished").count();
+    assert_eq!(finished, 3, "each exec's end is recorded once");
     assert!(d.berth(&["journal", &id, "--verify"]).status.success(), "one journal chain through it all");
 }
 

@@ -93,7 +93,7 @@ impl Engine {
             Ok(_) => return Err(EngineError::ShimGone),
             Err(e) => return Err(e),
         };
-        self.put_to_sleep(&live, &sid, &dir, held, init_pid).await;
+        let asleep = self.put_to_sleep(&live, &sid, &dir, held, init_pid).await;
         let ms = started.elapsed().as_millis() as u64;
         let mut record = live.record.lock().await.clone();
         record.state = SandboxState::Hibernated;
@@ -104,7 +104,11 @@ impl Engine {
         if let Ok(mut m) = live.meter.lock() {
             self.save_meter(&sid, &mut m, cpu_ns);
         }
-        live.note("hibernate", serde_json::json!({"reason": why}), serde_json::json!({"image_bytes": bytes, "ms": ms}));
+        live.note(
+            "hibernate",
+            serde_json::json!({"reason": why}),
+            serde_json::json!({"image_bytes": bytes, "ms": ms, "execs_asleep": asleep}),
+        );
         self.events.emit(&sid, EventKind::Hibernated, None, None);
         Ok(record)
     }
@@ -185,7 +189,7 @@ impl Engine {
             }
         };
         // Its execs asleep go on, and its contexts are the woken init's, before anything else reaches them.
-        self.resume_execs(&record.id, pipes).await;
+        let woken = self.resume_execs(&record.id, pipes).await;
         let ms = started.elapsed().as_millis() as u64;
         let hibernated_ms = hib.hibernated_at_ms.map(|t| now_ms().saturating_sub(t)).unwrap_or(0);
         if let Ok(live) = self.live(&record.id).await {
@@ -210,7 +214,7 @@ impl Engine {
             live.note(
                 "wake",
                 serde_json::json!({"cause": cause}),
-                serde_json::json!({"pid": record.pid, "ms": ms, "hibernated_ms": hibernated_ms}),
+                serde_json::json!({"pid": record.pid, "ms": ms, "hibernated_ms": hibernated_ms, "execs_woken": woken}),
             );
         }
         let _ = tokio::fs::remove_dir_all(&dir).await;

@@ -107,8 +107,15 @@ impl Engine {
     }
 
     /// The sandbox is on disk: its held execs hand over their state, kept beside the image in `dir` and in
-    /// this daemon's memory.
-    pub(super) async fn put_to_sleep(&self, live: &Arc<Live>, sid: &str, dir: &Path, mut held: Held, init_pid: i32) {
+    /// this daemon's memory. Returns the ids of those asleep (the others ended before the dump).
+    pub(super) async fn put_to_sleep(
+        &self,
+        live: &Arc<Live>,
+        sid: &str,
+        dir: &Path,
+        mut held: Held,
+        init_pid: i32,
+    ) -> Vec<String> {
         let held = std::mem::take(&mut held.0);
         let entries: Vec<(String, ExecEntry)> = {
             let mut execs = live.execs.lock().await;
@@ -152,6 +159,7 @@ impl Engine {
         if let Ok(mut k) = self.asleep.0.lock() {
             k.insert(sid.to_string(), kept);
         }
+        sleeping.execs.into_iter().map(|s| s.exec_id).collect()
     }
 
     /// Before the wake of the sandbox hibernated in `dir`: a new pipe for each output pipe its execs asleep
@@ -180,10 +188,11 @@ impl Engine {
     }
 
     /// After the wake of `sid`: its execs asleep go on, among its execs again, and its code contexts are
-    /// those of the woken init.
-    pub(super) async fn resume_execs(&self, sid: &str, wp: WakePipes) {
-        let Ok(live) = self.live(sid).await else { return };
-        let Some(pid) = live.record.lock().await.pid else { return };
+    /// those of the woken init. Returns the ids of the execs that went on.
+    pub(super) async fn resume_execs(&self, sid: &str, wp: WakePipes) -> Vec<String> {
+        let mut woken = Vec::new();
+        let Ok(live) = self.live(sid).await else { return woken };
+        let Some(pid) = live.record.lock().await.pid else { return woken };
         self.rehome_contexts(sid, wp.sleeping.init_pid, pid).await;
         let mut kept = self.asleep.0.lock().ok().and_then(|mut k| k.remove(sid)).unwrap_or_default();
         for ((saved, pipes), state) in wp.sleeping.execs.into_iter().zip(wp.ours).zip(wp.states) {
@@ -198,48 +207,63 @@ impl Engine {
                 pipes,
                 redactor: live.redactor.clone().filter(|r| !r.is_empty()),
                 pause: Arc::clone(&live.pause),
-                cgroup,
+                cgroup: cgroup.clone(),
             };
-            let park = match exec_sleep::resume(&saved, &state, wake, keeper.done, keeper.kill_rx).await {
-                Ok(park) => park,
+            let resumed = exec_sleep::resume(&saved, &state, wake, keeper.done.clone(), keeper.kill_rx).await;
+            let park = match resumed {
+                Ok(park) => Some(park),
                 Err(e) => {
-                    crate::log::warn(
-                        "an exec asleep could not go on",
-                        serde_json::json!({"sandbox": sid, "exec": saved.exec_id, "error": e.to_string()}),
-                    );
-                    continue;
+                    // Not left running unrecorded: its tree is killed, and its record says why it ended.
+                    if let Some(cg) = cgroup {
+                        let _ = tokio::task::spawn_blocking(move || cg.kill_all()).await;
+                    }
+                    let _ = keeper
+                        .done
+                        .send(Some(ended(&saved.exec_id, format!("it could not go on after its sandbox woke: {e}"))));
+                    None
                 }
             };
             let recorder =
                 self.record_end(&live, sid, &saved.exec_id, saved.log.clone(), super::actor(), keeper.done_rx.clone());
+            if park.is_some() {
+                woken.push(saved.exec_id.clone());
+            }
             let entry = ExecEntry {
                 argv: saved.argv,
                 started_at_ms: saved.started_at_ms,
                 kill: keeper.kill,
                 done: keeper.done_rx,
-                park: Some(park),
+                park,
                 recorder: Some(recorder),
             };
             live.execs.lock().await.insert(saved.exec_id, entry);
         }
+        woken
     }
 
     /// A hibernated sandbox removed: its execs asleep end with it (whoever waits for them is told).
     pub(super) fn forget_asleep(&self, sid: &str) {
         let Some(kept) = self.asleep.0.lock().ok().and_then(|mut k| k.remove(sid)) else { return };
         for (id, keeper) in kept {
-            let _ = keeper.done.send(Some(ExecResult {
-                exec_id: id,
-                exit_code: 137,
-                signal: Some(9),
-                duration_ms: 0,
-                timed_out: false,
-                killed: true,
-                bytes_dropped: 0,
-                output_bytes: 0,
-                log_bytes_dropped: 0,
-                error: Some("its sandbox was removed while it hibernated".into()),
-            }));
+            let result =
+                ExecResult { killed: true, ..ended(&id, "its sandbox was removed while it hibernated".into()) };
+            let _ = keeper.done.send(Some(result));
         }
+    }
+}
+
+/// The result of an exec asleep that ended without a report from init, and why.
+fn ended(exec_id: &str, why: String) -> ExecResult {
+    ExecResult {
+        exec_id: exec_id.to_string(),
+        exit_code: 137,
+        signal: Some(9),
+        duration_ms: 0,
+        timed_out: false,
+        killed: false,
+        bytes_dropped: 0,
+        output_bytes: 0,
+        log_bytes_dropped: 0,
+        error: Some(why),
     }
 }
