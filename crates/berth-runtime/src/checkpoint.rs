@@ -10,6 +10,9 @@
 //!   berth upgraded in between still wakes the sandbox with the very program it hibernated);
 //! - init's control socket, whose other end is the supervisor's: a new pair is made at restore.
 //!
+//! The paths the sandbox's unix sockets are bound to are kept too: the socket files stay on the sandbox's
+//! kept file systems, and the restore clears them before CRIU binds the sockets there again.
+//!
 //! The root of the tree is the overlay the restore stages at `--root`.
 
 use std::fs;
@@ -42,6 +45,9 @@ pub struct Manifest {
     pub exe_key: String,
     pub externals: Vec<External>,
     pub criu_version: String,
+    /// The paths inside the sandbox its unix sockets were bound to.
+    #[serde(default)]
+    pub bound_sockets: Vec<String>,
     /// Bytes of the image, the copy of init included.
     pub bytes: u64,
     /// The kernel's boot id when it was written ([`boot_id`]): an image whose sandbox's files were not
@@ -202,6 +208,7 @@ pub(crate) fn dump(criu: &Criu, id: &str, slot: u32, pid: i32, dir: &Path) -> Re
     keep_init(&exe, dir).map_err(|e| fail(format!("keep a copy of init's binary: {e}")))?;
     drop(exe_file);
     crate::trace::mark("find externals, keep init");
+    let bound_sockets = bound_paths(&fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap_or_default());
 
     let mut args: Vec<String> = vec!["dump".into(), "-t".into(), pid.to_string()];
     args.extend(common_args(dir));
@@ -231,12 +238,26 @@ pub(crate) fn dump(criu: &Criu, id: &str, slot: u32, pid: i32, dir: &Path) -> Re
         exe_key,
         externals,
         criu_version: criu.version.clone(),
+        bound_sockets,
         bytes: dir_bytes(dir),
         boot_id: boot_id(),
     };
     let text = serde_json::to_vec_pretty(&manifest).map_err(|e| fail(e.to_string()))?;
     fs::write(dir.join(MANIFEST), text).map_err(|e| fail(format!("write the manifest: {e}")))?;
     Ok(manifest)
+}
+
+/// The absolute paths in a `/proc/<pid>/net/unix` table (abstract and unbound sockets have none).
+fn bound_paths(table: &str) -> Vec<String> {
+    let mut out: Vec<String> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().skip(7).collect::<Vec<_>>().join(" "))
+        .filter(|p| p.starts_with('/'))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Put a copy of the binary at `exe` (init's) in `dir`: a link to the one copy kept beside the images for
@@ -378,6 +399,16 @@ mod tests {
         assert_eq!(points, ["/usr", "/etc/hostname", "/proc/keys", "/proc/acpi", "/workspace"]);
         let acpi = externals(&table).into_iter().find(|e| e.mount_point == "/proc/acpi").unwrap();
         assert!(is_mask(&acpi));
+    }
+
+    #[test]
+    fn only_bound_paths_are_kept_of_the_unix_socket_table() {
+        let table = "Num       RefCount Protocol Flags    Type St Inode Path\n\
+             0000000000000000: 00000002 00000000 00010000 0001 01 712298 /run/berth/contexts/c1.sock\n\
+             0000000000000000: 00000002 00000000 00000000 0001 03 712300\n\
+             0000000000000000: 00000002 00000000 00010000 0001 01 712301 @abstract\n\
+             0000000000000000: 00000002 00000000 00010000 0001 01 712299 /run/berth/contexts/c1.sock\n";
+        assert_eq!(bound_paths(table), ["/run/berth/contexts/c1.sock"]);
     }
 
     #[test]

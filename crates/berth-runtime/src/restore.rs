@@ -113,9 +113,17 @@ pub(crate) fn stage(plan: &Plan, layout: &Layout, root_id: u32) -> Staging {
 }
 
 impl Runtime {
-    /// Bring back the sandbox hibernated in `dir` with the spec it was created with. On error nothing of it
-    /// is left running and its image is untouched.
-    pub fn restore(&self, spec: &Spec, dir: &Path, criu: &Criu) -> Result<Sandbox, RuntimeError> {
+    /// Bring back the sandbox hibernated in `dir` with the spec it was created with. `pipes`: the pipes whose
+    /// other ends were outside the sandbox (CRIU's `pipe:[INODE]` names), each given in its place the end of a
+    /// new pipe whose other end the caller holds. On error nothing of it is left running and its image is
+    /// untouched.
+    pub fn restore(
+        &self,
+        spec: &Spec,
+        dir: &Path,
+        criu: &Criu,
+        pipes: &[(String, OwnedFd)],
+    ) -> Result<Sandbox, RuntimeError> {
         let manifest = checkpoint::read_manifest(dir)?;
         if spec.id.as_deref() != Some(manifest.id.as_str()) {
             return Err(RuntimeError::Checkpoint {
@@ -155,12 +163,19 @@ impl Runtime {
             .map_err(|e| RuntimeError::Checkpoint { message: format!("open the kept copy of init: {e}") })?;
         let pidfile = dir.join("restore.pid");
         let _ = fs::remove_file(&pidfile);
-        let args = restore_args(&manifest, &image, &plan, &staging, &image.join("restore.pid"), &theirs, &exe)?;
+        let mut args = restore_args(&manifest, &image, &plan, &staging, &image.join("restore.pid"), &theirs, &exe)?;
+        let mut inherit: Vec<&dyn AsFd> = vec![&theirs, &exe];
+        for (name, fd) in pipes {
+            use std::os::fd::AsRawFd;
+            args.extend(["--inherit-fd".into(), format!("fd[{}]:{name}", fd.as_raw_fd())]);
+            inherit.push(fd);
+        }
 
         crate::trace::mark("claim, cgroup, id maps, trees");
         let (_, stager) = match berth_sys::clone::spawn(Namespaces::MOUNT, None)? {
             Forked::Child => {
-                let code = match stage_and_exec(&staging, &plan, &trees, userns.as_fd(), criu, &args, &[&theirs, &exe])
+                let sockets = &manifest.bound_sockets;
+                let code = match stage_and_exec(&staging, &plan, &trees, userns.as_fd(), sockets, criu, &args, &inherit)
                 {
                     Ok(never) => match never {},
                     Err(e) => {
@@ -173,6 +188,7 @@ impl Runtime {
             Forked::Parent { pid, pidfd } => (pid, pidfd),
         };
         drop(trees);
+        drop(inherit);
         drop(theirs);
         let exit = process::pidfd_wait(stager.as_fd())?;
         crate::trace::mark("stage and criu restore");
@@ -312,19 +328,25 @@ fn restore_args(
 
 /// In the stager: build the mounts, then become CRIU. The overlays are made as the sandbox's root makes them
 /// at create (made by host root, their upper layers, seen through id-mapped trees, could not be written).
+#[allow(clippy::too_many_arguments)]
 fn stage_and_exec(
     staging: &Staging,
     plan: &Plan,
     trees: &[OwnedFd],
     userns: std::os::fd::BorrowedFd<'_>,
+    sockets: &[String],
     criu: &Criu,
     args: &[String],
     inherit: &[&dyn AsFd],
 ) -> Result<std::convert::Infallible, RuntimeError> {
+    let root = plan.root.as_path();
     berth_sys::mount::make_private_recursive()?;
     for step in &staging.steps {
         match step {
             Step::Overlay { lower, upper, work, target, volatile } => {
+                if target == root {
+                    clear_stale_sockets(sockets, Some(upper), &BTreeMap::new());
+                }
                 let mut flags = vec!["userxattr"];
                 if *volatile {
                     crate::child::clear_volatile_mark(work)?;
@@ -333,9 +355,10 @@ fn stage_and_exec(
                 let overlay = berth_sys::mount::overlay_as(userns, lower, upper, work, &flags)?;
                 berth_sys::mount::attach(overlay.as_fd(), target)?;
             }
-            _ => crate::child::run_step(step, &plan.root, trees)?,
+            _ => crate::child::run_step(step, root, trees)?,
         }
     }
+    clear_stale_sockets(sockets, None, &staging.sources);
     for fd in inherit {
         rustix::io::fcntl_setfd(fd.as_fd(), rustix::io::FdFlags::empty())
             .map_err(|e| berth_sys::SysError::new("hand a descriptor to CRIU", e))?;
@@ -343,6 +366,37 @@ fn stage_and_exec(
     let err =
         Command::new(&criu.path).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).exec();
     Err(berth_sys::SysError::new(format!("run {}", criu.path.display()), err).into())
+}
+
+/// In the stager: remove the socket files at `paths` (inside the sandbox) that its last run left on its kept
+/// file systems, where CRIU is about to bind its sockets again: on the mounts staged at `sources`, else (when
+/// given) in the directory `root` stands for the sandbox's root. Only sockets go, and nothing is followed out
+/// of the sandbox's trees.
+fn clear_stale_sockets(paths: &[String], root: Option<&Path>, sources: &BTreeMap<String, PathBuf>) {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+    for path in paths {
+        let Some((dir, name)) = path.rsplit_once('/').filter(|(_, n)| !n.is_empty()) else { continue };
+        // On the mount it is on: the longest staged mount point above it, else the root.
+        let mount = sources
+            .iter()
+            .filter(|(point, _)| dir == point.as_str() || dir.starts_with(&format!("{point}/")))
+            .max_by_key(|(point, _)| point.len())
+            .map(|(point, source)| (source.as_path(), &dir[point.len()..]));
+        let Some((base, rel)) = mount.or(root.map(|r| (r, dir))) else { continue };
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let Ok(base) = rustix::fs::open(base, flags, Mode::empty()) else { continue };
+        let rel = match rel.trim_start_matches('/') {
+            "" => ".",
+            r => r,
+        };
+        let how = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+        let Ok(at) = rustix::fs::openat2(&base, rel, flags, Mode::empty(), how) else { continue };
+        let socket = rustix::fs::statat(&at, name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Socket);
+        if socket {
+            let _ = rustix::fs::unlinkat(&at, name, AtFlags::empty());
+        }
+    }
 }
 
 /// Undoes a restore that failed half way: the claim files and the cgroup.

@@ -284,6 +284,40 @@ pub fn prepare_command(cmd: &mut std::process::Command, join: Vec<OwnedFd>, term
     }
 }
 
+/// Start `cmd` with `fds` on descriptors 3, 4, … in order (not close-on-exec there), whatever numbers they
+/// have here; the caller's copies stay close-on-exec, so no other child inherits them.
+pub fn pass_fds(cmd: &mut std::process::Command, fds: Vec<OwnedFd>) {
+    use std::os::unix::process::CommandExt;
+    if fds.is_empty() {
+        return;
+    }
+    let first_free = 3 + fds.len() as libc::c_int;
+    // SAFETY: the hook runs between fork and exec and only calls fcntl(F_DUPFD_CLOEXEC) and dup2 on
+    // descriptors it owns (copies of `fds`), which are async-signal-safe; it allocates nothing. The copies
+    // above every target are made first, so that moving one onto its number never closes another's source.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut moved = [0 as libc::c_int; crate::fd::MAX_FDS];
+            if fds.len() > moved.len() {
+                return Err(std::io::ErrorKind::InvalidInput.into());
+            }
+            for (i, fd) in fds.iter().enumerate() {
+                let copy = libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, first_free);
+                if copy < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                moved[i] = copy;
+            }
+            for (i, copy) in moved.iter().take(fds.len()).enumerate() {
+                if libc::dup2(*copy, 3 + i as libc::c_int) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 /// The largest resident set, in bytes, of any child (and its waited-for descendants) this process has
 /// reaped so far.
 pub fn children_max_rss() -> u64 {

@@ -1,11 +1,13 @@
 //! Hibernation on a real daemon with the real CRIU: a sandbox's processes written to disk and their memory
 //! released, then woken (by `berth wake` or by any activity) with the same process tree, memory, listening
-//! socket and /tmp; through a daemon restart; refused, with the sandbox running on, when it holds what cannot
-//! go to disk; after an idle time; and removed leaving nothing.
+//! socket and /tmp; through a daemon restart; with a detached exec that goes on in its log and a code context
+//! that keeps its variables; refused, with the sandbox running on, when it holds what cannot go to disk;
+//! after an idle time; and removed leaving nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::daemon::Daemon;
@@ -161,13 +163,27 @@ fn a_hibernated_sandbox_holds_no_memory_and_wakes_where_it_was() {
 fn what_cannot_go_to_disk_is_named_and_the_sandbox_runs_on() {
     let d = Daemon::start();
     let id = d.create(&[]);
-    let out = d.berth(&["exec", &id, "--detach", "--", "sleep", "60"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    // A detached exec, held for the hibernation and let go again when it is refused: its timeout still fires.
+    let out = d.berth(&["exec", &id, "--detach", "--timeout", "3s", "--", "sh", "-c", "echo before; sleep 60"]);
+    let detached = text(&out.stdout).trim().to_string();
+    // An exec whose output streams to its client.
+    let mut attached = d.cmd(&["exec", &id, "--", "sleep", "60"]).stdout(Stdio::piped()).spawn().unwrap();
+    wait_for("the attached exec", Duration::from_secs(20), || {
+        d.execs(&id).iter().any(|e| e["running"] == true && e["argv"][0] == "sleep")
+    });
     let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/hibernate"), "");
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("execs or shells are running") && body.contains("sleep 60"), "{body}");
+    assert!(body.contains("its output streams to a client"), "{body}");
+    assert!(!body.contains(&format!("{detached} (")), "a detached exec does not refuse it: {body}");
     assert_eq!(record(&d, &id)["state"], "running");
     assert!(d.berth(&["exec", &id, "--", "true"]).status.success());
+    common::terminate(&mut attached);
+    wait_for("the detached exec's timeout", Duration::from_secs(20), || {
+        exec_info(&d, &id, &detached)["running"] == false
+    });
+    assert_eq!(exec_info(&d, &id, &detached)["result"]["timed_out"], true);
+    assert_eq!(log_file(&d, &id, &detached), "before\n");
     // `berth wake` brings one back explicitly.
     let other = d.create(&[]);
     assert!(d.berth(&["exec", &other, "--", "sh", "-c", "echo 41 > /tmp/n"]).status.success());
@@ -249,4 +265,143 @@ fn an_ephemeral_sandbox_does_not_wake_after_its_host_restarted_and_a_persistent_
     assert_eq!(record(&d, &persistent)["state"], "hibernated");
     let note = d.berth(&["exec", &persistent, "--", "cat", "/workspace/note"]);
     assert_eq!(text(&note.stdout), "kept\n", "{}", text(&note.stderr));
+}
+
+/// The exec `exec_id` of sandbox `id` as `berth ps` lists it.
+fn exec_info(d: &Daemon, id: &str, exec_id: &str) -> Value {
+    d.execs(id).into_iter().find(|e| e["exec_id"] == exec_id).unwrap_or(Value::Null)
+}
+
+fn log_file(d: &Daemon, id: &str, exec_id: &str) -> String {
+    std::fs::read_to_string(d.root().join("logs").join(id).join(format!("{exec_id}.log"))).unwrap_or_default()
+}
+
+#[test]
+fn a_detached_exec_sleeps_with_its_sandbox_and_goes_on_in_its_log() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    // Counts to 40 every 100 ms (4 s running), then exits 7. Its timeout, 8 s, counts only time running: the
+    // 5 s it sleeps do not count.
+    let script = "i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo $i; sleep 0.1; done; echo done >&2; exit 7";
+    let out = d.berth(&["exec", &id, "--detach", "--timeout", "8s", "--", "sh", "-c", script]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let x = text(&out.stdout).trim().to_string();
+    // One that has read a line of its stdin reads the rest after the wake, then end of file; one to kill.
+    let fed = r#"{"argv": ["sh", "-c", "read a; sleep 2; read b; read c || echo \"$a $b eof\""], "stdin": "one\ntwo\n", "detach": true}"#;
+    let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/execs"), fed);
+    assert_eq!(status, 201, "{body}");
+    let reader = serde_json::from_str::<Value>(&body).unwrap()["exec_id"].as_str().unwrap().to_string();
+    // (It starts a session of its own too: only the exec's own cgroup, where CRIU puts it back, reaches it.)
+    let out = d.berth(&["exec", &id, "--detach", "--", "sh", "-c", "setsid sleep 300 & sleep 300"]);
+    let sleeper = text(&out.stdout).trim().to_string();
+    // A follower of its log from before the hibernation reads on to its end.
+    let follower = d.cmd(&["logs", &id, &x, "--follow"]).stdout(Stdio::piped()).spawn().unwrap();
+    wait_for("some counting", Duration::from_secs(20), || log_file(&d, &id, &x).lines().count() >= 5);
+
+    let out = d.berth(&["hibernate", &id, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(processes_of(&id), 0, "the exec is on disk with the rest");
+    let asleep = log_file(&d, &id, &x);
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(log_file(&d, &id, &x), asleep, "nothing counts while it sleeps");
+    let counted = asleep.lines().count();
+    assert!(counted < 40, "it was still counting when it hibernated: {asleep}");
+
+    let out = d.berth(&["wake", &id]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(exec_info(&d, &id, &x)["running"], true, "the same exec runs on: {:?}", d.execs(&id));
+    wait_for("the exec's end", Duration::from_secs(30), || exec_info(&d, &id, &x)["running"] == false);
+    let info = exec_info(&d, &id, &x);
+    let result = &info["result"];
+    assert_eq!((result["exit_code"].as_i64(), result["timed_out"].as_bool()), (Some(7), Some(false)), "{info}");
+    assert!(result["duration_ms"].as_u64().unwrap() >= 9000, "its duration is the wall time it took: {info}");
+    let log = log_file(&d, &id, &x);
+    let expected: String = (1..=40).map(|i| format!("{i}\n")).chain(["done\n".to_string()]).collect();
+    assert_eq!(log, expected, "its log goes on from where it was, nothing lost or repeated");
+    assert_eq!(result["output_bytes"].as_u64(), Some(expected.len() as u64), "{info}");
+    let out = d.berth(&["logs", &id, &x]);
+    assert_eq!(text(&out.stdout), expected);
+    let followed = common::daemon::wait_output(follower, Duration::from_secs(20));
+    assert_eq!(text(&followed.stdout), expected, "the follower saw it all, and ended with it");
+    wait_for("the reader's end", Duration::from_secs(20), || exec_info(&d, &id, &reader)["running"] == false);
+    assert_eq!(log_file(&d, &id, &reader), "one two eof\n", "its unread stdin was kept, then it ended");
+    let out = d.berth(&["kill", &id, &sleeper, "--json"]);
+    let killed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (killed["running"].as_bool(), killed["result"]["killed"].as_bool()),
+        (Some(false), Some(true)),
+        "{killed}"
+    );
+    wait_for("the killed tree's end", Duration::from_secs(10), || processes_of(&id) == 1);
+    let journal: Value = serde_json::from_slice(&d.berth(&["journal", &id, "--json"]).stdout).unwrap();
+    let records = journal.as_array().unwrap();
+    let of = |action: &str| records.iter().find(|r| r["action"] == action).unwrap()["result"].clone();
+    let listed = |v: Value| v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let mut asleep = listed(of("hibernate")["execs_asleep"].clone());
+    asleep.sort();
+    let mut three = vec![x.clone(), reader.clone(), sleeper.clone()];
+    three.sort();
+    assert_eq!(asleep, three, "the hibernation names the execs that slept");
+    assert_eq!(listed(of("wake")["execs_woken"].clone()).len(), 3);
+    let finished = records.iter().filter(|r| r["action"] == "exec_finished").count();
+    assert_eq!(finished, 3, "each exec's end is recorded once");
+    assert!(d.berth(&["journal", &id, "--verify"]).status.success(), "one journal chain through it all");
+}
+
+#[test]
+fn a_code_context_keeps_its_variables_through_hibernation_and_a_daemon_restart() {
+    let mut d = Daemon::start();
+    let id = d.create(&[]);
+    let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/contexts"), r#"{"language": "python"}"#);
+    assert_eq!(status, 201, "{body}");
+    let ctx = serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_string();
+    let run = |d: &Daemon, code: &str| {
+        let body = serde_json::json!({"code": code}).to_string();
+        let (status, got) = d.http("POST", &format!("/v1/sandboxes/{id}/contexts/{ctx}/run"), &body);
+        assert_eq!(status, 200, "{got}");
+        got
+    };
+    run(&d, "import os\nkept = 41\npid = os.getpid()");
+    // A JavaScript one too, whose interpreter writes to the exec's own pipes.
+    let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/contexts"), r#"{"language": "javascript"}"#);
+    assert_eq!(status, 201, "{body}");
+    let js = serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_string();
+    let run_js = |d: &Daemon, code: &str| {
+        let body = serde_json::json!({"code": code}).to_string();
+        let (status, got) = d.http("POST", &format!("/v1/sandboxes/{id}/contexts/{js}/run"), &body);
+        assert_eq!(status, 200, "{got}");
+        got
+    };
+    run_js(&d, "globalThis.kept = 'js kept'");
+
+    // Running code holds a connection from berth: refused, and the run goes on.
+    let runner = d
+        .cmd(&["context", "run", &id, &ctx, "--json", "import time\ntime.sleep(3)\nkept"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("a busy context", Duration::from_secs(10), || {
+        d.http("GET", &format!("/v1/sandboxes/{id}/contexts/{ctx}"), "").1.contains("\"busy\"")
+    });
+    let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/hibernate"), "");
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("run code") && body.contains(&ctx), "{body}");
+    let out = common::daemon::wait_output(runner, Duration::from_secs(20));
+    assert!(text(&out.stdout).contains("41"), "{}", text(&out.stdout));
+
+    // Idle, it sleeps with the sandbox; a restarted daemon wakes it with its interpreter's state.
+    let out = d.berth(&["hibernate", &id]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(record(&d, &id)["state"], "hibernated");
+    d.kill();
+    d.spawn();
+    let got = run(&d, "kept + 1, os.getpid() == pid");
+    assert!(got.contains("(42, True)"), "the same interpreter, its variables kept: {got}");
+    let (status, list) = d.http("GET", &format!("/v1/sandboxes/{id}/contexts"), "");
+    assert_eq!(status, 200);
+    assert!(list.contains(&ctx), "{list}");
+    let got = run(&d, "kept = kept + 1\nkept");
+    assert!(got.contains("42"), "{got}");
+    let got = run_js(&d, "console.log('said'); kept");
+    assert!(got.contains("js kept") && got.contains("said"), "{got}");
 }

@@ -73,6 +73,36 @@ impl Budget {
         self.dropped
     }
 
+    /// The budget's state as bytes, taken up again by [`Budget::load`] (an exec that outlives a hibernation,
+    /// or the daemon that ran it).
+    pub fn save(&self, out: &mut Vec<u8>) {
+        for n in [self.head_left, self.tail_cap, self.dropped, self.tail.len() as u64] {
+            out.extend(n.to_le_bytes());
+        }
+        for (stream, chunk) in &self.tail {
+            out.push(u8::from(*stream == Stream::Stderr));
+            out.extend((chunk.len() as u64).to_le_bytes());
+            out.extend(chunk);
+        }
+    }
+
+    /// A budget saved by [`Budget::save`], read from the front of `input` (which is advanced past it).
+    pub fn load(input: &mut &[u8]) -> Option<Budget> {
+        let [head_left, tail_cap, dropped, chunks] =
+            [take_u64(input)?, take_u64(input)?, take_u64(input)?, take_u64(input)?];
+        let mut b = Budget { head_left, tail_cap, tail: VecDeque::new(), tail_len: 0, dropped };
+        for _ in 0..chunks {
+            let (&kind, rest) = input.split_first()?;
+            *input = rest;
+            let len = usize::try_from(take_u64(input)?).ok().filter(|l| *l <= input.len())?;
+            let stream = if kind == 1 { Stream::Stderr } else { Stream::Stdout };
+            b.tail.push_back((stream, input[..len].to_vec()));
+            b.tail_len += len as u64;
+            *input = &input[len..];
+        }
+        Some(b)
+    }
+
     /// At the end: what was held back (the tail), in order.
     pub fn finish(&mut self) -> Vec<(Stream, Vec<u8>)> {
         self.tail_len = 0;
@@ -80,10 +110,38 @@ impl Budget {
     }
 }
 
+/// A little-endian number read from the front of `input`.
+pub(crate) fn take_u64(input: &mut &[u8]) -> Option<u64> {
+    let (n, rest) = input.split_first_chunk::<8>()?;
+    *input = rest;
+    Some(u64::from_le_bytes(*n))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_saved_budget_goes_on_as_it_would_have() {
+        let (mut a, mut b) = (Budget::new(200), Budget::new(200));
+        for i in 0..10u8 {
+            a.push(Stream::Stdout, &[i; 17]);
+            b.push(if i % 2 == 0 { Stream::Stdout } else { Stream::Stderr }, &[i; 17]);
+        }
+        let mut bytes = Vec::new();
+        b.save(&mut bytes);
+        a.save(&mut bytes);
+        let mut input = &bytes[..];
+        let mut b2 = Budget::load(&mut input).unwrap();
+        let mut a2 = Budget::load(&mut input).unwrap();
+        assert!(input.is_empty());
+        for (x, y) in [(&mut a, &mut a2), (&mut b, &mut b2)] {
+            assert_eq!(x.push(Stream::Stdout, &[9; 30]), y.push(Stream::Stdout, &[9; 30]));
+            assert_eq!((x.dropped(), x.finish()), (y.dropped(), y.finish()));
+        }
+        assert!(Budget::load(&mut &bytes[..20]).is_none(), "a cut-off state is no budget");
+    }
 
     #[test]
     fn within_budget_nothing_is_lost() {

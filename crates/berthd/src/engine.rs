@@ -12,7 +12,7 @@ use tokio::sync::{Mutex, mpsc};
 
 use crate::EngineError;
 use crate::exec::{self, ExecPlan};
-use crate::journal::{self, Journal};
+use crate::journal::Journal;
 use crate::session::Session;
 use crate::shim::{self, ShimReply, ShimRequest};
 
@@ -36,6 +36,7 @@ mod recovery;
 mod retain;
 mod secrets;
 mod sessions;
+mod sleep;
 mod storage;
 mod usage;
 mod warm;
@@ -90,6 +91,8 @@ pub struct Engine {
     warm: warm::Warm,
     /// Brings the reaper's next pass forward (see `reap`).
     reap_wake: Arc<tokio::sync::Notify>,
+    /// The execs asleep in hibernated sandboxes, as far as this daemon holds them (see `sleep`).
+    asleep: sleep::Kept,
 }
 
 pub fn now_ms() -> u64 {
@@ -144,6 +147,7 @@ impl Engine {
             criu: berth_runtime::checkpoint::Criu::find(None),
             warm: warm::Warm::new(bounds.warm),
             reap_wake: Arc::default(),
+            asleep: sleep::Kept::default(),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
@@ -471,31 +475,7 @@ impl Engine {
         let running = exec::start(Arc::clone(&live.session), plan).await?;
         live.note("exec", args, serde_json::json!({"started": true}));
         self.events.emit(&sid, EventKind::ExecStarted, Some(exec_id.clone()), None);
-        let (events, sid2, eid) = (Arc::clone(&self.events), sid.clone(), exec_id.clone());
-        let asked_by = actor();
-        let (journal_live, mut done) = (Arc::clone(&live), running.done.clone());
-        tokio::spawn(async move {
-            let waited = done.wait_for(|r| r.is_some()).await.map(|r| r.clone());
-            if let Ok(result) = waited {
-                if let Some(res) = &result {
-                    // The idle clocks start again from an exec's end, not its start.
-                    journal_live.record.lock().await.last_activity_ms = now_ms();
-                    let kind = match (res.timed_out, res.killed) {
-                        (true, _) => EventKind::ExecTimedOut,
-                        (_, true) => EventKind::ExecKilled,
-                        _ => EventKind::ExecFinished,
-                    };
-                    events.emit(&sid2, kind, Some(eid.clone()), Some(res.exit_code));
-                }
-                let digest = journal::file_digest_async(log_path.clone()).await;
-                journal_live.note_as(
-                    &asked_by,
-                    "exec_finished",
-                    serde_json::json!({"exec_id": result.as_ref().map(|r| r.exec_id.clone())}),
-                    serde_json::json!({"result": result, "log": log_path, "log_sha256": digest}),
-                );
-            }
-        });
+        let recorder = self.record_end(&live, &sid, &exec_id, log_path, actor(), running.done.clone());
         let started_at_ms = now_ms();
         // One read of the watch: two guards held at once deadlock against the exec's end sending its result
         // between them (the lock lets a waiting writer in first).
@@ -507,10 +487,17 @@ impl Engine {
             running: result.is_none(),
             result,
         };
-        live.execs
-            .lock()
-            .await
-            .insert(exec_id, ExecEntry { argv: req.argv, started_at_ms, kill: running.kill, done: running.done });
+        live.execs.lock().await.insert(
+            exec_id,
+            ExecEntry {
+                argv: req.argv,
+                started_at_ms,
+                kill: running.kill,
+                done: running.done,
+                park: Some(running.park),
+                recorder: Some(recorder),
+            },
+        );
         // Listed: counted as running by its entry from here.
         drop(starting);
         Ok((info, (!req.detach).then_some(running.frames)))

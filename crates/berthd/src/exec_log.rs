@@ -40,6 +40,24 @@ impl ExecLog {
         self.file.flush().await
     }
 
+    /// Write out what the head holds and save the rest of the log's state (see [`Budget::save`]).
+    pub async fn save(&mut self, out: &mut Vec<u8>) -> std::io::Result<()> {
+        self.file.flush().await?;
+        out.extend(self.head.to_le_bytes());
+        out.extend(self.tail.to_le_bytes());
+        self.budget.save(out);
+        Ok(())
+    }
+
+    /// The log saved by [`ExecLog::save`] going on in `file` (opened to append), read from the front of
+    /// `input`.
+    pub fn load(file: tokio::fs::File, input: &mut &[u8]) -> Option<ExecLog> {
+        let head = crate::budget::take_u64(input)?;
+        let tail = crate::budget::take_u64(input)?;
+        let budget = Budget::load(input)?;
+        Some(ExecLog { file: tokio::io::BufWriter::with_capacity(LOG_BUFFER, file), budget, head, tail })
+    }
+
     /// At the end: the marker (when anything was dropped) and the tail. Returns the bytes dropped.
     pub async fn finish(mut self) -> u64 {
         let dropped = self.budget.dropped();

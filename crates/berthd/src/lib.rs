@@ -15,6 +15,7 @@ mod engine;
 mod error;
 mod exec;
 mod exec_log;
+mod exec_sleep;
 pub mod files;
 mod http;
 pub mod journal;

@@ -21,6 +21,9 @@ pub struct Session {
     /// its readiness is used; messages and descriptors go through berth's own send/recv.
     control: UnixDatagram,
     waiters: Mutex<HashMap<u64, mpsc::UnboundedSender<Event>>>,
+    /// The last events for request ids nobody waits for yet: a command woken from hibernation may end
+    /// before its exec is registered again (see [`Session::register_as`]).
+    unclaimed: Mutex<std::collections::VecDeque<Event>>,
     next: AtomicU64,
     /// Set when init hung up: the sandbox has ended (its shim tears it down).
     closed: tokio::sync::watch::Sender<bool>,
@@ -38,6 +41,7 @@ impl Session {
         let session = Arc::new(Session {
             control,
             waiters: Mutex::new(HashMap::new()),
+            unclaimed: Mutex::new(std::collections::VecDeque::new()),
             next: AtomicU64::new(first_request_id()),
             closed: tokio::sync::watch::Sender::new(false),
             connections: Mutex::new(None),
@@ -54,6 +58,25 @@ impl Session {
             w.insert(id, tx);
         }
         (id, rx)
+    }
+
+    /// The channel of request `id`, made by an earlier session with the same init (an exec that outlived a
+    /// hibernation): its events, those that came before this call included, arrive on it.
+    pub fn register_as(&self, id: u64) -> mpsc::UnboundedReceiver<Event> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let (Ok(mut w), Ok(mut kept)) = (self.waiters.lock(), self.unclaimed.lock()) {
+            kept.retain(|ev| match ev {
+                Event::Started { id: i, .. } | Event::Failed { id: i, .. } | Event::Exited { id: i, .. }
+                    if *i == id =>
+                {
+                    let _ = tx.send(ev.clone());
+                    false
+                }
+                _ => true,
+            });
+            w.insert(id, tx);
+        }
+        rx
     }
 
     pub fn unregister(&self, id: u64) {
@@ -100,10 +123,20 @@ impl Session {
                 Event::Started { id, .. } | Event::Failed { id, .. } | Event::Exited { id, .. } => Some(*id),
                 _ => None,
             };
-            if let (Some(id), Ok(w)) = (target, self.waiters.lock())
-                && let Some(tx) = w.get(&id)
-            {
-                let _ = tx.send(event);
+            if let (Some(id), Ok(w)) = (target, self.waiters.lock()) {
+                match w.get(&id) {
+                    Some(tx) => {
+                        let _ = tx.send(event);
+                    }
+                    None => {
+                        if let Ok(mut kept) = self.unclaimed.lock() {
+                            if kept.len() >= UNCLAIMED {
+                                kept.pop_front();
+                            }
+                            kept.push_back(event);
+                        }
+                    }
+                }
             }
         }
         if let Ok(mut w) = self.waiters.lock() {
@@ -130,8 +163,35 @@ impl Session {
     }
 }
 
+/// Most events kept for request ids nobody waits for.
+const UNCLAIMED: usize = 64;
+
 /// Request ids start from the clock (in microseconds), so a restarted daemon never reuses the id of a
 /// request a previous daemon made to the same init, whose events could otherwise be taken for its own.
 fn first_request_id() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn events_of_a_request_nobody_waits_for_yet_are_kept_for_it() {
+        let (ours, init) = berth_sys::fd::seqpacket_pair().unwrap();
+        let session = Session::start(ours).unwrap();
+        let exited = Event::Exited { id: 7, code: Some(3), signal: None };
+        protocol::send(init.as_fd(), &exited, &[]).unwrap();
+        protocol::send(init.as_fd(), &Event::Exited { id: 8, code: Some(0), signal: None }, &[]).unwrap();
+        // The router has read them (it reads in order) once a request's event after them reached its waiter.
+        let (num, mut later) = session.register();
+        protocol::send(init.as_fd(), &Event::Started { id: num, pid: 2 }, &[]).unwrap();
+        assert!(matches!(later.recv().await, Some(Event::Started { pid: 2, .. })));
+        let mut rx = session.register_as(7);
+        assert_eq!(rx.recv().await, Some(exited));
+        protocol::send(init.as_fd(), &Event::Exited { id: 7, code: None, signal: Some(9) }, &[]).unwrap();
+        assert_eq!(rx.recv().await, Some(Event::Exited { id: 7, code: None, signal: Some(9) }));
+        assert_eq!(session.unclaimed.lock().unwrap().len(), 1, "another request's event is still kept");
+    }
 }

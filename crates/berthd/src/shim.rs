@@ -55,6 +55,10 @@ pub struct ShimStart {
     /// Its version, as the daemon checked it (asked of the binary again when unset).
     #[serde(default)]
     pub criu_version: Option<String>,
+    /// For a restore: CRIU's names (`pipe:[INODE]`) of the pipes whose other ends the daemon held, given in
+    /// their place the new pipes' ends the shim was started with on descriptors 3, 4, … in this order.
+    #[serde(default)]
+    pub pipes: Vec<String>,
 }
 
 /// The first line a shim prints: the sandbox, or why it could not be built.
@@ -332,7 +336,8 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
     let built = match &start.restore {
         Some(dir) => {
             let criu = checked_criu(start.criu.as_deref(), start.criu_version.as_deref()).map_err(|m| (m, false))?;
-            runtime.restore(&spec, dir, &criu)
+            let pipes = handed_pipes(&start.pipes).map_err(|m| (m, false))?;
+            runtime.restore(&spec, dir, &criu, &pipes)
         }
         None => runtime.create(&spec),
     };
@@ -355,6 +360,19 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
     record.pid = Some(sandbox.pid());
     record.state = berth_api::SandboxState::Running;
     Ok((sandbox, record))
+}
+
+/// The pipes' ends the daemon handed over on descriptors 3, 4, …, each with the name CRIU gives the pipe it
+/// stands in for.
+fn handed_pipes(names: &[String]) -> Result<Vec<(String, OwnedFd)>, String> {
+    let mut out = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let fd = berth_sys::fd::inherited(3 + i as i32)
+            .ok_or_else(|| format!("the shim was not handed the pipe that stands in for {name}"))?;
+        rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC).map_err(|e| format!("keep a pipe: {e}"))?;
+        out.push((name.clone(), fd));
+    }
+    Ok(out)
 }
 
 /// Answer the daemon until the sandbox is destroyed (0), its init dies (1), or, while pooled, its daemon

@@ -109,10 +109,10 @@ impl Engine {
                 );
             }
         });
-        live.execs
-            .lock()
-            .await
-            .insert(exec_id.clone(), ExecEntry { argv, started_at_ms: now_ms(), kill: kill_tx, done: done_rx });
+        live.execs.lock().await.insert(
+            exec_id.clone(),
+            ExecEntry { argv, started_at_ms: now_ms(), kill: kill_tx, done: done_rx, park: None, recorder: None },
+        );
         // Listed: counted as running by its entry from here.
         drop(starting);
         Ok(AttachedExec {

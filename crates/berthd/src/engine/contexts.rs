@@ -139,6 +139,16 @@ impl Engine {
         }
     }
 
+    /// The contexts of sandbox `sid` started under init `from` are now those of init `to`: its process tree
+    /// was woken from hibernation, interpreters and all.
+    pub(crate) async fn rehome_contexts(&self, sid: &str, from: i32, to: i32) {
+        let moved = self.contexts_of(sid, from).await;
+        for c in &moved {
+            c.update(|r| r.init_pid = to);
+        }
+        self.save_contexts(sid).await;
+    }
+
     /// Forget a sandbox's contexts (it is being removed).
     pub(crate) async fn forget_contexts(&self, sid: &str) {
         self.contexts.by_sandbox.lock().await.remove(sid);

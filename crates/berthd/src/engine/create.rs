@@ -7,6 +7,15 @@ use super::{Adopted, Engine, actor, adopt, network, now_ms, receipt};
 use crate::EngineError;
 use crate::shim::{self, ShimReady, ShimStart};
 
+/// A sandbox woken from hibernation rather than built: its image, the CRIU to restore it with, and the new
+/// pipes that stand in for those whose other ends berth held (CRIU's name for each old one, and the
+/// sandbox's end of its new one).
+pub(super) struct Restore {
+    pub dir: std::path::PathBuf,
+    pub criu: berth_runtime::checkpoint::Criu,
+    pub pipes: Vec<(String, std::os::fd::OwnedFd)>,
+}
+
 impl Engine {
     pub async fn create(&self, mut req: CreateSandbox) -> Result<Sandbox, EngineError> {
         if let Some(name) = &req.name {
@@ -207,7 +216,7 @@ impl Engine {
         parent: Option<String>,
         owner: Option<String>,
         warm: &mut Option<super::warm::Held>,
-        restore: Option<(std::path::PathBuf, berth_runtime::checkpoint::Criu)>,
+        restore: Option<Restore>,
     ) -> Result<Sandbox, EngineError> {
         let record = self.record_of(id, req, created_at_ms, parent, owner)?;
         // A session token for this run of the sandbox (its API at BERTH_API, as BERTH_TOKEN); revoked when it
@@ -238,17 +247,20 @@ impl Engine {
             files,
             authority: authority.clone(),
             pooled: false,
-            criu: restore.as_ref().map(|(_, criu)| criu.path.clone()),
-            criu_version: restore.as_ref().map(|(_, criu)| criu.version.clone()),
-            restore: restore.map(|(dir, _)| dir),
+            criu: restore.as_ref().map(|r| r.criu.path.clone()),
+            criu_version: restore.as_ref().map(|r| r.criu.version.clone()),
+            pipes: restore.as_ref().map(|r| r.pipes.iter().map(|(name, _)| name.clone()).collect()).unwrap_or_default(),
+            restore: restore.as_ref().map(|r| r.dir.clone()),
         };
+        let pipes: Vec<std::os::fd::OwnedFd> =
+            restore.map(|r| r.pipes.into_iter().map(|(_, fd)| fd).collect()).unwrap_or_default();
         // Recorded before it starts: a daemon that dies while the shim builds it finds it, and its spec, when it
         // takes the shim over.
         self.store.sandbox_live(&start.record)?;
         self.store.put_spec(id, &serde_json::to_value(req).unwrap_or_default())?;
         let spawned = match warm.take() {
             Some(w) => self.claim_warm(w, &start.record, &start.env, &start.authority).await,
-            None => self.spawn_shim(&start).await,
+            None => self.start_shim_with(&start, pipes).await.map(|(record, _, _)| record),
         };
         let started = match spawned {
             Ok(record) => adopt(&shim::socket_path(&self.root, &record.id)).await.map(|a| (record, a)),
@@ -295,16 +307,23 @@ impl Engine {
         Ok(record)
     }
 
-    async fn spawn_shim(&self, start: &ShimStart) -> Result<Sandbox, EngineError> {
-        self.start_shim(start).await.map(|(record, _, _)| record)
-    }
-
     /// Start a shim for `start` and wait for its first line; its process and stdin are the caller's.
     pub(super) async fn start_shim(
         &self,
         start: &ShimStart,
     ) -> Result<(Sandbox, tokio::process::Child, tokio::process::ChildStdin), EngineError> {
-        let mut child = tokio::process::Command::new(&self.exe)
+        self.start_shim_with(start, Vec::new()).await
+    }
+
+    /// [`Engine::start_shim`], handing the shim `fds` on its descriptors 3, 4, … (see `ShimStart::pipes`).
+    async fn start_shim_with(
+        &self,
+        start: &ShimStart,
+        fds: Vec<std::os::fd::OwnedFd>,
+    ) -> Result<(Sandbox, tokio::process::Child, tokio::process::ChildStdin), EngineError> {
+        let mut cmd = tokio::process::Command::new(&self.exe);
+        berth_sys::process::pass_fds(cmd.as_std_mut(), fds);
+        let mut child = cmd
             .arg("--root")
             .arg(&self.root)
             .arg("shim")
@@ -315,6 +334,8 @@ impl Engine {
             .process_group(0)
             .spawn()
             .map_err(EngineError::SpawnShim)?;
+        // Our copies of what it was handed go: the pipes' ends are its (and the sandbox's) alone.
+        drop(cmd);
         let mut line = serde_json::to_vec(start).map_err(|e| EngineError::Create(e.to_string()))?;
         line.push(b'\n');
         let mut stdin = child.stdin.take().ok_or(EngineError::ShimGone)?;

@@ -1,13 +1,15 @@
 //! A sandbox's execs after they started: list them, their logs, their end, killing one.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use berth_api::{ExecInfo, ExecResult};
+use berth_api::{EventKind, ExecInfo, ExecResult};
 use tokio::sync::watch;
 
-use super::Engine;
+use super::{Engine, Live, now_ms};
 use crate::EngineError;
+use crate::journal;
 
 impl Engine {
     pub async fn execs(&self, id: &str) -> Result<Vec<ExecInfo>, EngineError> {
@@ -53,5 +55,44 @@ impl Engine {
         let _ = tokio::time::timeout(Duration::from_secs(10), done.wait_for(|r| r.is_some())).await;
         let execs = live.execs.lock().await;
         execs.get(exec_id).map(|e| e.info(exec_id)).ok_or(EngineError::InitGone)
+    }
+
+    /// When exec `exec_id` of `live` ends: its lifecycle event and its journal record (by whoever started
+    /// it). Returns the task's handle: an exec that sleeps through a hibernation is recorded by the sandbox
+    /// woken in place of `live`, and this task is then aborted.
+    pub(super) fn record_end(
+        &self,
+        live: &Arc<Live>,
+        sid: &str,
+        exec_id: &str,
+        log_path: PathBuf,
+        asked_by: String,
+        mut done: watch::Receiver<Option<ExecResult>>,
+    ) -> tokio::task::AbortHandle {
+        let (events, sid, eid, journal_live) =
+            (Arc::clone(&self.events), sid.to_string(), exec_id.to_string(), Arc::clone(live));
+        let task = tokio::spawn(async move {
+            let waited = done.wait_for(|r| r.is_some()).await.map(|r| r.clone());
+            if let Ok(result) = waited {
+                if let Some(res) = &result {
+                    // The idle clocks start again from an exec's end, not its start.
+                    journal_live.record.lock().await.last_activity_ms = now_ms();
+                    let kind = match (res.timed_out, res.killed) {
+                        (true, _) => EventKind::ExecTimedOut,
+                        (_, true) => EventKind::ExecKilled,
+                        _ => EventKind::ExecFinished,
+                    };
+                    events.emit(&sid, kind, Some(eid.clone()), Some(res.exit_code));
+                }
+                let digest = journal::file_digest_async(log_path.clone()).await;
+                journal_live.note_as(
+                    &asked_by,
+                    "exec_finished",
+                    serde_json::json!({"exec_id": result.as_ref().map(|r| r.exec_id.clone())}),
+                    serde_json::json!({"result": result, "log": log_path, "log_sha256": digest}),
+                );
+            }
+        });
+        task.abort_handle()
     }
 }

@@ -36,6 +36,9 @@ impl Engine {
         let criu = self.criu.clone().map_err(EngineError::Unsupported)?;
         let _busy = self.busy(&sid, "hibernating")?;
         self.check_hibernatable(&live, &sid).await?;
+        // Its detached execs sleep with it (see `sleep`); any other running exec refuses. Released if it fails.
+        let held = self.hold_execs(&live, &sid).await?;
+        let init_pid = live.record.lock().await.pid.unwrap_or(0);
         // CRIU seizes the processes itself; frozen by a pause, they are thawed first.
         let was_paused = live.pause.is_paused();
         self.thaw_to_end(&live).await;
@@ -79,9 +82,10 @@ impl Engine {
         if let Ok(mut r) = self.removing.lock() {
             r.remove(&sid);
         }
-        let bytes = match reply? {
-            ShimReply::Hibernated { bytes, .. } => bytes,
-            ShimReply::Error { message } => {
+        let bytes = match reply {
+            Ok(ShimReply::Hibernated { bytes, .. }) => bytes,
+            Ok(ShimReply::Error { message }) => {
+                drop(held);
                 let _ = tokio::fs::remove_dir_all(&dir).await;
                 if was_paused {
                     let _ = self.pause(&sid, "asked").await;
@@ -90,8 +94,10 @@ impl Engine {
                     "sandbox {sid} could not hibernate, and runs on as it was: {message}"
                 )));
             }
-            _ => return Err(EngineError::ShimGone),
+            Ok(_) => return Err(EngineError::ShimGone),
+            Err(e) => return Err(e),
         };
+        let asleep = self.put_to_sleep(&live, &sid, &dir, held, init_pid).await;
         let mut record = live.record.lock().await.clone();
         // A persistent sandbox's hibernation outlives a host crash: its image is on disk before it is called
         // hibernated (an ephemeral one's need not be: it does not wake after a host restart).
@@ -114,7 +120,11 @@ impl Engine {
         if let Ok(mut m) = live.meter.lock() {
             self.save_meter(&sid, &mut m, cpu_ns);
         }
-        live.note("hibernate", serde_json::json!({"reason": why}), serde_json::json!({"image_bytes": bytes, "ms": ms}));
+        live.note(
+            "hibernate",
+            serde_json::json!({"reason": why}),
+            serde_json::json!({"image_bytes": bytes, "ms": ms, "execs_asleep": asleep}),
+        );
         self.events.emit(&sid, EventKind::Hibernated, None, None);
         Ok(record)
     }
@@ -122,33 +132,28 @@ impl Engine {
     /// Why `live` cannot hibernate now, if it cannot: what it holds that leads outside it.
     async fn check_hibernatable(&self, live: &Arc<Live>, sid: &str) -> Result<(), EngineError> {
         let pid = live.record.lock().await.pid.unwrap_or(0);
+        // An idle context sleeps with the sandbox (its interpreter is a detached exec); one running code has
+        // a connection from berth open, which cannot be written to disk.
         let contexts: Vec<String> = self
             .contexts_of(sid, pid)
             .await
             .iter()
+            .filter(|c| c.run.try_lock().is_err())
             .filter_map(|c| c.record.lock().ok().map(|r| r.id.clone()))
             .collect();
         if !contexts.is_empty() {
             return Err(EngineError::Conflict(format!(
-                "sandbox {sid} cannot hibernate while it has code contexts ({}): their interpreters talk to berth \
-                 through pipes that cannot be written to disk; remove them (berth context rm) and try again",
+                "sandbox {sid} cannot hibernate while its code contexts run code ({}): berth talks to their \
+                 interpreters through connections that cannot be written to disk; wait for the runs to end or \
+                 interrupt them, and try again",
                 contexts.join(", ")
             )));
         }
-        let running: Vec<String> = live
-            .execs
-            .lock()
-            .await
-            .iter()
-            .filter(|(_, e)| e.done.borrow().is_none())
-            .map(|(id, e)| format!("{id} ({})", e.argv.join(" ")))
-            .collect();
-        if !running.is_empty() || live.starting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+        if live.starting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
             return Err(EngineError::Conflict(format!(
-                "sandbox {sid} cannot hibernate while execs or shells are running ({}): their output streams lead \
-                 to berth; wait for them or kill them, and try again (processes they left in the background are \
-                 fine)",
-                if running.is_empty() { "one starting".into() } else { running.join(", ") }
+                "sandbox {sid} cannot hibernate while execs or shells are running (one starting): their output \
+                 streams lead to berth; wait for them or kill them, and try again (processes they left in the \
+                 background are fine)"
             )));
         }
         Ok(())
@@ -178,6 +183,8 @@ impl Engine {
         let spec = self.spec_of(&hib.id)?;
         let dir = self.hibernate_dir(&hib.id);
         let started = std::time::Instant::now();
+        let mut pipes = self.wake_pipes(&dir)?;
+        let for_shim = std::mem::take(&mut pipes.shim);
         let woke = self
             .boot_from(
                 &hib.id,
@@ -186,7 +193,7 @@ impl Engine {
                 hib.parent.clone(),
                 hib.owner.clone(),
                 &mut None,
-                Some((dir.clone(), criu)),
+                Some(super::create::Restore { dir: dir.clone(), criu, pipes: for_shim }),
             )
             .await;
         let mut record = match woke {
@@ -197,6 +204,8 @@ impl Engine {
                 return Err(e);
             }
         };
+        // Its execs asleep go on, and its contexts are the woken init's, before anything else reaches them.
+        let woken = self.resume_execs(&record.id, pipes).await;
         let ms = started.elapsed().as_millis() as u64;
         let hibernated_ms = hib.hibernated_at_ms.map(|t| now_ms().saturating_sub(t)).unwrap_or(0);
         if let Ok(live) = self.live(&record.id).await {
@@ -221,7 +230,7 @@ impl Engine {
             live.note(
                 "wake",
                 serde_json::json!({"cause": cause}),
-                serde_json::json!({"pid": record.pid, "ms": ms, "hibernated_ms": hibernated_ms}),
+                serde_json::json!({"pid": record.pid, "ms": ms, "hibernated_ms": hibernated_ms, "execs_woken": woken}),
             );
         }
         let _ = tokio::fs::remove_dir_all(&dir).await;
@@ -246,6 +255,7 @@ impl Engine {
 
     /// A hibernated sandbox removed: its image and its reserved id block go.
     pub(super) async fn forget_hibernation(&self, id: &str) {
+        self.forget_asleep(id);
         let dir = self.hibernate_dir(id);
         if !dir.exists() {
             return;

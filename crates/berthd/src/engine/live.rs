@@ -53,6 +53,10 @@ pub(super) struct ExecEntry {
     pub(super) started_at_ms: u64,
     pub(super) kill: watch::Sender<bool>,
     pub(super) done: watch::Receiver<Option<ExecResult>>,
+    /// The line to its supervisor around a hibernation (none for an exec on the caller's streams).
+    pub(super) park: Option<tokio::sync::mpsc::UnboundedSender<crate::exec::Park>>,
+    /// The task that records its end (see `record_end`), if the engine runs one.
+    pub(super) recorder: Option<tokio::task::AbortHandle>,
 }
 
 impl Live {

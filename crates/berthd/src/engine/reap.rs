@@ -159,11 +159,10 @@ impl Engine {
             let pause_at = after_idle(r.idle_pause_seconds).filter(|_| !running && r.state == SandboxState::Running);
             let idle = idle_at.is_some_and(|t| now >= t);
             // Hibernation after a longer idle (a paused sandbox too); not again after it failed, until the next
-            // activity, and never with a code context (whose pipes cannot go to disk).
+            // activity. Idle code contexts sleep with it.
             let failed_at = l.hibernate_failed_at.load(std::sync::atomic::Ordering::Relaxed);
             let hibernate_at = after_idle(r.idle_hibernate_seconds).filter(|_| {
                 !running
-                    && interpreters.is_empty()
                     && matches!(r.state, SandboxState::Running | SandboxState::Paused)
                     && failed_at < r.last_activity_ms
             });

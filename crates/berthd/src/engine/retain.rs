@@ -98,7 +98,10 @@ impl Engine {
             // is not yet among its execs belongs to one starting now.
             let mut finished: BTreeSet<u64> =
                 execs.iter().filter(|(_, e)| e.done.borrow().is_some()).map(|(id, _)| exec_number(id)).collect();
-            finished.extend(on_disk.into_iter().filter(|n| *n < live.first_exec));
+            // An exec woken from hibernation runs on under its number, below this daemon's first.
+            let running: BTreeSet<u64> =
+                execs.iter().filter(|(_, e)| e.done.borrow().is_none()).map(|(id, _)| exec_number(id)).collect();
+            finished.extend(on_disk.into_iter().filter(|n| *n < live.first_exec && !running.contains(n)));
             // Room for the one about to start once it has finished too.
             let over = (finished.len() + 1).saturating_sub(self.bounds.max_exec_records);
             let gone: Vec<u64> = finished.into_iter().take(over).collect();

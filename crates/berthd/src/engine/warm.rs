@@ -170,6 +170,7 @@ impl Engine {
             restore: None,
             criu: None,
             criu_version: None,
+            pipes: Vec::new(),
         };
         let started = match self.apply_quota(&id, disk).await {
             Ok(()) => self.start_shim(&start).await,
