@@ -30,6 +30,9 @@ pub struct Snapshot {
 pub struct ForkRequest {
     /// How many copies (default 1, at most 64).
     pub count: Option<u32>,
+    /// Fork the running processes too: each copy is restored from a checkpoint of the sandbox (which runs
+    /// on) and continues its programs from that instant, under its own host ids. Needs CRIU on the host.
+    pub with_processes: bool,
 }
 
 /// What a fork made.

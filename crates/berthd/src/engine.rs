@@ -24,6 +24,7 @@ mod create;
 mod events;
 mod execs;
 mod fork;
+mod fork_processes;
 mod hibernate;
 mod images;
 mod live;

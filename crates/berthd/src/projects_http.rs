@@ -212,8 +212,13 @@ async fn fork(
     ApiJson(req): ApiJson<ForkRequest>,
 ) -> Result<Response, Failure> {
     let key = idempotency_key(&h, &format!("fork {id}"))?;
-    once(&e, key, StatusCode::CREATED, detached(&e, move |e| async move { e.fork(&id, req.count.unwrap_or(1)).await }))
-        .await
+    once(
+        &e,
+        key,
+        StatusCode::CREATED,
+        detached(&e, move |e| async move { e.fork(&id, req.count.unwrap_or(1), req.with_processes).await }),
+    )
+    .await
 }
 
 async fn snapshots(axum::extract::State(e): Api) -> Result<Response, Failure> {

@@ -52,6 +52,10 @@ pub struct ShimStart {
     /// The CRIU binary to restore with (found on the PATH when unset).
     #[serde(default)]
     pub criu: Option<PathBuf>,
+    /// The image in `restore` is another sandbox's, which runs on: this one is a fork of it with its
+    /// processes, under its own id, host ids, cgroup and name.
+    #[serde(default)]
+    pub fork: bool,
 }
 
 /// The first line a shim prints: the sandbox, or why it could not be built.
@@ -94,6 +98,13 @@ pub enum ShimRequest {
         #[serde(default)]
         criu: Option<PathBuf>,
     },
+    /// Write the sandbox's processes to `dir` with CRIU and leave them running (a fork with its processes);
+    /// a cgroup the daemon froze for it stays frozen.
+    Checkpoint {
+        dir: PathBuf,
+        #[serde(default)]
+        criu: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -117,6 +128,10 @@ pub enum ShimReply {
         /// Bytes of the image on disk.
         bytes: u64,
         teardown: berth_api::Teardown,
+    },
+    Checkpointed {
+        /// Bytes of the image on disk.
+        bytes: u64,
     },
     Error {
         message: String,
@@ -260,18 +275,7 @@ impl Held {
         dir: &Path,
         criu: Option<&Path>,
     ) -> Result<(u64, berth_api::Teardown), String> {
-        let criu = berth_runtime::checkpoint::Criu::find(criu)?;
-        if self.pooled {
-            return Err("a sandbox of the warm pool is not hibernated".into());
-        }
-        // CRIU rebuilds init's memory from outside the sandbox's user namespace, and refuses to dump a
-        // non-dumpable process whose memory belongs to another namespace.
-        if self.woken {
-            return Err("a sandbox woken from hibernation cannot hibernate again until its runtime is rebuilt \
-                        (berth stop and start, or berth rebuild): CRIU cannot dump the woken init, whose memory \
-                        it made outside the sandbox's user namespace"
-                .into());
-        }
+        let criu = self.dumpable(criu, "hibernate again")?;
         let owner = berth_runtime::reservation_owner(&self.root, &self.record.id);
         let (manifest, t) = sandbox.hibernate(dir, &criu, &owner).map_err(|e| berth_runtime::error_chain(&e))?;
         let teardown = berth_api::Teardown {
@@ -281,6 +285,32 @@ impl Held {
             ..Default::default()
         };
         Ok((manifest.bytes, teardown))
+    }
+}
+
+impl Held {
+    /// The CRIU to dump this sandbox with, or why it cannot be dumped (`what`: what it cannot do then).
+    fn dumpable(&self, criu: Option<&Path>, what: &str) -> Result<berth_runtime::checkpoint::Criu, String> {
+        let criu = berth_runtime::checkpoint::Criu::find(criu)?;
+        if self.pooled {
+            return Err("a sandbox of the warm pool is not dumped".into());
+        }
+        // CRIU rebuilds init's memory from outside the sandbox's user namespace, and refuses to dump a
+        // non-dumpable process whose memory belongs to another namespace.
+        if self.woken {
+            return Err(format!(
+                "a sandbox woken from hibernation (or made by a fork with its processes) cannot {what} until its \
+                 runtime is rebuilt (berth stop and start, or berth rebuild): CRIU cannot dump the woken init, \
+                 whose memory it made outside the sandbox's user namespace"
+            ));
+        }
+        Ok(criu)
+    }
+
+    /// Write the sandbox's processes to `dir`, leaving them running: the image's size.
+    fn checkpoint(&self, sandbox: &Sandbox, dir: &Path, criu: Option<&Path>) -> Result<u64, String> {
+        let criu = self.dumpable(criu, "be forked with its processes")?;
+        sandbox.checkpoint(dir, &criu).map(|m| m.bytes).map_err(|e| berth_runtime::error_chain(&e))
     }
 }
 
@@ -316,7 +346,10 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
     let built = match &start.restore {
         Some(dir) => {
             let criu = berth_runtime::checkpoint::Criu::find(start.criu.as_deref()).map_err(|m| (m, false))?;
-            runtime.restore(&spec, dir, &criu)
+            match start.fork {
+                true => runtime.restore_fork(&spec, dir, &criu),
+                false => runtime.restore(&spec, dir, &criu),
+            }
         }
         None => runtime.create(&spec),
     };
@@ -396,6 +429,10 @@ fn serve(sandbox: &mut Sandbox, listener: &OwnedFd, held: &mut Held) -> i32 {
                         let _ = send(&ShimReply::Hibernated { bytes, teardown }, &[]);
                         return 0;
                     }
+                    Err(message) => send(&ShimReply::Error { message }, &[]),
+                },
+                ShimRequest::Checkpoint { dir, criu } => match held.checkpoint(sandbox, &dir, criu.as_deref()) {
+                    Ok(bytes) => send(&ShimReply::Checkpointed { bytes }, &[]),
                     Err(message) => send(&ShimReply::Error { message }, &[]),
                 },
                 ShimRequest::Destroy => {

@@ -88,7 +88,7 @@ pub(super) fn storage_full_samples() -> Vec<(&'static str, Value)> {
     let mut samples = vec![
         ("CreateSnapshot", to_value(&CreateSnapshot { name: Some("before-upgrade".into()) })),
         ("Snapshot", to_value(&snapshot_sample())),
-        ("ForkRequest", to_value(&ForkRequest { count: Some(3) })),
+        ("ForkRequest", to_value(&ForkRequest { count: Some(3), with_processes: true })),
         ("Forked", to_value(&Forked { parent: "fedcba987654".into(), sandboxes: vec![sandbox_sample()] })),
         ("RestoreRequest", to_value(&RestoreRequest { snapshot: "before-upgrade".into() })),
         ("ResetRequest", to_value(&ResetRequest { keep_workspace: true })),

@@ -80,8 +80,12 @@ pub struct ForkArgs {
     #[arg(value_parser = parse_id, value_name = "ID")]
     pub id: String,
     /// How many copies.
-    #[arg(long, default_value = "1", value_parser = parse_count, value_name = "N")]
+    #[arg(short = 'n', long, default_value = "1", value_parser = parse_count, value_name = "N")]
     pub count: u64,
+    /// Fork the running processes too: each copy is restored from a checkpoint of the sandbox (which runs on)
+    /// and continues its programs from that instant. Needs CRIU 4.2 or newer on the host
+    #[arg(long)]
+    pub with_processes: bool,
     /// Print the API's JSON instead of one new id per line.
     #[arg(long)]
     pub json: bool,

@@ -7,6 +7,15 @@ use super::{Adopted, Engine, actor, adopt, network, now_ms, receipt};
 use crate::EngineError;
 use crate::shim::{self, ShimReady, ShimStart};
 
+/// A sandbox's runtime brought up from a CRIU image instead of its image's files.
+pub(super) struct Restore {
+    pub dir: std::path::PathBuf,
+    /// The CRIU binary to restore with.
+    pub criu: std::path::PathBuf,
+    /// The image is another sandbox's (a fork with its processes), not its own from a hibernation.
+    pub fork: bool,
+}
+
 impl Engine {
     pub async fn create(&self, mut req: CreateSandbox) -> Result<Sandbox, EngineError> {
         if let Some(name) = &req.name {
@@ -207,7 +216,7 @@ impl Engine {
         parent: Option<String>,
         owner: Option<String>,
         warm: &mut Option<super::warm::Held>,
-        restore: Option<(std::path::PathBuf, std::path::PathBuf)>,
+        restore: Option<Restore>,
     ) -> Result<Sandbox, EngineError> {
         let record = self.record_of(id, req, created_at_ms, parent, owner)?;
         // A session token for this run of the sandbox (its API at BERTH_API, as BERTH_TOKEN); revoked when it
@@ -238,8 +247,9 @@ impl Engine {
             files,
             authority: authority.clone(),
             pooled: false,
-            criu: restore.as_ref().map(|(_, criu)| criu.clone()),
-            restore: restore.map(|(dir, _)| dir),
+            criu: restore.as_ref().map(|r| r.criu.clone()),
+            fork: restore.as_ref().is_some_and(|r| r.fork),
+            restore: restore.map(|r| r.dir),
         };
         // Recorded before it starts: a daemon that dies while the shim builds it finds it, and its spec, when it
         // takes the shim over.

@@ -35,7 +35,7 @@ impl Engine {
         let sid = live.record.lock().await.id.clone();
         let criu = self.criu.clone().map_err(EngineError::Unsupported)?;
         let _busy = self.busy(&sid, "hibernating")?;
-        self.check_hibernatable(&live, &sid).await?;
+        self.check_hibernatable(&live, &sid, "hibernate").await?;
         // CRIU seizes the processes itself; frozen by a pause, they are thawed first.
         let was_paused = live.pause.is_paused();
         self.thaw_to_end(&live).await;
@@ -103,8 +103,9 @@ impl Engine {
         Ok(record)
     }
 
-    /// Why `live` cannot hibernate now, if it cannot: what it holds that leads outside it.
-    async fn check_hibernatable(&self, live: &Arc<Live>, sid: &str) -> Result<(), EngineError> {
+    /// Why `live` cannot be dumped now (`doing`: hibernate, or be forked with its processes), if it cannot:
+    /// what it holds that leads outside it.
+    pub(super) async fn check_hibernatable(&self, live: &Arc<Live>, sid: &str, doing: &str) -> Result<(), EngineError> {
         let pid = live.record.lock().await.pid.unwrap_or(0);
         let contexts: Vec<String> = self
             .contexts_of(sid, pid)
@@ -114,7 +115,7 @@ impl Engine {
             .collect();
         if !contexts.is_empty() {
             return Err(EngineError::Conflict(format!(
-                "sandbox {sid} cannot hibernate while it has code contexts ({}): their interpreters talk to berth \
+                "sandbox {sid} cannot {doing} while it has code contexts ({}): their interpreters talk to berth \
                  through pipes that cannot be written to disk; remove them (berth context rm) and try again",
                 contexts.join(", ")
             )));
@@ -129,7 +130,7 @@ impl Engine {
             .collect();
         if !running.is_empty() || live.starting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
             return Err(EngineError::Conflict(format!(
-                "sandbox {sid} cannot hibernate while execs or shells are running ({}): their output streams lead \
+                "sandbox {sid} cannot {doing} while execs or shells are running ({}): their output streams lead \
                  to berth; wait for them or kill them, and try again (processes they left in the background are \
                  fine)",
                 if running.is_empty() { "one starting".into() } else { running.join(", ") }
@@ -170,7 +171,7 @@ impl Engine {
                 hib.parent.clone(),
                 hib.owner.clone(),
                 &mut None,
-                Some((dir.clone(), criu.path)),
+                Some(super::create::Restore { dir: dir.clone(), criu: criu.path, fork: false }),
             )
             .await;
         let mut record = match woke {
@@ -243,7 +244,7 @@ impl Engine {
     }
 
     /// The kept copies of init's binary that no image links to any more go.
-    fn prune_init_copies(&self) {
+    pub(super) fn prune_init_copies(&self) {
         use std::os::unix::fs::MetadataExt;
         let Ok(entries) = std::fs::read_dir(self.root.join("hibernate").join(".init")) else { return };
         for e in entries.flatten() {

@@ -169,6 +169,7 @@ impl Engine {
             pooled: true,
             restore: None,
             criu: None,
+            fork: false,
         };
         let started = match self.apply_quota(&id, disk).await {
             Ok(()) => self.start_shim(&start).await,
