@@ -179,3 +179,42 @@ fn what_cannot_be_forked_with_processes_is_named_and_the_parent_runs_on() {
     let (status, body) = d.http("POST", &path, r#"{"with_processes": 1}"#);
     assert_eq!(status, 400, "a field of the wrong type is refused: {body}");
 }
+
+#[test]
+fn a_snapshot_with_processes_starts_sandboxes_that_continue_them() {
+    let d = Daemon::start();
+    let id = serving(&d);
+    let (n, digest, _, pid) = ask(&d, &id).unwrap();
+    let out = d.berth(&["snapshot", &id, "--with-processes", "--name", "warm", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let snap: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((snap["with_processes"].as_bool(), snap["origin"].as_str()), (Some(true), Some("snapshot")), "{snap}");
+    let image = d.root().join("hibernate").join(format!(".snapshot-{}", snap["id"].as_str().unwrap()));
+    assert!(image.join("manifest.json").exists(), "its checkpoint is kept");
+    assert_eq!(ask(&d, &id).unwrap().0, n + 1, "the sandbox runs on");
+
+    // Its sandbox gone, the snapshot still starts sandboxes that go on from its instant, each its own.
+    assert!(d.berth(&["rm", &id]).status.success());
+    let mut made = vec![];
+    for _ in 0..2 {
+        let c = d.create(&["--from", "warm"]);
+        assert_eq!(d.sh(&c, "wc -l < /workspace/served").trim(), n.to_string(), "the snapshot's files");
+        assert_eq!(ask(&d, &c).expect("the server answers"), (n + 1, digest.clone(), digest.clone(), pid.clone()));
+        assert_eq!(ask(&d, &c).unwrap().0, n + 2);
+        assert_eq!(record(&d, &c)["parent"], snap["id"]);
+        made.push(c);
+    }
+    let (a, b) = (host_ids(&d, &made[0]), host_ids(&d, &made[1]));
+    assert_ne!(a.1, b.1, "each has a host id block of its own");
+    // Another image is refused with a sentence.
+    let (status, body) = d.http("POST", "/v1/sandboxes", r#"{"from_snapshot": "warm", "image": "nope"}"#);
+    assert!(status == 400 || status == 404, "{status} {body}");
+
+    // The snapshot's checkpoint goes with it.
+    for c in &made {
+        assert!(d.berth(&["rm", c]).status.success());
+    }
+    let out = d.berth(&["snapshot", "rm", "warm"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!image.exists(), "its checkpoint is removed with it");
+}

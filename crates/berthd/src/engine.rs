@@ -156,6 +156,7 @@ impl Engine {
         engine.log_storage();
         engine.log_criu();
         engine.reserve_hibernated();
+        engine.sweep_fork_images();
         engine.adopt_all().await;
         engine.await_old_warm().await;
         engine.account_for_lost().await;

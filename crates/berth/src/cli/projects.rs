@@ -28,6 +28,10 @@ pub struct SnapshotArgs {
     /// A name to refer to the snapshot by, instead of its id.
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// Checkpoint the running processes too (the sandbox runs on): `create --from` the snapshot continues
+    /// them. Needs CRIU 4.2 or newer on the host
+    #[arg(long)]
+    pub with_processes: bool,
     /// Print the API's JSON.
     #[arg(long)]
     pub json: bool,

@@ -63,7 +63,10 @@ pub fn snapshot(socket: &Path, args: SnapshotArgs) -> anyhow::Result<i32> {
         Some(SnapshotCommand::Rm { snapshots }) => Ok(output::remove_each(&client, "/v1/snapshots", &snapshots)),
         None => {
             let id = args.id.unwrap_or_default();
-            let (_, body) = client.post_json(&sandbox_path(&id, "snapshots"), &CreateSnapshot { name: args.name })?;
+            let (_, body) = client.post_json(
+                &sandbox_path(&id, "snapshots"),
+                &CreateSnapshot { name: args.name, with_processes: args.with_processes },
+            )?;
             if args.json {
                 output::print_raw(&body)?;
             } else {

@@ -77,6 +77,13 @@ impl Engine {
         if image != "host" {
             self.image(&image)?;
         }
+        if let Some(p) = parent.as_ref().filter(|p| p.with_processes && p.image != image) {
+            return Err(EngineError::invalid(format!(
+                "snapshot {} holds processes that ran on the image {:?}: a sandbox made from it runs that image, \
+                 not {image:?}",
+                p.id, p.image
+            )));
+        }
         for (k, v) in self.image_env(&image) {
             req.env.entry(k).or_insert(v);
         }
@@ -121,11 +128,22 @@ impl Engine {
             }
             other => other,
         };
+        // From a snapshot with processes: restored from its checkpoint, in a copy of its own.
+        let made = match (made, &parent) {
+            (Ok(()), Some(p)) => self.snapshot_restore(p, &id).await,
+            (made, _) => made.map(|()| None),
+        };
+        let restored = made.as_ref().is_ok_and(|r| r.is_some());
         let parent_id = parent.map(|p| p.id);
         let booted = match made {
-            Ok(()) => self.boot_from(&id, &req, now_ms(), parent_id.clone(), owner.clone(), &mut warm, None).await,
+            Ok(restore) => {
+                self.boot_from(&id, &req, now_ms(), parent_id.clone(), owner.clone(), &mut warm, restore).await
+            }
             Err(e) => Err(e),
         };
+        if restored {
+            let _ = tokio::fs::remove_dir_all(self.hibernate_dir(&id)).await;
+        }
         // Not claimed (the create failed before): torn down here, not left to notice its stdin close.
         if let Some(w) = warm {
             self.discard_warm(w).await;

@@ -22,7 +22,7 @@ impl Engine {
         self.admit_record(&parent.id, "it is not forked").await?;
         let _busy = self.busy(&parent.id, "forking")?;
         let live = match with_processes {
-            true => Some(self.forkable(&parent.id).await?),
+            true => Some(self.forkable(&parent.id, "be forked with its processes").await?),
             false => None,
         };
         let mut ids = Vec::new();
@@ -36,7 +36,7 @@ impl Engine {
         let all = dsts.clone();
         let clone = self.pool_op(move |pool| pool.clone_many(&src, &dsts));
         let (cloned, frozen) = match &live {
-            Some(l) => (self.checkpointed(l, &parent.id, &base, clone).await.map(Some), true),
+            Some(l) => (self.checkpointed(l, &parent.id, self.fork_image_dir(&base), clone).await.map(Some), true),
             None => {
                 let (cloned, frozen) = self.frozen(&parent.id, clone).await;
                 (cloned.map(|()| None), frozen)
@@ -56,6 +56,7 @@ impl Engine {
             image: parent.image.clone(),
             created_at_ms: now_ms(),
             origin: "fork".into(),
+            with_processes: false,
         };
         if let Err(e) = self.store.add_snapshot(&snap) {
             if let Some(c) = &checkpoint {

@@ -1,6 +1,8 @@
-//! Forks with processes: a running sandbox checkpointed with CRIU while it runs on, its files cloned in the
-//! same frozen instant, and each child restored from that image under its own id, host id block, cgroup,
-//! state and name (the image is rewritten for it: see `berth_runtime::retarget`).
+//! Forks and snapshots with processes: a running sandbox checkpointed with CRIU while it runs on, its files
+//! cloned in the same frozen instant, and each child (or sandbox created from the snapshot) restored from
+//! that image under its own id, host id block, cgroup, state and name (the image is rewritten for it: see
+//! `berth_runtime::retarget`). A fork's checkpoint goes once its children are made; a snapshot's is kept
+//! beside its files (`<root>/hibernate/.snapshot-<id>`) until the snapshot is removed.
 //!
 //! The parent is frozen (unless a pause froze it already), CRIU dumps it with `--leave-running` and freezes
 //! it again once the image is written, its files are cloned, and it is thawed: its memory and its files are
@@ -26,42 +28,42 @@ pub(super) struct Checkpoint {
 }
 
 impl Engine {
-    /// Sandbox `sid`, live, if it can be forked with its processes; else why not (a conflict, a sentence).
-    pub(super) async fn forkable(&self, sid: &str) -> Result<Arc<Live>, EngineError> {
+    /// Sandbox `sid`, live, if its processes can be checkpointed (`doing`: what is refused otherwise); else
+    /// why not (a conflict, a sentence).
+    pub(super) async fn forkable(&self, sid: &str, doing: &str) -> Result<Arc<Live>, EngineError> {
         let live = match self.live(sid).await {
             Ok(l) => l,
             Err(EngineError::WrongState { id, state, .. }) => {
                 return Err(EngineError::WrongState {
                     id,
                     state,
-                    hint: "only a running sandbox is forked with its processes (a fork of its files needs no \
-                           with_processes)"
-                        .into(),
+                    hint: format!(
+                        "it cannot {doing}: only a running sandbox's processes are checkpointed (without \
+                         with_processes only its files are copied)"
+                    ),
                 });
             }
             Err(e) => return Err(e),
         };
         self.criu.clone().map_err(EngineError::Unsupported)?;
-        self.check_hibernatable(&live, sid, "be forked with its processes").await?;
+        self.check_hibernatable(&live, sid, doing).await?;
         Ok(live)
     }
 
-    /// Checkpoint `live` into a new image (it runs on) and run `files` (the clone of its files) in the same
-    /// frozen instant. On error nothing of the image is left and the sandbox runs on as it was.
+    /// Checkpoint `live` into a new image at `dir` (it runs on) and run `files` (the clone of its files) in
+    /// the same frozen instant. On error nothing of the image is left and the sandbox runs on as it was.
     pub(super) async fn checkpointed(
         &self,
         live: &Arc<Live>,
         sid: &str,
-        name: &str,
+        dir: PathBuf,
         files: impl Future<Output = Result<(), EngineError>>,
     ) -> Result<Checkpoint, EngineError> {
         let criu = self.criu.clone().map_err(EngineError::Unsupported)?;
         let cg = self.cgroups.as_ref().map(|h| h.open(sid)).ok_or_else(|| {
             EngineError::Unsupported("forks with processes need the sandbox's cgroup, and this host has none".into())
         })?;
-        let parent = self.root.join("hibernate");
-        let dir = parent.join(format!(".fork-{name}"));
-        private_dir(&parent).await?;
+        private_dir(&self.root.join("hibernate")).await?;
         let _ = tokio::fs::remove_dir_all(&dir).await;
         private_dir(&dir).await?;
         // Frozen by a pause, it stays frozen; else frozen for the instant, and thawed after.
@@ -96,6 +98,37 @@ impl Engine {
         made
     }
 
+    /// Where a fork's checkpoint is while its children are made.
+    pub(super) fn fork_image_dir(&self, snapshot: &str) -> PathBuf {
+        self.root.join("hibernate").join(format!(".fork-{snapshot}"))
+    }
+
+    /// Where a snapshot's checkpoint of its sandbox's processes is kept.
+    pub(super) fn snapshot_image_dir(&self, snapshot: &str) -> PathBuf {
+        self.root.join("hibernate").join(format!(".snapshot-{snapshot}"))
+    }
+
+    /// A snapshot's checkpoint gone with it.
+    pub(super) async fn drop_snapshot_image(&self, snapshot: &str) {
+        if tokio::fs::remove_dir_all(self.snapshot_image_dir(snapshot)).await.is_ok() {
+            self.prune_init_copies();
+        }
+    }
+
+    /// How sandbox `id` made from snapshot `snap` starts: restored from its checkpoint, if it has one.
+    pub(super) async fn snapshot_restore(
+        &self,
+        snap: &berth_api::Snapshot,
+        id: &str,
+    ) -> Result<Option<Restore>, EngineError> {
+        if !snap.with_processes {
+            return Ok(None);
+        }
+        let criu = self.criu.clone().map_err(EngineError::Unsupported)?;
+        let cp = Checkpoint { dir: self.snapshot_image_dir(&snap.id), criu: criu.path, bytes: 0, ms: 0 };
+        self.child_image(&cp, id).await.map(Some)
+    }
+
     /// Child `id`'s own directory of the checkpoint, to restore from.
     pub(super) async fn child_image(&self, cp: &Checkpoint, id: &str) -> Result<Restore, EngineError> {
         let dir = self.hibernate_dir(id);
@@ -113,6 +146,22 @@ impl Engine {
             let _ = tokio::fs::remove_dir_all(self.hibernate_dir(id)).await;
         }
         let _ = tokio::fs::remove_dir_all(&cp.dir).await;
+        self.prune_init_copies();
+    }
+
+    /// At start: what forks a daemon did not finish (it died while making the children) left of their
+    /// checkpoints goes: the checkpoints, and the children's copies (whose manifest names another sandbox).
+    pub(super) fn sweep_fork_images(&self) {
+        let Ok(entries) = std::fs::read_dir(self.root.join("hibernate")) else { return };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let stale = name.starts_with(".fork-")
+                || (!name.starts_with('.')
+                    && berth_runtime::checkpoint::read_manifest(&e.path()).is_ok_and(|m| m.id != name));
+            if stale {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
         self.prune_init_copies();
     }
 
