@@ -98,6 +98,25 @@ impl Engine {
         made
     }
 
+    /// Snapshot `snapshot` of sandbox `sid`: its files cloned by `clone` in a frozen instant, and its
+    /// processes checkpointed in it too if `with_processes`. The clone's result, and whether it was frozen.
+    pub(super) async fn snapshot_files(
+        &self,
+        sid: &str,
+        snapshot: &str,
+        with_processes: bool,
+        clone: impl Future<Output = Result<(), EngineError>>,
+    ) -> (Result<(), EngineError>, bool) {
+        if !with_processes {
+            return self.frozen(sid, clone).await;
+        }
+        let live = match self.forkable(sid, "be snapshotted with its processes").await {
+            Ok(l) => l,
+            Err(e) => return (Err(e), false),
+        };
+        (self.checkpointed(&live, sid, self.snapshot_image_dir(snapshot), clone).await.map(|_| ()), true)
+    }
+
     /// Where a fork's checkpoint is while its children are made.
     pub(super) fn fork_image_dir(&self, snapshot: &str) -> PathBuf {
         self.root.join("hibernate").join(format!(".fork-{snapshot}"))

@@ -393,17 +393,10 @@ impl Engine {
         name: Option<String>,
         with_processes: bool,
     ) -> Result<(Snapshot, bool), EngineError> {
-        let live = match with_processes {
-            true => Some(self.forkable(&record.id, "be snapshotted with its processes").await?),
-            false => None,
-        };
         let sid = berth_runtime::new_id().map_err(|e| EngineError::Storage(berth_runtime::error_chain(&e)))?;
         let (src, dst) = (self.state_dir(&record.id), self.snapshot_dir(&sid));
         let clone = self.pool_clone(src, dst, true);
-        let (cloned, frozen) = match &live {
-            Some(l) => (self.checkpointed(l, &record.id, self.snapshot_image_dir(&sid), clone).await.map(|_| ()), true),
-            None => self.frozen(&record.id, clone).await,
-        };
+        let (cloned, frozen) = self.snapshot_files(&record.id, &sid, with_processes, clone).await;
         cloned?;
         let snap = Snapshot {
             id: sid,
