@@ -174,7 +174,8 @@ impl Runtime {
 
         let (_, stager) = match berth_sys::clone::spawn(Namespaces::MOUNT, None)? {
             Forked::Child => {
-                let code = match stage_and_exec(&staging, &plan.root, &trees, criu, &args, &[&theirs, &exe]) {
+                let code = match stage_and_exec(&staging, &plan.root, &trees, ids.base(), criu, &args, &[&theirs, &exe])
+                {
                     Ok(never) => match never {},
                     Err(e) => {
                         let _ = fs::write(dir.join("stage.log"), crate::error_chain(&e));
@@ -294,17 +295,25 @@ fn restore_args(
     Ok(args)
 }
 
-/// In the stager: build the mounts, then become CRIU.
+/// In the stager: build the mounts, then become CRIU. `root_id`: the host id of the sandbox's root.
 fn stage_and_exec(
     staging: &Staging,
     root: &Path,
     trees: &[OwnedFd],
+    root_id: u32,
     criu: &Criu,
     args: &[String],
     inherit: &[&dyn AsFd],
 ) -> Result<std::convert::Infallible, RuntimeError> {
     berth_sys::mount::make_private_recursive()?;
     for step in &staging.steps {
+        // An overlay acts on its upper layer (on the sandbox's id-mapped state) as whoever mounted it, and host
+        // root's uid 0 has no mapping there (its work directory could not even be made: the overlay would be
+        // read-only). Mounted as the sandbox's root, as a created sandbox's are from inside it.
+        let _as_root = match step {
+            Step::Overlay { .. } => Some(berth_sys::fsids::act_as(root_id, root_id)?),
+            _ => None,
+        };
         crate::child::run_step(step, root, trees)?;
     }
     for fd in inherit {

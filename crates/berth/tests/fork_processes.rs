@@ -79,6 +79,8 @@ fn a_fork_with_processes_goes_on_in_every_copy_from_the_same_instant() {
     let parent = serving(&d);
     let (n, digest, now, pid) = ask(&d, &parent).unwrap();
     assert_eq!(digest, now);
+    // A change of the root file system's, owned by a user inside (the overlay's upper layer is cloned).
+    d.sh(&parent, "echo kept > /etc/forked-marker && chown 1000:1000 /etc/forked-marker");
 
     let out = d.berth(&["fork", &parent, "-n", "2", "--with-processes", "--json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -123,6 +125,10 @@ fn a_fork_with_processes_goes_on_in_every_copy_from_the_same_instant() {
         let name = record(&d, c)["name"].as_str().unwrap().to_string();
         assert_eq!(d.sh(c, "hostname; cat /etc/hostname"), format!("{name}\n{name}\n"));
         assert_eq!(d.sh(c, "stat -c %u /workspace/served"), "0\n", "its files are its own root's");
+        assert_eq!(d.sh(c, "stat -c %u:%g /etc/forked-marker; cat /etc/forked-marker"), "1000:1000\nkept\n");
+        let as_user = "setpriv --reuid=1000 --regid=1000 --clear-groups sh -c 'echo mine >> /etc/forked-marker'";
+        assert_eq!(d.sh(c, &format!("{as_user} && tail -1 /etc/forked-marker")), "mine\n", "user's file is user's");
+        assert_eq!(d.sh(c, "echo new > /usr/local/forked && stat -c %u /usr/local/forked"), "0\n", "/usr is writable");
     }
     assert_eq!(d.sh(&parent, "hostname").trim(), record(&d, &parent)["name"].as_str().unwrap());
     let journal = text(&d.berth(&["journal", &parent]).stdout);
@@ -133,6 +139,12 @@ fn a_fork_with_processes_goes_on_in_every_copy_from_the_same_instant() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(ask(&d, &parent).unwrap().0, n + 4);
     assert_eq!(ask(&d, &children[1]).unwrap().0, n + 2);
+    // A parent forked with its processes once is forked so again.
+    let out = d.berth(&["fork", &parent, "--with-processes"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let again = text(&out.stdout).trim().to_string();
+    assert_eq!(ask(&d, &again).unwrap().0, n + 5);
+    assert_eq!(ask(&d, &parent).unwrap().0, n + 5);
     let images: Vec<String> = std::fs::read_dir(d.root().join("hibernate"))
         .unwrap()
         .flatten()
