@@ -159,13 +159,14 @@ impl Engine {
         Ok(Restore { dir, criu: cp.criu.clone(), fork: true })
     }
 
-    /// The checkpoint's image gone, once its children are made.
+    /// The checkpoint's image gone, once its children are made. The kept copy of init's binary stays for
+    /// the next checkpoint (copying it costs about as much as writing a small sandbox's memory); the next
+    /// wake or removal of a hibernated sandbox prunes it if no image needs it then.
     pub(super) async fn drop_checkpoint(&self, cp: &Checkpoint, children: &[String]) {
         for id in children {
             let _ = tokio::fs::remove_dir_all(self.hibernate_dir(id)).await;
         }
         let _ = tokio::fs::remove_dir_all(&cp.dir).await;
-        self.prune_init_copies();
     }
 
     /// At start: what forks a daemon did not finish (it died while making the children) left of their
