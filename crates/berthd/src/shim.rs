@@ -299,9 +299,9 @@ impl Held {
         // non-dumpable process whose memory belongs to another namespace.
         if self.woken {
             return Err(format!(
-                "a sandbox woken from hibernation (or made by a fork with its processes) cannot {what} until its \
-                 runtime is rebuilt (berth stop and start, or berth rebuild): CRIU cannot dump the woken init, \
-                 whose memory it made outside the sandbox's user namespace"
+                "a sandbox woken from hibernation (or restored from a fork or snapshot with processes) cannot \
+                 {what} until its runtime is rebuilt (berth stop and start, or berth rebuild): CRIU cannot dump \
+                 the woken init, whose memory it made outside the sandbox's user namespace"
             ));
         }
         Ok(criu)
