@@ -89,7 +89,7 @@ class Sandbox(SandboxAPI):
 
         ``with_processes=True``: each copy also continues this sandbox's running programs from the instant of
         the fork (a checkpoint with CRIU; this sandbox runs on). Refused with :class:`berth.errors.Conflict` while
-        execs, shells or code contexts run, or for a sandbox woken from hibernation."""
+        execs, shells or code contexts run, and wherever hibernation is refused."""
         body: dict[str, Any] = {"count": n}
         if with_processes:
             body["with_processes"] = True
