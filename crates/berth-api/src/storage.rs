@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 pub struct CreateSnapshot {
     /// Unique among snapshots; a snapshot can be named wherever its id can.
     pub name: Option<String>,
+    /// Checkpoint the running processes too (the sandbox runs on): a sandbox created from the snapshot
+    /// continues them from that instant. Needs CRIU on the host.
+    pub with_processes: bool,
 }
 
 /// A sandbox's files (root file system changes and workspace) at one instant.
@@ -22,6 +25,9 @@ pub struct Snapshot {
     pub created_at_ms: u64,
     /// `snapshot` (asked for) or `fork` (the instant a fork was made, kept as its children's parent).
     pub origin: String,
+    /// It holds a checkpoint of the sandbox's processes: a sandbox created from it continues them.
+    #[serde(default)]
+    pub with_processes: bool,
 }
 
 /// `POST /v1/sandboxes/{id}/fork`
@@ -30,6 +36,9 @@ pub struct Snapshot {
 pub struct ForkRequest {
     /// How many copies (default 1, at most 64).
     pub count: Option<u32>,
+    /// Fork the running processes too: each copy is restored from a checkpoint of the sandbox (which runs
+    /// on) and continues its programs from that instant, under its own host ids. Needs CRIU on the host.
+    pub with_processes: bool,
 }
 
 /// What a fork made.

@@ -158,6 +158,9 @@ pub struct ForkArgs {
     pub sandbox: String,
     /// How many copies to make (1 to 64). Default: 1.
     pub count: Option<u64>,
+    /// Fork the running processes too: each copy continues the programs running in the sandbox (a server,
+    /// a background job, an interpreter's memory) from this instant. Default: false.
+    pub with_processes: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -243,6 +243,7 @@ impl Berth {
     async fn fork(&self, Parameters(a): Parameters<ForkArgs>, ctx: RequestContext<RoleServer>) -> CallToolResult {
         let mut body = Map::new();
         put(&mut body, "count", a.count);
+        put(&mut body, "with_processes", a.with_processes);
         self.json_tool(&ctx, "POST", sandbox_path(&a.sandbox, "/fork"), Some(Value::Object(body)), None).await
     }
 

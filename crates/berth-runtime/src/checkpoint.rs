@@ -185,9 +185,17 @@ pub(crate) fn common_args(dir: &Path) -> Vec<String> {
     ]
 }
 
-/// Dump the process tree of init `pid` into `dir` (which must be empty or missing); the tree ends. Writes
-/// the manifest and the copy of init's binary beside the image.
-pub(crate) fn dump(criu: &Criu, id: &str, slot: u32, pid: i32, dir: &Path) -> Result<Manifest, RuntimeError> {
+/// Dump the process tree of init `pid` into `dir` (which must be empty or missing); the tree ends unless
+/// `extra` (more options for CRIU) says otherwise. Writes the manifest and the copy of init's binary beside
+/// the image.
+pub(crate) fn dump(
+    criu: &Criu,
+    id: &str,
+    slot: u32,
+    pid: i32,
+    dir: &Path,
+    extra: &[String],
+) -> Result<Manifest, RuntimeError> {
     let fail = |message: String| RuntimeError::Checkpoint { message };
     fs::create_dir_all(dir).map_err(|e| fail(format!("create {}: {e}", dir.display())))?;
     let table = fs::read_to_string(format!("/proc/{pid}/mountinfo"))
@@ -220,6 +228,7 @@ pub(crate) fn dump(criu: &Criu, id: &str, slot: u32, pid: i32, dir: &Path) -> Re
     args.push("--external".into());
     args.push(exe_key.clone());
     args.push(format!("--ext-unix-sk={control_ino}"));
+    args.extend_from_slice(extra);
     let out = Command::new(&criu.path)
         .args(&args)
         .stdin(Stdio::null())
@@ -366,13 +375,25 @@ impl Sandbox {
     ) -> Result<(Manifest, crate::Teardown), RuntimeError> {
         let claims = Path::new(crate::ids::CLAIMS_DIR);
         self._ids.reserve_for(claims, owner)?;
-        match dump(criu, &self.id, self._ids.slot(), self.pid, dir) {
+        match dump(criu, &self.id, self._ids.slot(), self.pid, dir, &[]) {
             Ok(manifest) => Ok((manifest, self.teardown())),
             Err(e) => {
                 crate::ids::unreserve(claims, self._ids.slot(), owner);
                 Err(e)
             }
         }
+    }
+}
+
+impl Sandbox {
+    /// Checkpoint: write the sandbox's processes to `dir` as [`Sandbox::hibernate`] does, and leave them
+    /// running (a fork with its processes restores the image as new sandboxes). A cgroup the caller froze
+    /// is frozen again once the image is written, so that what else is copied of the sandbox in that
+    /// instant (its files) matches its memory.
+    pub fn checkpoint(&self, dir: &Path, criu: &Criu) -> Result<Manifest, RuntimeError> {
+        let leave =
+            ["--leave-running".to_string(), "--freeze-cgroup".into(), self.cgroup.control_dir().display().to_string()];
+        dump(criu, &self.id, self._ids.slot(), self.pid, dir, &leave)
     }
 }
 

@@ -13,6 +13,7 @@ pub mod image;
 pub mod plan;
 mod rename;
 mod restore;
+pub mod retarget;
 mod sandbox;
 pub mod spec;
 pub mod trace;

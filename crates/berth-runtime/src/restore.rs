@@ -124,13 +124,39 @@ impl Runtime {
         criu: &Criu,
         pipes: &[(String, OwnedFd)],
     ) -> Result<Sandbox, RuntimeError> {
+        self.restore_as(spec, dir, criu, pipes, false)
+    }
+
+    /// Bring up a new sandbox (`spec`, whose id is its own) from the image in `dir` of another one, which
+    /// runs on: a fork with its processes. It gets a host id block of its own, to which the image (a copy
+    /// only it restores from) is rewritten, with its own cgroup and host name (see [`crate::retarget`]).
+    pub fn restore_fork(&self, spec: &Spec, dir: &Path, criu: &Criu) -> Result<Sandbox, RuntimeError> {
+        self.restore_as(spec, dir, criu, &[], true)
+    }
+
+    fn restore_as(
+        &self,
+        spec: &Spec,
+        dir: &Path,
+        criu: &Criu,
+        pipes: &[(String, OwnedFd)],
+        fork: bool,
+    ) -> Result<Sandbox, RuntimeError> {
         let manifest = checkpoint::read_manifest(dir)?;
-        if spec.id.as_deref() != Some(manifest.id.as_str()) {
-            return Err(RuntimeError::Checkpoint {
-                message: format!("the image in {} is of sandbox {}, not of this one", dir.display(), manifest.id),
-            });
-        }
-        let id = manifest.id.clone();
+        let id = match (fork, spec.id.as_deref()) {
+            (false, Some(id)) if id == manifest.id => manifest.id.clone(),
+            (true, Some(id)) if id != manifest.id => id.to_string(),
+            _ => {
+                return Err(RuntimeError::Checkpoint {
+                    message: match fork {
+                        false => {
+                            format!("the image in {} is of sandbox {}, not of this one", dir.display(), manifest.id)
+                        }
+                        true => format!("a fork of sandbox {} needs an id of its own", manifest.id),
+                    },
+                });
+            }
+        };
         let owners = mount_owners(spec)?;
         let layers = self.images.layers(&spec.image)?;
         if claim_held(&Path::new(LIVE_DIR).join(format!("{id}.lock"))) {
@@ -140,8 +166,21 @@ impl Runtime {
         let mut guard = Cleanup { paths: vec![claim_path.clone()], cgroup: None };
         let (live, live_path) = claim(Path::new(LIVE_DIR), &id)?;
         guard.paths.push(live_path.clone());
-        let ids = IdBlock::claim_reserved(Path::new(CLAIMS_DIR), manifest.slot, &self.reservation_owner(&id))?;
+        let ids = match fork {
+            false => IdBlock::claim_reserved(Path::new(CLAIMS_DIR), manifest.slot, &self.reservation_owner(&id))?,
+            true => IdBlock::claim(Path::new(CLAIMS_DIR))?,
+        };
         guard.cgroup = Some(self.hierarchy.create(&id, &spec.limits)?);
+        if fork {
+            let target = crate::retarget::Target {
+                from_id: &manifest.id,
+                to_id: &id,
+                from_base: crate::ids::HOST_ID_BASE + manifest.slot * crate::ids::IDS_PER_SANDBOX,
+                to_base: ids.base(),
+                hostname: &spec.name,
+            };
+            crate::retarget::retarget(dir, &target)?;
+        }
         // CRIU reads parts of the image from inside the restored user namespace, as the sandbox's root: the
         // image (the sandbox's own memory) becomes that host id's, and nobody else's.
         give_image_to(dir, ids.base())?;
@@ -280,8 +319,13 @@ fn give_image_to(dir: &Path, uid: u32) -> Result<(), RuntimeError> {
         if entry.file_name() == checkpoint::INIT_COPY {
             continue;
         }
-        rustix::fs::chown(entry.path(), owner, group).map_err(|e| fail(e.into()))?;
-        let mode = entry.metadata().map_err(fail)?.permissions().mode();
+        let meta = entry.metadata().map_err(fail)?;
+        // A file shared by a hard link with the images of other forks (their memory, read only) keeps its
+        // owner: it is readable by any id, and those images are given to other ids.
+        if std::os::unix::fs::MetadataExt::nlink(&meta) == 1 {
+            rustix::fs::chown(entry.path(), owner, group).map_err(|e| fail(e.into()))?;
+        }
+        let mode = meta.permissions().mode();
         fs::set_permissions(entry.path(), fs::Permissions::from_mode(mode | 0o444)).map_err(fail)?;
     }
     rustix::fs::chown(dir, owner, group).map_err(|e| fail(e.into()))?;

@@ -359,6 +359,11 @@ pub struct BenchArgs {
     /// on the host; --runs rounds (a new sandbox each).
     #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause", "density"])]
     pub hibernate: bool,
+    /// Instead: forks through the API of a sandbox of the daemon at --socket holding 64 MiB of touched memory
+    /// in a running program: of its files only, with its processes into one child and into four, and the
+    /// first exec in a child; --runs rounds (a new sandbox each, at most 20).
+    #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause", "density", "hibernate"])]
+    pub fork_processes: bool,
     /// Instead: time to first exec through the API (create, then `exec true`) on two daemons of the bench's
     /// own, one cold and one with a warm pool (--warm 1), against `bwrap ... true` and `unshare ... true`, with
     /// the exec round trip against `nsenter` in the same run.

@@ -24,6 +24,7 @@ mod create;
 mod events;
 mod execs;
 mod fork;
+mod fork_processes;
 mod hibernate;
 mod images;
 mod live;
@@ -160,6 +161,7 @@ impl Engine {
         engine.log_criu();
         engine.discard_stale_hibernations().await;
         engine.reserve_hibernated();
+        engine.sweep_fork_images();
         engine.adopt_all().await;
         engine.await_old_warm().await;
         engine.account_for_lost().await;

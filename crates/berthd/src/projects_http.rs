@@ -182,7 +182,13 @@ async fn snapshot(
     ApiJson(req): ApiJson<CreateSnapshot>,
 ) -> Result<Response, Failure> {
     let key = idempotency_key(&h, &format!("snapshot {id}"))?;
-    once(&e, key, StatusCode::CREATED, detached(&e, move |e| async move { e.snapshot(&id, req.name).await })).await
+    once(
+        &e,
+        key,
+        StatusCode::CREATED,
+        detached(&e, move |e| async move { e.snapshot(&id, req.name, req.with_processes).await }),
+    )
+    .await
 }
 
 async fn restore(
@@ -212,8 +218,13 @@ async fn fork(
     ApiJson(req): ApiJson<ForkRequest>,
 ) -> Result<Response, Failure> {
     let key = idempotency_key(&h, &format!("fork {id}"))?;
-    once(&e, key, StatusCode::CREATED, detached(&e, move |e| async move { e.fork(&id, req.count.unwrap_or(1)).await }))
-        .await
+    once(
+        &e,
+        key,
+        StatusCode::CREATED,
+        detached(&e, move |e| async move { e.fork(&id, req.count.unwrap_or(1), req.with_processes).await }),
+    )
+    .await
 }
 
 async fn snapshots(axum::extract::State(e): Api) -> Result<Response, Failure> {

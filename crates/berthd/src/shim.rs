@@ -59,6 +59,10 @@ pub struct ShimStart {
     /// their place the new pipes' ends the shim was started with on descriptors 3, 4, … in this order.
     #[serde(default)]
     pub pipes: Vec<String>,
+    /// The image in `restore` is another sandbox's, which runs on: this one is a fork of it with its
+    /// processes, under its own id, host ids, cgroup and name.
+    #[serde(default)]
+    pub fork: bool,
 }
 
 /// The first line a shim prints: the sandbox, or why it could not be built.
@@ -103,6 +107,15 @@ pub enum ShimRequest {
         #[serde(default)]
         criu_version: Option<String>,
     },
+    /// Write the sandbox's processes to `dir` with CRIU and leave them running (a fork with its processes);
+    /// a cgroup the daemon froze for it stays frozen.
+    Checkpoint {
+        dir: PathBuf,
+        #[serde(default)]
+        criu: Option<PathBuf>,
+        #[serde(default)]
+        criu_version: Option<String>,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -126,6 +139,10 @@ pub enum ShimReply {
         /// Bytes of the image on disk.
         bytes: u64,
         teardown: berth_api::Teardown,
+    },
+    Checkpointed {
+        /// Bytes of the image on disk.
+        bytes: u64,
     },
     Error {
         message: String,
@@ -267,19 +284,7 @@ impl Held {
         criu: Option<&Path>,
         version: Option<&str>,
     ) -> Result<(u64, berth_api::Teardown), String> {
-        let criu = checked_criu(criu, version)?;
-        if self.pooled {
-            return Err("a sandbox of the warm pool is not hibernated".into());
-        }
-        // CRIU rebuilds init's memory from outside the sandbox's user namespace, and refuses to dump a
-        // non-dumpable process whose memory belongs to another namespace; init executes itself again after a
-        // wake to fix that, but the init of an older berth cannot.
-        if !sandbox.checkpointable() {
-            return Err("this sandbox was woken with the init of an older berth, which cannot hibernate again \
-                        until its runtime is rebuilt (berth stop and start, or berth rebuild): CRIU cannot dump \
-                        that woken init, whose memory it made outside the sandbox's user namespace"
-                .into());
-        }
+        let criu = self.dumpable(sandbox, criu, version, "hibernate again")?;
         let owner = berth_runtime::reservation_owner(&self.root, &self.record.id);
         let (manifest, t) = sandbox.hibernate(dir, &criu, &owner).map_err(|e| berth_runtime::error_chain(&e))?;
         let teardown = berth_api::Teardown {
@@ -299,6 +304,45 @@ fn checked_criu(path: Option<&Path>, version: Option<&str>) -> Result<berth_runt
             Ok(berth_runtime::checkpoint::Criu { path: path.to_path_buf(), version: version.to_string() })
         }
         (path, _) => berth_runtime::checkpoint::Criu::find(path),
+    }
+}
+
+impl Held {
+    /// The CRIU to dump this sandbox with, or why it cannot be dumped (`what`: what it cannot do then).
+    fn dumpable(
+        &self,
+        sandbox: &Sandbox,
+        criu: Option<&Path>,
+        version: Option<&str>,
+        what: &str,
+    ) -> Result<berth_runtime::checkpoint::Criu, String> {
+        let criu = checked_criu(criu, version)?;
+        if self.pooled {
+            return Err("a sandbox of the warm pool is not dumped".into());
+        }
+        // CRIU rebuilds init's memory from outside the sandbox's user namespace, and refuses to dump a
+        // non-dumpable process whose memory belongs to another namespace; init executes itself again after a
+        // restore to fix that, but the init of an older berth cannot.
+        if !sandbox.checkpointable() {
+            return Err(format!(
+                "this sandbox was restored with the init of an older berth, which cannot {what} until its runtime \
+                 is rebuilt (berth stop and start, or berth rebuild): CRIU cannot dump that restored init, whose \
+                 memory it made outside the sandbox's user namespace"
+            ));
+        }
+        Ok(criu)
+    }
+
+    /// Write the sandbox's processes to `dir`, leaving them running: the image's size.
+    fn checkpoint(
+        &self,
+        sandbox: &Sandbox,
+        dir: &Path,
+        criu: Option<&Path>,
+        version: Option<&str>,
+    ) -> Result<u64, String> {
+        let criu = self.dumpable(sandbox, criu, version, "be forked with its processes")?;
+        sandbox.checkpoint(dir, &criu).map(|m| m.bytes).map_err(|e| berth_runtime::error_chain(&e))
     }
 }
 
@@ -336,8 +380,13 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
     let built = match &start.restore {
         Some(dir) => {
             let criu = checked_criu(start.criu.as_deref(), start.criu_version.as_deref()).map_err(|m| (m, false))?;
-            let pipes = handed_pipes(&start.pipes).map_err(|m| (m, false))?;
-            runtime.restore(&spec, dir, &criu, &pipes)
+            match start.fork {
+                true => runtime.restore_fork(&spec, dir, &criu),
+                false => {
+                    let pipes = handed_pipes(&start.pipes).map_err(|m| (m, false))?;
+                    runtime.restore(&spec, dir, &criu, &pipes)
+                }
+            }
         }
         None => runtime.create(&spec),
     };
@@ -431,6 +480,12 @@ fn serve(sandbox: &mut Sandbox, listener: &OwnedFd, held: &mut Held) -> i32 {
                             let _ = send(&ShimReply::Hibernated { bytes, teardown }, &[]);
                             return 0;
                         }
+                        Err(message) => send(&ShimReply::Error { message }, &[]),
+                    }
+                }
+                ShimRequest::Checkpoint { dir, criu, criu_version } => {
+                    match held.checkpoint(sandbox, &dir, criu.as_deref(), criu_version.as_deref()) {
+                        Ok(bytes) => send(&ShimReply::Checkpointed { bytes }, &[]),
                         Err(message) => send(&ShimReply::Error { message }, &[]),
                     }
                 }

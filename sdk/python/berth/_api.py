@@ -372,8 +372,12 @@ class SandboxAPI:
         """Back to the image's clean state (``keep_workspace``: only the root file system)."""
         return self._lifecycle("reset", {"keep_workspace": keep_workspace})
 
-    def snapshot(self, name: str | None = None) -> m.Snapshot:
-        body = {"name": name} if name else {}
+    def snapshot(self, name: str | None = None, *, with_processes: bool = False) -> m.Snapshot:
+        """The sandbox's files at this instant; ``with_processes=True``: its running processes too (a sandbox
+        created from the snapshot continues them)."""
+        body: dict[str, Any] = {"name": name} if name else {}
+        if with_processes:
+            body["with_processes"] = True
         return self._do(Op("POST", f"{self._base}/snapshots", json=body, parse=model(m.Snapshot), timeout=None))
 
     def diff(self, against: str | None = None) -> m.Diff:

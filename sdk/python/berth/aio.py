@@ -214,8 +214,12 @@ class AsyncSandbox(SandboxAPI):
     async def remove(self) -> m.Receipt:
         return await self._client.remove_sandbox(self.id)
 
-    async def fork(self, n: int = 1) -> list["AsyncSandbox"]:
-        op = Op("POST", f"{self._base}/fork", json={"count": n}, parse=model(m.Forked), timeout=None)
+    async def fork(self, n: int = 1, *, with_processes: bool = False) -> list["AsyncSandbox"]:
+        """As :meth:`berth.Sandbox.fork`."""
+        body: dict[str, Any] = {"count": n}
+        if with_processes:
+            body["with_processes"] = True
+        op = Op("POST", f"{self._base}/fork", json=body, parse=model(m.Forked), timeout=None)
         forked: m.Forked = await self._do(op)
         return [type(self)(info, self._client) for info in forked.sandboxes]
 

@@ -425,6 +425,7 @@ class Snapshot(Model):
     created_at_ms: int
     origin: str
     name: Optional[str] = None
+    with_processes: bool = False
 
 
 @dataclass

@@ -84,9 +84,16 @@ class Sandbox(SandboxAPI):
         """Tear the sandbox down; answers its receipt."""
         return self._client.remove_sandbox(self.id)
 
-    def fork(self, n: int = 1) -> list["Sandbox"]:
-        """``n`` copy-on-write copies of this sandbox's files, each a running sandbox of its own."""
-        op = Op("POST", f"{self._base}/fork", json={"count": n}, parse=model(m.Forked), timeout=None)
+    def fork(self, n: int = 1, *, with_processes: bool = False) -> list["Sandbox"]:
+        """``n`` copy-on-write copies of this sandbox's files, each a running sandbox of its own.
+
+        ``with_processes=True``: each copy also continues this sandbox's running programs from the instant of
+        the fork (a checkpoint with CRIU; this sandbox runs on). Refused with :class:`berth.errors.Conflict` while
+        execs, shells or code contexts run, and wherever hibernation is refused."""
+        body: dict[str, Any] = {"count": n}
+        if with_processes:
+            body["with_processes"] = True
+        op = Op("POST", f"{self._base}/fork", json=body, parse=model(m.Forked), timeout=None)
         forked: m.Forked = self._do(op)
         return [type(self)(info, self._client) for info in forked.sandboxes]
 

@@ -73,6 +73,26 @@ def test_fork_gives_independent_copies(client):
                 k.remove()
 
 
+def test_fork_with_processes_continues_the_running_program(client):
+    counter = "i=0; while true; do i=$((i+1)); echo $i > /tmp/n; sleep 0.1; done"
+    with berth.Sandbox.create(client=client, ttl=600) as sb:
+        sb.exec(f"({counter}) >/dev/null 2>&1 &", check=True)
+        sb.exec("sleep 0.5", check=True)
+        kids = sb.fork(with_processes=True)
+        try:
+            assert len(kids) == 1 and kids[0].id != sb.id
+            first = int(kids[0].files.read_text("/tmp/n"))
+            kids[0].exec("sleep 0.5", check=True)
+            assert int(kids[0].files.read_text("/tmp/n")) > first, "the child's loop goes on"
+            assert int(sb.files.read_text("/tmp/n")) >= first, "so does the parent's"
+            sb.exec("sleep 60", background=True)
+            with pytest.raises(berth.Conflict, match="execs or shells are running"):
+                sb.fork(with_processes=True)
+        finally:
+            for k in kids:
+                k.remove()
+
+
 def test_export_to_a_git_branch(sandbox, tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -22,6 +22,7 @@ fn snapshot_sample() -> Snapshot {
         image: "host".into(),
         created_at_ms: 1_700_000_004_000,
         origin: "snapshot".into(),
+        with_processes: true,
     }
 }
 
@@ -86,9 +87,9 @@ pub(super) fn storage_full_samples() -> Vec<(&'static str, Value)> {
         unbounded: Some("sandboxes' files are not bounded: the storage pool is on btrfs with quotas off".into()),
     };
     let mut samples = vec![
-        ("CreateSnapshot", to_value(&CreateSnapshot { name: Some("before-upgrade".into()) })),
+        ("CreateSnapshot", to_value(&CreateSnapshot { name: Some("before-upgrade".into()), with_processes: true })),
         ("Snapshot", to_value(&snapshot_sample())),
-        ("ForkRequest", to_value(&ForkRequest { count: Some(3) })),
+        ("ForkRequest", to_value(&ForkRequest { count: Some(3), with_processes: true })),
         ("Forked", to_value(&Forked { parent: "fedcba987654".into(), sandboxes: vec![sandbox_sample()] })),
         ("RestoreRequest", to_value(&RestoreRequest { snapshot: "before-upgrade".into() })),
         ("ResetRequest", to_value(&ResetRequest { keep_workspace: true })),

@@ -28,6 +28,10 @@ pub struct SnapshotArgs {
     /// A name to refer to the snapshot by, instead of its id.
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// Checkpoint the running processes too (the sandbox runs on): `create --from` the snapshot continues
+    /// them. Needs CRIU 4.2 or newer on the host
+    #[arg(long)]
+    pub with_processes: bool,
     /// Print the API's JSON.
     #[arg(long)]
     pub json: bool,
@@ -80,8 +84,12 @@ pub struct ForkArgs {
     #[arg(value_parser = parse_id, value_name = "ID")]
     pub id: String,
     /// How many copies.
-    #[arg(long, default_value = "1", value_parser = parse_count, value_name = "N")]
+    #[arg(short = 'n', long, default_value = "1", value_parser = parse_count, value_name = "N")]
     pub count: u64,
+    /// Fork the running processes too: each copy is restored from a checkpoint of the sandbox (which runs on)
+    /// and continues its programs from that instant. Needs CRIU 4.2 or newer on the host
+    #[arg(long)]
+    pub with_processes: bool,
     /// Print the API's JSON instead of one new id per line.
     #[arg(long)]
     pub json: bool,

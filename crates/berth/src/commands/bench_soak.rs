@@ -321,7 +321,8 @@ fn one_loop(ctx: &Ctx, tag: &str, fork: bool, mine: &mut Made) -> Result<(), (&'
         mine.snapshots.push(snap.id);
         let forked: Forked = ctx.timed("fork", || {
             let path = format!("/v1/sandboxes/{}/fork", segment(&id));
-            let (_, body) = Client::connect(ctx.socket)?.post_json(&path, &ForkRequest { count: Some(1) })?;
+            let (_, body) =
+                Client::connect(ctx.socket)?.post_json(&path, &ForkRequest { count: Some(1), ..Default::default() })?;
             Ok(serde_json::from_slice(&body)?)
         })?;
         ctx.made_snapshot(&forked.parent);

@@ -346,7 +346,7 @@ fn run_case(kind: Kind, ctx: &Ctx, made: &mut Made, n: usize) -> anyhow::Result<
         Kind::Fork(count) => {
             let t = Instant::now();
             let (_, body) = Client::connect(ctx.socket)?
-                .post_json(&sandbox_path(&ctx.id, "fork"), &ForkRequest { count: Some(count) })?;
+                .post_json(&sandbox_path(&ctx.id, "fork"), &ForkRequest { count: Some(count), ..Default::default() })?;
             let ms = ms(t);
             forked(made, &body, count)?;
             Ok(ms)

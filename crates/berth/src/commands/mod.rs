@@ -7,6 +7,7 @@ mod bench_daemon;
 mod bench_egress;
 mod bench_exec;
 mod bench_first;
+mod bench_fork_processes;
 mod bench_hibernate;
 mod bench_meter;
 mod bench_pause;
@@ -52,6 +53,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench(args) if args.density => bench_daemon::density(&cli.socket, args),
         Command::Bench(args) if args.pause => bench_pause::bench_pause(&cli.socket, args),
         Command::Bench(args) if args.hibernate => bench_hibernate::bench_hibernate(&cli.socket, args),
+        Command::Bench(args) if args.fork_processes => bench_fork_processes::bench_fork_processes(&cli.socket, args),
         Command::Bench(args) if args.contexts => bench_contexts::bench_contexts(&cli.socket, args),
         Command::Bench(args) if args.soak => bench_soak::bench_soak(&cli.socket, args),
         Command::Bench(args) if args.first_exec => bench_first::bench_first_exec(args),

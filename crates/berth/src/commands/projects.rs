@@ -63,7 +63,10 @@ pub fn snapshot(socket: &Path, args: SnapshotArgs) -> anyhow::Result<i32> {
         Some(SnapshotCommand::Rm { snapshots }) => Ok(output::remove_each(&client, "/v1/snapshots", &snapshots)),
         None => {
             let id = args.id.unwrap_or_default();
-            let (_, body) = client.post_json(&sandbox_path(&id, "snapshots"), &CreateSnapshot { name: args.name })?;
+            let (_, body) = client.post_json(
+                &sandbox_path(&id, "snapshots"),
+                &CreateSnapshot { name: args.name, with_processes: args.with_processes },
+            )?;
             if args.json {
                 output::print_raw(&body)?;
             } else {
@@ -91,7 +94,10 @@ pub fn reset(socket: &Path, args: ResetArgs) -> anyhow::Result<i32> {
 pub fn fork(socket: &Path, args: ForkArgs) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
     let count = u32::try_from(args.count).unwrap_or(u32::MAX);
-    let (_, body) = client.post_json(&sandbox_path(&args.id, "fork"), &ForkRequest { count: Some(count) })?;
+    let (_, body) = client.post_json(
+        &sandbox_path(&args.id, "fork"),
+        &ForkRequest { count: Some(count), with_processes: args.with_processes },
+    )?;
     if args.json {
         output::print_raw(&body)?;
         return Ok(0);

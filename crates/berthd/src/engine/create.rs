@@ -7,13 +7,15 @@ use super::{Adopted, Engine, actor, adopt, network, now_ms, receipt};
 use crate::EngineError;
 use crate::shim::{self, ShimReady, ShimStart};
 
-/// A sandbox woken from hibernation rather than built: its image, the CRIU to restore it with, and the new
-/// pipes that stand in for those whose other ends berth held (CRIU's name for each old one, and the
-/// sandbox's end of its new one).
+/// A sandbox's runtime brought up from a CRIU image instead of its image's files: the image, the CRIU to
+/// restore it with, the new pipes that stand in for those whose other ends berth held (CRIU's name for each
+/// old one, and the sandbox's end of its new one), and whether the image is another sandbox's (a fork with
+/// its processes) rather than its own from a hibernation.
 pub(super) struct Restore {
     pub dir: std::path::PathBuf,
     pub criu: berth_runtime::checkpoint::Criu,
     pub pipes: Vec<(String, std::os::fd::OwnedFd)>,
+    pub fork: bool,
 }
 
 impl Engine {
@@ -77,6 +79,13 @@ impl Engine {
         if image != "host" {
             self.image(&image)?;
         }
+        if let Some(p) = parent.as_ref().filter(|p| p.with_processes && p.image != image) {
+            return Err(EngineError::invalid(format!(
+                "snapshot {} holds processes that ran on the image {:?}: a sandbox made from it runs that image, \
+                 not {image:?}",
+                p.id, p.image
+            )));
+        }
         for (k, v) in self.image_env(&image) {
             req.env.entry(k).or_insert(v);
         }
@@ -121,11 +130,22 @@ impl Engine {
             }
             other => other,
         };
+        // From a snapshot with processes: restored from its checkpoint, in a copy of its own.
+        let made = match (made, &parent) {
+            (Ok(()), Some(p)) => self.snapshot_restore(p, &id).await,
+            (made, _) => made.map(|()| None),
+        };
+        let restored = made.as_ref().is_ok_and(|r| r.is_some());
         let parent_id = parent.map(|p| p.id);
         let booted = match made {
-            Ok(()) => self.boot_from(&id, &req, now_ms(), parent_id.clone(), owner.clone(), &mut warm, None).await,
+            Ok(restore) => {
+                self.boot_from(&id, &req, now_ms(), parent_id.clone(), owner.clone(), &mut warm, restore).await
+            }
             Err(e) => Err(e),
         };
+        if restored {
+            let _ = tokio::fs::remove_dir_all(self.hibernate_dir(&id)).await;
+        }
         // Not claimed (the create failed before): torn down here, not left to notice its stdin close.
         if let Some(w) = warm {
             self.discard_warm(w).await;
@@ -250,6 +270,7 @@ impl Engine {
             criu: restore.as_ref().map(|r| r.criu.path.clone()),
             criu_version: restore.as_ref().map(|r| r.criu.version.clone()),
             pipes: restore.as_ref().map(|r| r.pipes.iter().map(|(name, _)| name.clone()).collect()).unwrap_or_default(),
+            fork: restore.as_ref().is_some_and(|r| r.fork),
             restore: restore.as_ref().map(|r| r.dir.clone()),
         };
         let pipes: Vec<std::os::fd::OwnedFd> =

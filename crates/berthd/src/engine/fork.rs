@@ -10,8 +10,10 @@ use crate::EngineError;
 
 impl Engine {
     /// `count` new sandboxes whose files are copy-on-write copies of `id`'s at this instant, each with its own
-    /// limits and lifecycle. The instant is kept as a snapshot: every child's parent.
-    pub async fn fork(&self, id: &str, count: u32) -> Result<Forked, EngineError> {
+    /// limits and lifecycle. The instant is kept as a snapshot: every child's parent. `with_processes`: the
+    /// children are restored from a checkpoint of that instant too, and continue its running programs (see
+    /// `fork_processes`).
+    pub async fn fork(&self, id: &str, count: u32, with_processes: bool) -> Result<Forked, EngineError> {
         if !(1..=MAX_FORKS).contains(&count) {
             return Err(EngineError::invalid(format!("count must be between 1 and {MAX_FORKS}")));
         }
@@ -19,6 +21,10 @@ impl Engine {
         let spec = self.spec_of(&parent.id)?;
         self.admit_record(&parent.id, "it is not forked").await?;
         let _busy = self.busy(&parent.id, "forking")?;
+        let live = match with_processes {
+            true => Some(self.forkable(&parent.id, "be forked with its processes").await?),
+            false => None,
+        };
         let mut ids = Vec::new();
         for _ in 0..count {
             ids.push(berth_runtime::new_id().map_err(|e| EngineError::Storage(berth_runtime::error_chain(&e)))?);
@@ -28,11 +34,21 @@ impl Engine {
         let mut dsts: Vec<PathBuf> = ids.iter().map(|i| self.state_dir(i)).collect();
         dsts.push(self.snapshot_dir(&base));
         let all = dsts.clone();
-        let (cloned, frozen) = self.frozen(&parent.id, self.pool_op(move |pool| pool.clone_many(&src, &dsts))).await;
-        if let Err(e) = cloned {
-            let _ = self.pool_op(move |pool| all.iter().try_for_each(|d| pool.remove(d))).await;
-            return Err(e);
-        }
+        let clone = self.pool_op(move |pool| pool.clone_many(&src, &dsts));
+        let (cloned, frozen) = match &live {
+            Some(l) => (self.checkpointed(l, &parent.id, self.fork_image_dir(&base), clone).await.map(Some), true),
+            None => {
+                let (cloned, frozen) = self.frozen(&parent.id, clone).await;
+                (cloned.map(|()| None), frozen)
+            }
+        };
+        let checkpoint = match cloned {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = self.pool_op(move |pool| all.iter().try_for_each(|d| pool.remove(d))).await;
+                return Err(e);
+            }
+        };
         let snap = Snapshot {
             id: base.clone(),
             name: None,
@@ -40,8 +56,14 @@ impl Engine {
             image: parent.image.clone(),
             created_at_ms: now_ms(),
             origin: "fork".into(),
+            with_processes: false,
         };
-        self.store.add_snapshot(&snap)?;
+        if let Err(e) = self.store.add_snapshot(&snap) {
+            if let Some(c) = &checkpoint {
+                self.drop_checkpoint(c, &[]).await;
+            }
+            return Err(e.into());
+        }
         let now = now_ms();
         let boots = ids.iter().map(|child| {
             let mut req = spec.clone();
@@ -49,10 +71,17 @@ impl Engine {
             req.name = Some(format!("{}-{}", parent.name.chars().take(50).collect::<String>(), &child[..6]));
             let base = base.clone();
             let owner = parent.owner.clone();
+            let checkpoint = checkpoint.as_ref();
             async move {
-                let booted = match self.apply_quota(child, req.disk_bytes).await {
-                    Ok(()) => self.boot(child, &req, now, Some(base), owner).await,
-                    Err(e) => Err(e),
+                let restore = match checkpoint {
+                    Some(c) => self.child_image(c, child).await.map(Some),
+                    None => Ok(None),
+                };
+                let booted = match (restore, self.apply_quota(child, req.disk_bytes).await) {
+                    (Ok(restore), Ok(())) => {
+                        self.boot_from(child, &req, now, Some(base), owner, &mut None, restore).await
+                    }
+                    (Err(e), _) | (_, Err(e)) => Err(e),
                 };
                 if booted.is_err() {
                     let dir = self.state_dir(child);
@@ -63,6 +92,9 @@ impl Engine {
             }
         });
         let results = futures_util::future::join_all(boots).await;
+        if let Some(c) = &checkpoint {
+            self.drop_checkpoint(c, &ids).await;
+        }
         let mut sandboxes = Vec::new();
         let mut failed = None;
         for r in results {
@@ -90,8 +122,11 @@ impl Engine {
         self.journal_note(
             &parent.id,
             "fork",
-            serde_json::json!({"count": count}),
-            serde_json::json!({"ids": ids, "parent": base, "frozen": frozen}),
+            serde_json::json!({"count": count, "with_processes": with_processes}),
+            serde_json::json!({
+                "ids": ids, "parent": base, "frozen": frozen,
+                "image_bytes": checkpoint.as_ref().map(|c| c.bytes), "checkpoint_ms": checkpoint.as_ref().map(|c| c.ms),
+            }),
         )
         .await;
         self.events.emit(&parent.id, EventKind::Forked, None, None);

@@ -35,7 +35,7 @@ impl Engine {
         let sid = live.record.lock().await.id.clone();
         let criu = self.criu.clone().map_err(EngineError::Unsupported)?;
         let _busy = self.busy(&sid, "hibernating")?;
-        self.check_hibernatable(&live, &sid).await?;
+        self.check_hibernatable(&live, &sid, "hibernate", true).await?;
         // Its detached execs sleep with it (see `sleep`); any other running exec refuses. Released if it fails.
         let held = self.hold_execs(&live, &sid).await?;
         let init_pid = live.record.lock().await.pid.unwrap_or(0);
@@ -129,8 +129,16 @@ impl Engine {
         Ok(record)
     }
 
-    /// Why `live` cannot hibernate now, if it cannot: what it holds that leads outside it.
-    async fn check_hibernatable(&self, live: &Arc<Live>, sid: &str) -> Result<(), EngineError> {
+    /// Why `live` cannot be checkpointed now, if it cannot (`doing`: what was asked, as a verb). With `holds`
+    /// (hibernation) its detached execs and idle contexts sleep with it; the copies a fork makes could not take
+    /// them over, so without it any running exec or code context refuses.
+    pub(super) async fn check_hibernatable(
+        &self,
+        live: &Arc<Live>,
+        sid: &str,
+        doing: &str,
+        holds: bool,
+    ) -> Result<(), EngineError> {
         let pid = live.record.lock().await.pid.unwrap_or(0);
         // An idle context sleeps with the sandbox (its interpreter is a detached exec); one running code has
         // a connection from berth open, which cannot be written to disk.
@@ -138,22 +146,41 @@ impl Engine {
             .contexts_of(sid, pid)
             .await
             .iter()
-            .filter(|c| c.run.try_lock().is_err())
+            .filter(|c| !holds || c.run.try_lock().is_err())
             .filter_map(|c| c.record.lock().ok().map(|r| r.id.clone()))
             .collect();
-        if !contexts.is_empty() {
+        if !contexts.is_empty() && holds {
             return Err(EngineError::Conflict(format!(
-                "sandbox {sid} cannot hibernate while its code contexts run code ({}): berth talks to their \
+                "sandbox {sid} cannot {doing} while its code contexts run code ({}): berth talks to their \
                  interpreters through connections that cannot be written to disk; wait for the runs to end or \
                  interrupt them, and try again",
                 contexts.join(", ")
             )));
         }
-        if live.starting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+        if !contexts.is_empty() {
             return Err(EngineError::Conflict(format!(
-                "sandbox {sid} cannot hibernate while execs or shells are running (one starting): their output \
-                 streams lead to berth; wait for them or kill them, and try again (processes they left in the \
-                 background are fine)"
+                "sandbox {sid} cannot {doing} while it has code contexts ({}): their interpreters talk to berth \
+                 through pipes a copy could not take over; remove them (berth context rm) and try again",
+                contexts.join(", ")
+            )));
+        }
+        let running: Vec<String> = match holds {
+            true => vec![],
+            false => live
+                .execs
+                .lock()
+                .await
+                .iter()
+                .filter(|(_, e)| e.done.borrow().is_none())
+                .map(|(id, e)| format!("{id} ({})", e.argv.join(" ")))
+                .collect(),
+        };
+        if !running.is_empty() || live.starting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            return Err(EngineError::Conflict(format!(
+                "sandbox {sid} cannot {doing} while execs or shells are running ({}): their output streams lead \
+                 to berth; wait for them or kill them, and try again (processes they left in the background are \
+                 fine)",
+                if running.is_empty() { "one starting".into() } else { running.join(", ") }
             )));
         }
         Ok(())
@@ -193,7 +220,7 @@ impl Engine {
                 hib.parent.clone(),
                 hib.owner.clone(),
                 &mut None,
-                Some(super::create::Restore { dir: dir.clone(), criu, pipes: for_shim }),
+                Some(super::create::Restore { dir: dir.clone(), criu, pipes: for_shim, fork: false }),
             )
             .await;
         let mut record = match woke {
@@ -269,7 +296,7 @@ impl Engine {
     }
 
     /// The kept copies of init's binary that no image links to any more go.
-    fn prune_init_copies(&self) {
+    pub(super) fn prune_init_copies(&self) {
         use std::os::unix::fs::MetadataExt;
         let Ok(entries) = std::fs::read_dir(self.root.join("hibernate").join(".init")) else { return };
         for e in entries.flatten() {

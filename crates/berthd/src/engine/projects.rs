@@ -359,7 +359,13 @@ impl Engine {
     }
 
     /// Capture a sandbox's files (root changes and workspace) as a read-only snapshot.
-    pub async fn snapshot(&self, id: &str, name: Option<String>) -> Result<Snapshot, EngineError> {
+    /// `with_processes`: with a checkpoint of its processes too (see `fork_processes`).
+    pub async fn snapshot(
+        &self,
+        id: &str,
+        name: Option<String>,
+        with_processes: bool,
+    ) -> Result<Snapshot, EngineError> {
         let record = self.get(id).await?;
         if let Some(n) = &name {
             berth_runtime::spec::check_name(n).map_err(|e| EngineError::invalid(e.to_string()))?;
@@ -369,11 +375,11 @@ impl Engine {
         }
         self.admit_record(&record.id, "no snapshot is taken").await?;
         let _busy = self.busy(&record.id, "taking a snapshot")?;
-        let (snap, frozen) = self.take_snapshot(&record, name, "snapshot").await?;
+        let (snap, frozen) = self.take_snapshot(&record, name, with_processes).await?;
         self.journal_note(
             &record.id,
             "snapshot",
-            serde_json::json!({"name": snap.name}),
+            serde_json::json!({"name": snap.name, "with_processes": with_processes}),
             serde_json::json!({"snapshot": snap.id, "frozen": frozen}),
         )
         .await;
@@ -385,11 +391,12 @@ impl Engine {
         &self,
         record: &Sandbox,
         name: Option<String>,
-        origin: &str,
+        with_processes: bool,
     ) -> Result<(Snapshot, bool), EngineError> {
         let sid = berth_runtime::new_id().map_err(|e| EngineError::Storage(berth_runtime::error_chain(&e)))?;
         let (src, dst) = (self.state_dir(&record.id), self.snapshot_dir(&sid));
-        let (cloned, frozen) = self.frozen(&record.id, self.pool_clone(src, dst, true)).await;
+        let clone = self.pool_clone(src, dst, true);
+        let (cloned, frozen) = self.snapshot_files(&record.id, &sid, with_processes, clone).await;
         cloned?;
         let snap = Snapshot {
             id: sid,
@@ -397,9 +404,11 @@ impl Engine {
             sandbox_id: record.id.clone(),
             image: record.image.clone(),
             created_at_ms: now_ms(),
-            origin: origin.into(),
+            origin: "snapshot".into(),
+            with_processes,
         };
         if let Err(e) = self.store.add_snapshot(&snap) {
+            let _ = tokio::fs::remove_dir_all(self.snapshot_image_dir(&snap.id)).await;
             let dir = self.snapshot_dir(&snap.id);
             let _ = self.pool_op(move |pool| pool.remove(&dir)).await;
             return Err(e.into());
@@ -435,6 +444,7 @@ impl Engine {
         let snap = self.get_snapshot(id)?;
         let dir = self.snapshot_dir(&snap.id);
         self.pool_op(move |pool| pool.remove(&dir)).await?;
+        self.drop_snapshot_image(&snap.id).await;
         self.store.remove_snapshot(&snap.id)?;
         Ok(snap)
     }

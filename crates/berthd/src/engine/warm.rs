@@ -171,6 +171,7 @@ impl Engine {
             criu: None,
             criu_version: None,
             pipes: Vec::new(),
+            fork: false,
         };
         let started = match self.apply_quota(&id, disk).await {
             Ok(()) => self.start_shim(&start).await,
