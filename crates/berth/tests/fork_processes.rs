@@ -6,61 +6,15 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::daemon::Daemon;
+use common::server::{ask, serving};
 use common::text;
 use serde_json::Value;
-
-/// A server holding state in its memory (8 MiB of bytes and a count of the requests it answered) on
-/// 127.0.0.1:8000 inside the sandbox, which also appends each count to /workspace/served (the sandbox's
-/// files, which a fork clones).
-const SERVER: &str = r#"
-import hashlib, os, socket
-block = bytearray(os.urandom(1 << 20)) * 8
-digest = hashlib.sha256(block).hexdigest()[:16]
-log = open("/workspace/served", "a")
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", 8000)); s.listen(8)
-n = 0
-while True:
-    c, _ = s.accept()
-    n += 1
-    log.write(f"{n}\n"); log.flush()
-    c.sendall(f"{n} {digest} {hashlib.sha256(block).hexdigest()[:16]} {os.getpid()}\n".encode()); c.close()
-"#;
-
-const ASK: &str =
-    "import socket; c = socket.create_connection(('127.0.0.1', 8000)); print(c.recv(200).decode().strip())";
 
 fn record(d: &Daemon, id: &str) -> Value {
     let (status, body) = d.http("GET", &format!("/v1/sandboxes/{id}"), "");
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).unwrap()
-}
-
-/// One request to the server: (requests answered, digest at start, digest now, server pid).
-fn ask(d: &Daemon, id: &str) -> Option<(u64, String, String, String)> {
-    let out = d.berth(&["exec", id, "--", "python3", "-c", ASK]);
-    if !out.status.success() {
-        return None;
-    }
-    let line = text(&out.stdout);
-    let mut f = line.split_whitespace();
-    Some((f.next()?.parse().ok()?, f.next()?.into(), f.next()?.into(), f.next()?.into()))
-}
-
-fn serving(d: &Daemon) -> String {
-    let id = d.create(&[]);
-    let (status, body) = d.files("PUT", &id, "files", "/workspace/server.py", "", SERVER.as_bytes());
-    assert!((200..300).contains(&status), "{status} {}", String::from_utf8_lossy(&body));
-    d.sh(&id, "python3 /workspace/server.py >/dev/null 2>&1 &");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while ask(d, &id).is_none() {
-        assert!(Instant::now() < deadline, "the server did not come up");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    id
 }
 
 /// The host uid of sandbox `id`'s init, seen from the host, and the first host id its user namespace maps.
@@ -76,7 +30,7 @@ fn host_ids(d: &Daemon, id: &str) -> (u64, u64) {
 #[test]
 fn a_fork_with_processes_goes_on_in_every_copy_from_the_same_instant() {
     let d = Daemon::start();
-    let parent = serving(&d);
+    let parent = serving(&d, &[], 8, "/workspace/served");
     let (n, digest, now, pid) = ask(&d, &parent).unwrap();
     assert_eq!(digest, now);
     // A change of the root file system's, owned by a user inside (the overlay's upper layer is cloned).
@@ -206,7 +160,7 @@ fn what_cannot_be_forked_with_processes_is_named_and_the_parent_runs_on() {
 #[test]
 fn a_snapshot_with_processes_starts_sandboxes_that_continue_them() {
     let d = Daemon::start();
-    let id = serving(&d);
+    let id = serving(&d, &[], 8, "/workspace/served");
     let (n, digest, _, pid) = ask(&d, &id).unwrap();
     let out = d.berth(&["snapshot", &id, "--with-processes", "--name", "warm", "--json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));

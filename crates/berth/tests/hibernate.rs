@@ -11,6 +11,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::daemon::Daemon;
+use common::server::{ask, serving};
 use common::text;
 use serde_json::Value;
 
@@ -28,52 +29,9 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// A server holding state only in its memory: 32 MiB of bytes and a count of the requests it answered, on
-/// 127.0.0.1:8000 inside the sandbox, with a file it keeps open in /tmp.
-const SERVER: &str = r#"
-import hashlib, os, socket
-block = bytearray(os.urandom(1 << 20)) * 32
-digest = hashlib.sha256(block).hexdigest()[:16]
-log = open("/tmp/served", "a")
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", 8000)); s.listen(8)
-n = 0
-while True:
-    c, _ = s.accept()
-    n += 1
-    log.write(f"{n}\n"); log.flush()
-    c.sendall(f"{n} {digest} {hashlib.sha256(block).hexdigest()[:16]} {os.getpid()}\n".encode()); c.close()
-"#;
-
 /// Make a character device node in /tmp; prints the errno it failed with (or `made`).
 const MKNOD: &str = "import os, stat\ntry:\n    os.mknod('/tmp/null', stat.S_IFCHR | 0o600, os.makedev(1, 3)); print('made')\n\
                      except OSError as e:\n    print(e.errno)";
-
-const ASK: &str =
-    "import socket; c = socket.create_connection(('127.0.0.1', 8000)); print(c.recv(200).decode().strip())";
-
-/// Start the server in a sandbox and wait until it answers; returns the sandbox's id.
-fn serving(d: &Daemon, create: &[&str]) -> String {
-    let id = d.create(create);
-    let (status, body) = d.files("PUT", &id, "files", "/workspace/server.py", "", SERVER.as_bytes());
-    assert!((200..300).contains(&status), "{status} {}", String::from_utf8_lossy(&body));
-    // In the background of an exec that ends (a detached exec still running holds streams that lead to berth).
-    let out = d.berth(&["exec", &id, "--", "sh", "-c", "python3 /workspace/server.py >/dev/null 2>&1 &"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    wait_for("the server", Duration::from_secs(20), || ask(d, &id).is_some());
-    id
-}
-
-/// One request to the server: (requests answered, digest at start, digest now, server pid).
-fn ask(d: &Daemon, id: &str) -> Option<(u64, String, String, String)> {
-    let out = d.berth(&["exec", id, "--", "python3", "-c", ASK]);
-    if !out.status.success() {
-        return None;
-    }
-    let line = text(&out.stdout);
-    let mut f = line.split_whitespace();
-    Some((f.next()?.parse().ok()?, f.next()?.into(), f.next()?.into(), f.next()?.into()))
-}
 
 /// Host processes in sandbox `id`'s cgroups.
 fn processes_of(id: &str) -> usize {
@@ -87,7 +45,7 @@ fn processes_of(id: &str) -> usize {
 #[test]
 fn a_hibernated_sandbox_holds_no_memory_and_wakes_where_it_was() {
     let mut d = Daemon::start();
-    let id = serving(&d, &[]);
+    let id = serving(&d, &[], 32, "/tmp/served");
     let (n, digest, now, pid) = ask(&d, &id).unwrap();
     assert_eq!(digest, now);
     assert!(processes_of(&id) >= 2, "init and the server run in the sandbox's cgroup");

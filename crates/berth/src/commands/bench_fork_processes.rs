@@ -5,8 +5,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use berth_api::{CreateSandbox, ExecRequest, ForkRequest, Forked, Sandbox};
+use berth_api::{CreateSandbox, ForkRequest, Forked, Sandbox};
 
+use super::bench_hibernate::{exec, ms};
 use crate::cli::BenchArgs;
 use crate::client::Client;
 
@@ -55,24 +56,6 @@ pub fn bench_fork_processes(socket: &Path, args: BenchArgs) -> anyhow::Result<i3
         println!("  checkpoint on disk (init's binary too)     {mib:8.1} MiB");
     }
     Ok(0)
-}
-
-fn ms(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1000.0
-}
-
-fn exec(socket: &Path, id: &str, argv: &[&str]) -> anyhow::Result<i32> {
-    let req = ExecRequest { argv: argv.iter().map(|s| s.to_string()).collect(), ..ExecRequest::default() };
-    let mut stream = Client::connect(socket)?.post_json_stream(&format!("/v1/sandboxes/{id}/execs"), &req)?;
-    let mut code = -1;
-    while let Some(line) = stream.next_line()? {
-        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line)
-            && let Some(c) = v.get("exit_code").and_then(|c| c.as_i64())
-        {
-            code = c as i32;
-        }
-    }
-    Ok(code)
 }
 
 /// Fork `id` into `count` children (ms), which are added to `made`.

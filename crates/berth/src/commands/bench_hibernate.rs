@@ -59,11 +59,11 @@ fn median(v: &mut [f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-fn ms(t: Instant) -> f64 {
+pub(super) fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
 
-fn exec(socket: &Path, id: &str, argv: &[&str]) -> anyhow::Result<i32> {
+pub(super) fn exec(socket: &Path, id: &str, argv: &[&str]) -> anyhow::Result<i32> {
     let req = ExecRequest { argv: argv.iter().map(|s| s.to_string()).collect(), ..ExecRequest::default() };
     let mut stream = Client::connect(socket)?.post_json_stream(&format!("/v1/sandboxes/{id}/execs"), &req)?;
     let mut code = -1;

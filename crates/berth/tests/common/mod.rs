@@ -3,6 +3,7 @@
 
 pub mod daemon;
 pub mod secrets;
+pub mod server;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

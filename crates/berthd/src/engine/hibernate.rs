@@ -75,8 +75,15 @@ impl Engine {
         .await
         .map_err(|_| EngineError::ShimGone)
         .and_then(|r| r);
-        // No longer live before the reaper may look again.
+        // No longer live before the reaper may look again; hibernated, as far as anyone asking can tell, from
+        // the moment it is not live (a wake asked meanwhile is refused as busy until this call is done).
         if let Ok(ShimReply::Hibernated { .. }) = reply {
+            let mut asleep = live.record.lock().await.clone();
+            asleep.state = SandboxState::Hibernated;
+            asleep.pid = None;
+            asleep.paused_at_ms = None;
+            asleep.hibernated_at_ms = Some(now_ms());
+            let _ = self.store.sandbox_live(&asleep);
             self.sandboxes.lock().await.remove(&sid);
         }
         if let Ok(mut r) = self.removing.lock() {
