@@ -390,8 +390,11 @@ impl Pump {
             log_bytes_dropped,
             error: None,
         };
-        if let Some(tx) = &self.client {
+        if let Some(tx) = self.client.take() {
             let _ = tokio::time::timeout(CLIENT_STALL, tx.send(ExecFrame::Exit(result.clone()))).await;
+            // The client's stream ends with its exit frame, not after the cgroup's removal below (on cgroup v1,
+            // a millisecond or more of rmdirs).
+            drop(tx);
         }
         let _ = ends.done.send(Some(result));
         // An exec whose tree is all gone leaves no cgroup; one with background processes keeps it until they
