@@ -261,6 +261,24 @@ pub struct ExecResult {
     pub error: Option<String>,
 }
 
+impl ExecResult {
+    /// An exec that ended before it ran (or without a report of how it ended): no output, no time, and why.
+    pub fn without_run(exec_id: &str, exit_code: i32, signal: Option<i32>, error: String) -> ExecResult {
+        ExecResult {
+            exec_id: exec_id.to_string(),
+            exit_code,
+            signal,
+            duration_ms: 0,
+            timed_out: false,
+            killed: false,
+            bytes_dropped: 0,
+            output_bytes: 0,
+            log_bytes_dropped: 0,
+            error: Some(error),
+        }
+    }
+}
+
 /// An exec as `GET /v1/sandboxes/{id}/execs` lists it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExecInfo {

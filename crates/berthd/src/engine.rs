@@ -159,8 +159,7 @@ impl Engine {
         engine.private_dirs();
         engine.log_storage();
         engine.log_criu();
-        engine.discard_stale_hibernations().await;
-        engine.reserve_hibernated();
+        engine.take_up_hibernated().await;
         engine.sweep_fork_images();
         engine.adopt_all().await;
         engine.await_old_warm().await;

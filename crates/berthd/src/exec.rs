@@ -115,18 +115,7 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
     let pid = match launched.outcome {
         Outcome::Started(pid) => pid,
         Outcome::Failed { code, message } => {
-            let result = ExecResult {
-                exec_id: plan.exec_id.clone(),
-                exit_code: code,
-                signal: None,
-                duration_ms: 0,
-                timed_out: false,
-                killed: false,
-                bytes_dropped: 0,
-                output_bytes: 0,
-                log_bytes_dropped: 0,
-                error: Some(message),
-            };
+            let result = ExecResult::without_run(&plan.exec_id, code, None, message);
             let _ = tokio::fs::write(&plan.log, b"").await;
             let _ = frames_tx.send(ExecFrame::Exit(result.clone())).await;
             let _ = done_tx.send(Some(result));

@@ -3,11 +3,11 @@
 //! first exec in a child, round by round (a new sandbox each).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use berth_api::{CreateSandbox, ForkRequest, Forked, Sandbox};
 
-use super::bench_hibernate::{exec, ms};
+use super::bench_hibernate::{exec, ms, start_holder};
 use crate::cli::BenchArgs;
 use crate::client::Client;
 
@@ -86,14 +86,7 @@ fn round(socket: &Path) -> anyhow::Result<Round> {
     let id = sb.id;
     let mut made = vec![];
     let result = (|| {
-        let script =
-            format!("cat > /tmp/holder.py <<'EOF'\n{HOLDER}EOF\npython3 /tmp/holder.py /tmp/ready >/dev/null 2>&1 &");
-        exec(socket, &id, &["sh", "-c", &script])?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while exec(socket, &id, &["test", "-e", "/tmp/ready"])? != 0 {
-            anyhow::ensure!(Instant::now() < deadline, "the program holding the memory did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        start_holder(socket, &id, HOLDER)?;
         let files = fork(socket, &id, 1, false, &mut made)?;
         let one = fork(socket, &id, 1, true, &mut made)?;
         let (checkpoint, image_bytes) = last_checkpoint(socket, &id)?;

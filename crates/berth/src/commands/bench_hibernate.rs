@@ -77,20 +77,27 @@ pub(super) fn exec(socket: &Path, id: &str, argv: &[&str]) -> anyhow::Result<i32
     Ok(code)
 }
 
+/// Start `holder` (a Python program that takes the path of a file to make once its memory is touched) in the
+/// background of sandbox `id`, and wait until it says so.
+pub(super) fn start_holder(socket: &Path, id: &str, holder: &str) -> anyhow::Result<()> {
+    let script =
+        format!("cat > /tmp/holder.py <<'EOF'\n{holder}EOF\npython3 /tmp/holder.py /tmp/ready >/dev/null 2>&1 &");
+    exec(socket, id, &["sh", "-c", &script])?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while exec(socket, id, &["test", "-e", "/tmp/ready"])? != 0 {
+        anyhow::ensure!(Instant::now() < deadline, "the program holding the memory did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
 /// One sandbox: hibernate, wake, first exec (ms each).
 fn api_round(socket: &Path) -> anyhow::Result<(f64, f64, f64)> {
     let (_, body) = Client::connect(socket)?.post_json("/v1/sandboxes", &CreateSandbox::default())?;
     let sb: Sandbox = serde_json::from_slice(&body)?;
     let id = sb.id;
     let result = (|| {
-        let script =
-            format!("cat > /tmp/holder.py <<'EOF'\n{HOLDER}EOF\npython3 /tmp/holder.py /tmp/ready >/dev/null 2>&1 &");
-        exec(socket, &id, &["sh", "-c", &script])?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while exec(socket, &id, &["test", "-e", "/tmp/ready"])? != 0 {
-            anyhow::ensure!(Instant::now() < deadline, "the program holding the memory did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        start_holder(socket, &id, HOLDER)?;
         let t = Instant::now();
         let (status, body) =
             Client::connect(socket)?.post_json(&format!("/v1/sandboxes/{id}/hibernate"), &serde_json::json!({}))?;

@@ -77,14 +77,16 @@ impl Engine {
         .and_then(|r| r);
         // No longer live before the reaper may look again; hibernated, as far as anyone asking can tell, from
         // the moment it is not live (a wake asked meanwhile is refused as busy until this call is done).
+        let mut hibernated = None;
         if let Ok(ShimReply::Hibernated { .. }) = reply {
-            let mut asleep = live.record.lock().await.clone();
-            asleep.state = SandboxState::Hibernated;
-            asleep.pid = None;
-            asleep.paused_at_ms = None;
-            asleep.hibernated_at_ms = Some(now_ms());
-            let _ = self.store.sandbox_live(&asleep);
+            let mut record = live.record.lock().await.clone();
+            record.state = SandboxState::Hibernated;
+            record.pid = None;
+            record.paused_at_ms = None;
+            record.hibernated_at_ms = Some(now_ms());
+            let _ = self.store.sandbox_live(&record);
             self.sandboxes.lock().await.remove(&sid);
+            hibernated = Some(record);
         }
         if let Ok(mut r) = self.removing.lock() {
             r.remove(&sid);
@@ -105,9 +107,9 @@ impl Engine {
             Err(e) => return Err(e),
         };
         let asleep = self.put_to_sleep(&live, &sid, &dir, held, init_pid).await;
-        let mut record = live.record.lock().await.clone();
-        // A persistent sandbox's hibernation outlives a host crash: its image is on disk before it is called
-        // hibernated (an ephemeral one's need not be: it does not wake after a host restart).
+        let record = hibernated.ok_or(EngineError::ShimGone)?;
+        // A persistent sandbox's hibernation outlives a host crash: its image is on disk before the call
+        // returns (an ephemeral one's need not be: it does not wake after a host restart).
         if record.persistent {
             let image = dir.clone();
             let synced = tokio::task::spawn_blocking(move || berth_runtime::checkpoint::sync_image(&image)).await;
@@ -119,10 +121,7 @@ impl Engine {
             }
         }
         let ms = started.elapsed().as_millis() as u64;
-        record.state = SandboxState::Hibernated;
-        record.pid = None;
-        record.paused_at_ms = None;
-        record.hibernated_at_ms = Some(now_ms());
+        // Written once more: the first write, made before anything else, did not stop for an error.
         self.store.sandbox_live(&record)?;
         if let Ok(mut m) = live.meter.lock() {
             self.save_meter(&sid, &mut m, cpu_ns);
@@ -313,38 +312,25 @@ impl Engine {
         }
     }
 
-    /// At start: an ephemeral sandbox that hibernated before the host restarted is gone (its files were
-    /// never synced: see `volatile` in the runtime's spec); a persistent one stays hibernated.
-    pub(super) async fn discard_stale_hibernations(&self) {
+    /// At start, each hibernated sandbox once: an ephemeral one that hibernated before the host restarted is
+    /// gone (its files were never synced: see `volatile` in the runtime's spec); the others get their id
+    /// blocks reserved again (after a reboot the reservations, on a tmpfs, are gone).
+    pub(super) async fn take_up_hibernated(&self) {
         let boot = berth_runtime::checkpoint::boot_id();
-        for s in self.store.stopped().unwrap_or_default() {
-            if s.state != SandboxState::Hibernated || s.persistent {
-                continue;
-            }
-            let stale = berth_runtime::checkpoint::read_manifest(&self.hibernate_dir(&s.id))
-                .map(|m| !m.boot_id.is_empty() && m.boot_id != boot)
-                .unwrap_or(false);
-            if stale {
-                self.forget_hibernation(&s.id).await;
-                let why = "the host restarted while it hibernated, and an ephemeral sandbox's hibernation does not \
-                           outlive its host";
-                self.supervisor_gone(&s.id, why, "lost").await;
-            }
-        }
-    }
-
-    /// At start: the id blocks of hibernated sandboxes reserved again (after a reboot, the reservations,
-    /// on a tmpfs, are gone).
-    pub(super) fn reserve_hibernated(&self) {
         for s in self.store.stopped().unwrap_or_default() {
             if s.state != SandboxState::Hibernated {
                 continue;
             }
-            if let Ok(m) = berth_runtime::checkpoint::read_manifest(&self.hibernate_dir(&s.id)) {
-                let owner = berth_runtime::reservation_owner(&self.root, &s.id);
-                let _ =
-                    berth_runtime::ids::reserve(std::path::Path::new(berth_runtime::ids::CLAIMS_DIR), m.slot, &owner);
+            let Ok(m) = berth_runtime::checkpoint::read_manifest(&self.hibernate_dir(&s.id)) else { continue };
+            if !s.persistent && !m.boot_id.is_empty() && m.boot_id != boot {
+                self.forget_hibernation(&s.id).await;
+                let why = "the host restarted while it hibernated, and an ephemeral sandbox's hibernation does not \
+                           outlive its host";
+                self.supervisor_gone(&s.id, why, "lost").await;
+                continue;
             }
+            let owner = berth_runtime::reservation_owner(&self.root, &s.id);
+            let _ = berth_runtime::ids::reserve(std::path::Path::new(berth_runtime::ids::CLAIMS_DIR), m.slot, &owner);
         }
     }
 }

@@ -254,16 +254,5 @@ impl Engine {
 
 /// The result of an exec asleep that ended without a report from init, and why.
 fn ended(exec_id: &str, why: String) -> ExecResult {
-    ExecResult {
-        exec_id: exec_id.to_string(),
-        exit_code: 137,
-        signal: Some(9),
-        duration_ms: 0,
-        timed_out: false,
-        killed: false,
-        bytes_dropped: 0,
-        output_bytes: 0,
-        log_bytes_dropped: 0,
-        error: Some(why),
-    }
+    ExecResult::without_run(exec_id, 137, Some(9), why)
 }
