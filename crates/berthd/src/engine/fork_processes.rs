@@ -190,7 +190,7 @@ impl Engine {
     }
 
     /// One request to sandbox `sid`'s shim, and its reply.
-    async fn ask_shim(&self, sid: &str, req: ShimRequest) -> Result<ShimReply, EngineError> {
+    pub(super) async fn ask_shim(&self, sid: &str, req: ShimRequest) -> Result<ShimReply, EngineError> {
         let path = shim::socket_path(&self.root, sid);
         tokio::task::spawn_blocking(move || -> Result<ShimReply, EngineError> {
             let conn = berth_sys::fd::seqpacket_connect(&path).map_err(|_| EngineError::ShimGone)?;

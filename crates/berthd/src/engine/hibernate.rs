@@ -5,7 +5,6 @@
 //! `<root>/hibernate/<id>/` and its host id block, reserved so that its restored user namespace maps as it
 //! did. Its session token stays valid: its processes carry it.
 
-use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -14,7 +13,7 @@ use berth_api::{Sandbox, SandboxState};
 use super::live::Live;
 use super::{Engine, now_ms};
 use crate::EngineError;
-use crate::shim::{self, ShimReply, ShimRequest};
+use crate::shim::{ShimReply, ShimRequest};
 use berth_api::EventKind;
 
 impl Engine {
@@ -57,7 +56,6 @@ impl Engine {
         // What its runtime burned, carried over to the next one (whose cgroup counts from zero).
         let cpu_ns = self.cgroups.as_ref().and_then(|h| h.open(&sid).usage().ok()).map(|u| u.cpu_ns);
         let started = std::time::Instant::now();
-        let path = shim::socket_path(&self.root, &sid);
         let req = ShimRequest::Hibernate {
             dir: dir.clone(),
             criu: Some(criu.path.clone()),
@@ -67,14 +65,7 @@ impl Engine {
         if let Ok(mut r) = self.removing.lock() {
             r.insert(sid.clone());
         }
-        let reply = tokio::task::spawn_blocking(move || -> Result<ShimReply, EngineError> {
-            let conn = berth_sys::fd::seqpacket_connect(&path).map_err(|_| EngineError::ShimGone)?;
-            berth_init::protocol::send(conn.as_fd(), &req, &[]).map_err(|_| EngineError::ShimGone)?;
-            berth_init::protocol::recv::<ShimReply>(conn.as_fd()).map(|(r, _)| r).map_err(|_| EngineError::ShimGone)
-        })
-        .await
-        .map_err(|_| EngineError::ShimGone)
-        .and_then(|r| r);
+        let reply = self.ask_shim(&sid, req).await;
         // No longer live before the reaper may look again; hibernated, as far as anyone asking can tell, from
         // the moment it is not live (a wake asked meanwhile is refused as busy until this call is done).
         let mut hibernated = None;
