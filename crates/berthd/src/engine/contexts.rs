@@ -207,6 +207,9 @@ impl Engine {
         let ctx = Arc::new(Ctx { record: std::sync::Mutex::new(record), run: Arc::new(Mutex::new(())) });
         self.contexts.by_sandbox.lock().await.entry(sid.clone()).or_default().push(Arc::clone(&ctx));
         self.save_contexts(&sid).await;
+        // A pass of the reaper while the interpreter was an exec not yet known as a context counted it as
+        // activity and set no idle deadline: the idle clocks run again from here.
+        self.wake_reaper();
         Ok(ctx.view())
     }
 
