@@ -1,0 +1,174 @@
+//! Behaviours the documents promise of daemon sandboxes, each checked on its own: clocks (TTL, idle) that run
+//! while a sandbox is stopped or the daemon is down, limits on sandboxes the daemon made, what `stop` ends,
+//! and the bounds on what a session token may make.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::daemon::Daemon;
+use common::text;
+use serde_json::Value;
+
+/// Poll `done` every 100 ms until it holds, failing with `what` after `secs` seconds.
+fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn state(d: &Daemon, id: &str) -> String {
+    let v: Value = serde_json::from_slice(&d.berth(&["inspect", id, "--json"]).stdout).unwrap_or(Value::Null);
+    v["state"].as_str().unwrap_or("").to_string()
+}
+
+/// Whether `child` has exited, without waiting.
+fn ended(child: &mut Child) -> bool {
+    child.try_wait().unwrap().is_some()
+}
+
+#[test]
+fn a_stopped_sandbox_whose_ttl_runs_out_is_removed() {
+    let d = Daemon::start();
+    let id = d.create(&["--ttl", "3s", "--persistent"]);
+    let stopped = d.berth(&["stop", &id]);
+    assert!(stopped.status.success(), "{}", text(&stopped.stderr));
+    assert_eq!(state(&d, &id), "stopped");
+    wait_for(30, "a stopped sandbox outlived its TTL", || !d.ids().contains(&id));
+}
+
+#[test]
+fn what_expired_while_the_daemon_was_down_is_reaped_at_start() {
+    let mut d = Daemon::start();
+    let expiring = d.create(&["--ttl", "2s"]);
+    let keep = d.create(&[]);
+    d.kill();
+    // Let the TTL run out with nobody watching (the shims live on), then start a new daemon.
+    std::thread::sleep(Duration::from_secs(3));
+    d.spawn();
+    wait_for(20, "a sandbox that expired while the daemon was down was not reaped", || !d.ids().contains(&expiring));
+    assert_eq!(d.ids(), [keep], "only the expired one goes");
+    let journal = d.berth(&["journal", &expiring]);
+    assert!(text(&journal.stdout).contains("ttl"), "its journal says why: {}", text(&journal.stdout));
+}
+
+#[test]
+fn a_running_exec_keeps_a_sandbox_from_being_idle() {
+    let d = Daemon::start();
+    let id = d.create(&["--idle-timeout", "2s"]);
+    // One exec that lasts longer than the idle timeout: the sandbox is busy, not idle, for all of it.
+    let out = d.berth(&["exec", &id, "--", "sleep", "5"]);
+    assert!(out.status.success(), "the exec was cut short: {}", text(&out.stderr));
+    assert!(d.ids().contains(&id), "a sandbox running an exec was removed as idle");
+    wait_for(30, "the idle sandbox was never removed", || !d.ids().contains(&id));
+}
+
+#[test]
+fn each_exec_restarts_the_idle_clock() {
+    let d = Daemon::start();
+    let id = d.create(&["--idle-timeout", "3s"]);
+    // Short execs half a second apart for longer than the timeout: each one starts the clock again.
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        let out = d.berth(&["exec", &id, "--", "true"]);
+        assert!(out.status.success(), "the sandbox went while in use: {}", text(&out.stderr));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(d.ids().contains(&id));
+    wait_for(30, "the sandbox was never removed once left alone", || !d.ids().contains(&id));
+}
+
+#[test]
+fn a_running_shell_keeps_a_sandbox_from_being_idle_and_stop_ends_execs_and_shells() {
+    let d = Daemon::start();
+    let id = d.create(&["--idle-timeout", "2s", "--persistent"]);
+    let mut exec = d.cmd(&["exec", &id, "--", "sleep", "1000"]).stdout(Stdio::null()).spawn().unwrap();
+    let mut shell = d.cmd(&["shell", &id]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    shell.stdin.as_mut().unwrap().write_all(b"echo ready; sleep 1000\n").unwrap();
+    wait_for(20, "the exec and the shell did not start", || {
+        let ps: Value = serde_json::from_slice(&d.berth(&["ps", &id, "--json"]).stdout).unwrap_or(Value::Null);
+        ps.as_array().is_some_and(|a| a.len() >= 2)
+    });
+    // Well past the idle timeout, both still hold it.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(state(&d, &id), "running", "a sandbox with a running exec and shell was treated as idle");
+    assert!(!ended(&mut exec) && !ended(&mut shell));
+
+    let stopped = d.berth(&["stop", &id]);
+    assert!(stopped.status.success(), "{}", text(&stopped.stderr));
+    wait_for(20, "stop left the exec's client waiting", || ended(&mut exec));
+    wait_for(20, "stop left the shell open", || ended(&mut shell));
+    assert!(!exec.wait().unwrap().success(), "an exec ended by stop does not read as a success");
+    assert_eq!(state(&d, &id), "stopped");
+    let ps: Value = serde_json::from_slice(&d.berth(&["ps", &id, "--json"]).stdout).unwrap_or(Value::Null);
+    assert!(
+        ps.as_array().is_none_or(|a| a.iter().all(|e| e["state"] != "running")),
+        "execs still running in a stopped sandbox: {ps}"
+    );
+}
+
+#[test]
+fn memory_and_pids_limits_hold_on_daemon_sandboxes() {
+    let d = Daemon::start();
+    let id = d.create(&["--memory", "64M", "--pids", "32"]);
+    let hog = d.berth(&["exec", &id, "--json", "--", "python3", "-c", "x = bytearray(512 << 20); print('survived')"]);
+    assert_eq!(hog.status.code(), Some(137), "{} {}", text(&hog.stdout), text(&hog.stderr));
+    assert!(!text(&hog.stdout).contains("survived"));
+    assert!(d.ids().contains(&id), "the sandbox outlives the process the limit killed");
+
+    let bomb = "import os, time\nstarted = 0\nfor i in range(200):\n    try:\n        pid = os.fork()\n    except OSError:\n        continue\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    started += 1\nprint(started, len([p for p in os.listdir('/proc') if p.isdigit()]))\n";
+    let out = d.berth(&["exec", &id, "--", "python3", "-c", bomb]);
+    let counts: Vec<u32> = text(&out.stdout).split_whitespace().filter_map(|n| n.parse().ok()).collect();
+    assert_eq!(counts.len(), 2, "{} {}", text(&out.stdout), text(&out.stderr));
+    assert!(counts[0] >= 10, "the bomb should have filled the limit, started {}", counts[0]);
+    assert!(counts[0] < 200, "every fork succeeded despite the limit");
+    assert!(counts[1] <= 32, "{} processes with a limit of 32", counts[1]);
+}
+
+#[test]
+fn a_session_token_makes_at_most_eight_sandboxes_and_a_childs_token_makes_none() {
+    let api_port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let d = Daemon::start_with(&["--listen", &format!("127.0.0.1:{api_port}")]);
+    // Each child takes a share of its owner's memory and processes, so the owner has room for eight.
+    let owner = d.create(&["--memory", "4G", "--pids", "1024"]);
+    let token_of = |id: &str| text(&d.berth(&["exec", id, "--", "printenv", "BERTH_TOKEN"]).stdout).trim().to_string();
+    const CHILD: &str = r#"{"memory_bytes": 268435456, "pids": 64}"#;
+    let create = |token: &str| -> (u16, Value) {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", api_port)).unwrap();
+        let req = format!(
+            "POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{CHILD}",
+            CHILD.len()
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        let status = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = out.split("\r\n\r\n").nth(1).unwrap_or("");
+        (status, serde_json::from_str(body.trim()).unwrap_or(Value::Null))
+    };
+    let token = token_of(&owner);
+    let mut children = Vec::new();
+    for n in 0..8 {
+        let (status, body) = create(&token);
+        assert_eq!(status, 201, "child {n}: {body}");
+        children.push(body["id"].as_str().unwrap().to_string());
+    }
+    let (status, body) = create(&token);
+    assert_eq!(status, 409, "a ninth child: {body}");
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("the most it may have"), "{body}");
+
+    let (status, body) = create(&token_of(&children[0]));
+    assert_eq!(status, 409, "a child's own token: {body}");
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("cannot make sandboxes of its own"), "{body}");
+    assert_eq!(d.ids().len(), 9, "nothing was made by the refused requests");
+
+    let rm = d.berth(&["rm", &owner]);
+    assert!(rm.status.success(), "{}", text(&rm.stderr));
+    assert!(d.ids().is_empty(), "the children go with their owner: {:?}", d.ids());
+}
