@@ -79,3 +79,32 @@ fn a_ttl_that_runs_out_goes_through_the_same_teardown() {
     assert_eq!(receipt["clean"], true, "{receipt}");
     assert_eq!(receipt["outputs"][0]["path"], "/workspace/run.log");
 }
+
+#[test]
+fn a_leftover_the_teardown_cannot_remove_makes_the_receipt_unclean_and_names_it() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    d.sh(&id, "echo hello");
+    // An immutable file among the sandbox's exec logs: the teardown cannot remove them, and must say so.
+    let logs = d.root().join("logs").join(&id);
+    std::fs::create_dir_all(&logs).unwrap();
+    let pinned = logs.join("pinned");
+    std::fs::write(&pinned, "kept").unwrap();
+    let chattr = |flag: &str| {
+        let out = std::process::Command::new("chattr").arg(flag).arg(&pinned).output().unwrap();
+        assert!(out.status.success(), "chattr {flag}: {}", text(&out.stderr));
+    };
+    chattr("+i");
+
+    let rm = d.berth(&["rm", &id]);
+    let receipt: Value = serde_json::from_slice(&d.berth(&["receipt", &id, "--json"]).stdout).unwrap();
+    // Cleaned up before asserting, so that a failure leaves nothing behind either.
+    chattr("-i");
+    std::fs::remove_dir_all(&logs).unwrap();
+
+    assert!(!rm.status.success(), "rm of a sandbox that leaked succeeded: {}", text(&rm.stdout));
+    assert!(text(&rm.stderr).contains("not everything was cleaned up: its exec logs"), "{}", text(&rm.stderr));
+    assert_eq!(receipt["clean"], false, "{receipt}");
+    assert_eq!(receipt["leftovers"], serde_json::json!(["its exec logs"]), "{receipt}");
+    assert!(d.ids().is_empty(), "the sandbox is still listed after rm");
+}

@@ -268,14 +268,37 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// Remove every sandbox, stop the daemon, then check that nothing of it is left on the host (unless the
+    /// test has failed already).
     fn drop(&mut self) {
+        let panicking = std::thread::panicking();
+        let mut left = Vec::new();
         if let Some(mut c) = self.child.take() {
-            let _ = self.cmd(&["rm", "--all"]).output();
-            let _ = c.kill();
-            let _ = c.wait();
+            let rm = self.cmd(&["rm", "--all"]).output();
+            if let Ok(rm) = &rm
+                && !rm.status.success()
+            {
+                left.push(format!("berth rm --all failed: {}", text(&rm.stderr)));
+            }
+            super::terminate(&mut c);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while c.try_wait().ok().flatten().is_none() {
+                if Instant::now() > deadline {
+                    left.push("the daemon did not exit after SIGTERM".into());
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
+        left.extend(super::leaks::daemon_leftovers(&self.root()));
         if self.root().join("pool.img").exists() {
             let _ = berth_storage::Pool::unmount(&self.root());
+            left.extend(super::leaks::mounts_under(&self.root()).into_iter().map(|m| format!("the mount {m}")));
+        }
+        if !panicking {
+            assert!(left.is_empty(), "the daemon left behind: {left:#?}");
         }
     }
 }
