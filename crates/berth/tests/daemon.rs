@@ -443,13 +443,27 @@ fn shims_of(d: &Daemon) -> Vec<i32> {
     out
 }
 
+/// When the daemon is killed during a create.
+#[derive(Clone, Copy, Debug)]
+enum KillAt {
+    /// A fixed time after the request is sent: early stages, before any shim.
+    After(u64),
+    /// As soon as the create's shim runs, before the daemon answers.
+    ShimStarted,
+}
+
 #[test]
 fn a_daemon_killed_mid_create_restarts_consistent() {
     let mut d = Daemon::start();
-    for delay_ms in [1, 4, 12, 40] {
-        // Ask for a sandbox and kill the daemon while it is being made.
+    let rounds = [1, 4, 12, 40].map(KillAt::After).into_iter().chain([KillAt::ShimStarted; 6]);
+    // Kills that provably landed inside a create: its shim was running and the daemon had not answered.
+    let mut mid_create = 0;
+    for at in rounds {
+        let shims_before = shims_of(&d).len();
+        // Ask for a sandbox; the answer is empty when the daemon died before giving one.
         let socket = d.socket();
         let asker = std::thread::spawn(move || {
+            let mut answer = String::new();
             if let Ok(mut s) = UnixStream::connect(socket) {
                 let body = "{}";
                 let req = format!(
@@ -457,12 +471,34 @@ fn a_daemon_killed_mid_create_restarts_consistent() {
                     body.len()
                 );
                 let _ = s.write_all(req.as_bytes());
-                let _ = s.read_to_string(&mut String::new());
+                let _ = s.read_to_string(&mut answer);
             }
+            answer
         });
-        std::thread::sleep(Duration::from_millis(delay_ms));
+        let shim_seen = match at {
+            KillAt::After(ms) => {
+                std::thread::sleep(Duration::from_millis(ms));
+                false
+            }
+            KillAt::ShimStarted => {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                loop {
+                    if shims_of(&d).len() > shims_before {
+                        break true;
+                    }
+                    if asker.is_finished() {
+                        break false;
+                    }
+                    assert!(Instant::now() < deadline, "the create started no shim and gave no answer");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        };
         d.kill();
-        asker.join().unwrap();
+        let answer = asker.join().unwrap();
+        if shim_seen && answer.is_empty() {
+            mid_create += 1;
+        }
         d.spawn();
         // Whatever got made is either a listed, working sandbox or gone: no shim serves an unlisted one.
         // (A shim the killed daemon had started but not yet adopted is adopted once it is a few seconds old.)
@@ -472,13 +508,14 @@ fn a_daemon_killed_mid_create_restarts_consistent() {
             if listed.len() == shims.len() {
                 break listed;
             }
-            assert!(Instant::now() < deadline, "{} shims for {} listed sandboxes", shims.len(), listed.len());
+            assert!(Instant::now() < deadline, "{at:?}: {} shims for {} listed sandboxes", shims.len(), listed.len());
             std::thread::sleep(Duration::from_millis(100));
         };
         for id in &listed {
-            assert_eq!(text(&d.berth(&["exec", id, "--", "echo", "ok"]).stdout), "ok\n");
+            assert_eq!(text(&d.berth(&["exec", id, "--", "echo", "ok"]).stdout), "ok\n", "{at:?}");
         }
     }
+    assert!(mid_create > 0, "no kill landed inside a create: each answered before its shim was seen");
     assert!(d.berth(&["rm", "--all"]).status.success());
     assert!(shims_of(&d).is_empty());
 }

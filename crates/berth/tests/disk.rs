@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::Instant;
-
 use common::daemon::Daemon;
 use common::text;
 use serde_json::Value;
@@ -42,10 +40,8 @@ fn btrfs_pool_quota_holds_and_snapshots_are_copy_on_write() {
         json(&d.berth(&["storage", "info", "--json"]))["free_bytes"].as_u64().unwrap()
     };
     let before = free(&d);
-    let started = Instant::now();
     let kids = d.berth(&["fork", &big, "--count", "4"]);
     assert!(kids.status.success(), "{}", text(&kids.stderr));
-    let _ = started.elapsed();
     let after = free(&d);
     assert!(before.saturating_sub(after) < 50 << 20, "forks used {} bytes", before.saturating_sub(after));
 
@@ -53,13 +49,51 @@ fn btrfs_pool_quota_holds_and_snapshots_are_copy_on_write() {
     assert!(text(&too_small.stderr).contains("at least"), "{}", text(&too_small.stderr));
 }
 
+/// A daemon whose data root is a tmpfs of its own, so that what it finds there does not depend on the file
+/// system that holds the test's temporary directory (on btrfs, a plain data root is already a btrfs pool).
+/// Dropped, it drops the daemon (which unmounts its pool) and then the tmpfs.
+struct OnTmpfs(Option<Daemon>);
+
+impl OnTmpfs {
+    fn start_with(extra: &[&str]) -> OnTmpfs {
+        let mut d = Daemon::start_with(extra);
+        d.kill();
+        std::fs::remove_dir_all(d.root()).unwrap();
+        std::fs::create_dir(d.root()).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=2G,mode=0700", "berth-test", d.root().to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount a tmpfs data root: {}", text(&out.stderr));
+        let mut on = OnTmpfs(Some(d));
+        on.0.as_mut().unwrap().spawn();
+        on
+    }
+}
+
+impl std::ops::Deref for OnTmpfs {
+    type Target = Daemon;
+    fn deref(&self) -> &Daemon {
+        self.0.as_ref().unwrap()
+    }
+}
+
+impl Drop for OnTmpfs {
+    fn drop(&mut self) {
+        let root = self.root();
+        drop(self.0.take());
+        let _ = std::process::Command::new("umount").arg("-l").arg(&root).output();
+    }
+}
+
 #[test]
 fn without_a_pool_quotas_are_refused_and_storage_init_takes_effect_at_once() {
-    let d = Daemon::start_with(&["--storage", "none", "--default-disk", "32M"]);
+    let d = OnTmpfs::start_with(&["--storage", "none", "--default-disk", "32M"]);
     let info = json(&d.berth(&["storage", "info", "--json"]));
-    assert_ne!(info["mode"], "btrfs", "the test data root is not btrfs");
+    assert_eq!(info["mode"], "copy", "a tmpfs data root with --storage none is a plain directory: {info}");
     let out = d.berth(&["create", "--disk", "1G"]);
-    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("disk quotas need a btrfs storage pool"), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("berth storage init"), "{}", text(&out.stderr));
     assert!(d.ids().is_empty());
     // The daemon says its sandboxes' files are not bounded, and why; so does `berth info`.
@@ -86,7 +120,7 @@ fn without_a_pool_quotas_are_refused_and_storage_init_takes_effect_at_once() {
     assert!(text(&out.stdout).contains("rc=1"), "{}", text(&out.stdout));
     assert!(text(&out.stderr).contains("quota"), "{}", text(&out.stderr));
     let again = d.berth(&["storage", "init", "--size", "1G"]);
-    assert_ne!(again.status.code(), Some(0));
+    assert_eq!(again.status.code(), Some(125), "{}", text(&again.stderr));
     assert!(text(&again.stderr).contains("already exists"), "{}", text(&again.stderr));
 }
 

@@ -226,7 +226,8 @@ except Exception as e:
     assert_eq!(inspect["network"]["deny"][0], rule.as_str());
 
     let bad = d.berth(&["net", "allow", &id, "not a rule"]);
-    assert_ne!(bad.status.code(), Some(0));
+    assert_eq!(bad.status.code(), Some(125), "{}", text(&bad.stderr));
+    assert!(text(&bad.stderr).contains("network rule \"not a rule\" contains white space"), "{}", text(&bad.stderr));
     assert_eq!(d.http("POST", &format!("/v1/sandboxes/{id}/net"), r#"{"allow":[]}"#).0, 400);
 }
 

@@ -167,7 +167,8 @@ fn a_hostile_archive_is_reported_and_writes_nothing_outside_the_image() {
 
     // Bad input fails clearly and leaves nothing.
     let missing = d.berth(&["image", "import", "nothing", "/nonexistent/archive.tar"]);
-    assert_ne!(missing.status.code(), Some(0));
+    assert_eq!(missing.status.code(), Some(125), "{}", text(&missing.stderr));
+    assert!(text(&missing.stderr).contains("/nonexistent/archive.tar: No such file"), "{}", text(&missing.stderr));
     let (status, body) = d.http("POST", "/v1/images", r#"{"name":"x","source":"relative/path"}"#);
     assert_eq!(status, 400, "{body}");
     let (status, _) = d.http("POST", "/v1/images", r#"{"name":"bad name!","source":"/tmp"}"#);

@@ -343,7 +343,8 @@ fn named_volumes_are_shared_and_outlive_their_sandboxes() {
     d.sh(&a, "echo shared > /cache/f && id -u > /cache/owner && stat -c %u /cache/f >> /cache/owner");
     assert_eq!(d.sh(&b, "cat /mnt/c/f /mnt/c/owner"), "shared\n0\n0\n");
     let ro = d.berth(&["exec", &b, "--", "sh", "-c", "echo x > /mnt/c/g"]);
-    assert_ne!(ro.status.code(), Some(0), "a read-only volume mount cannot be written");
+    assert_eq!(ro.status.code(), Some(2), "a read-only volume mount cannot be written");
+    assert!(text(&ro.stderr).contains("Read-only file system"), "{}", text(&ro.stderr));
 
     let ls = json(&d.berth(&["volume", "ls", "--json"]));
     let mut users: Vec<String> =
@@ -352,6 +353,10 @@ fn named_volumes_are_shared_and_outlive_their_sandboxes() {
     let mut want = vec![a.clone(), b.clone()];
     want.sort();
     assert_eq!(users, want);
+    // A volume cannot be mounted over a path berth reserves.
+    let reserved = d.berth(&["create", "--volume", "cache:/proc"]);
+    assert_eq!(reserved.status.code(), Some(125), "{}", text(&reserved.stderr));
+    assert!(text(&reserved.stderr).contains("\"/proc\" is reserved by berth"), "{}", text(&reserved.stderr));
     let busy = d.berth(&["volume", "rm", "cache"]);
     assert!(text(&busy.stderr).contains("used by"), "{}", text(&busy.stderr));
 
@@ -362,7 +367,6 @@ fn named_volumes_are_shared_and_outlive_their_sandboxes() {
     assert!(d.berth(&["volume", "rm", "cache"]).status.success());
 
     let missing = d.berth(&["create", "--volume", "nope:/x"]);
-    assert!(text(&missing.stderr).contains("no volume"), "{}", text(&missing.stderr));
-    let reserved = d.berth(&["create", "--volume", "nope:/proc"]);
-    assert_ne!(reserved.status.code(), Some(0));
+    assert_eq!(missing.status.code(), Some(125), "{}", text(&missing.stderr));
+    assert!(text(&missing.stderr).contains("there is no volume \"nope\""), "{}", text(&missing.stderr));
 }

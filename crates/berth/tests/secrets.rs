@@ -35,7 +35,9 @@ fn a_secret_reaches_its_sandbox_and_nothing_berth_shows_or_keeps() {
     let screen = text(&shell.stdout);
     assert!(!screen.contains(VALUE) && screen.contains("t=[redacted:API_TOKEN]"), "{screen}");
     // An argv that spells the value out is redacted in the journal.
-    let _ = d.berth(&["exec", &id, "--", "echo", VALUE]);
+    let echoed = d.berth(&["exec", &id, "--", "echo", VALUE]);
+    assert!(echoed.status.success(), "{}", text(&echoed.stderr));
+    assert_eq!(text(&echoed.stdout), "[redacted:API_TOKEN]\n", "the exec's own output is redacted too");
     let journal = text(&d.berth(&["journal", &id, "--json"]).stdout);
     assert!(!journal.contains(VALUE), "{journal}");
     // Nowhere in the daemon's files: database, logs, journal, sealed secrets.
@@ -44,7 +46,8 @@ fn a_secret_reaches_its_sandbox_and_nothing_berth_shows_or_keeps() {
     let unknown = d.berth(&["create", "--secret", "NOPE"]);
     assert!(text(&unknown.stderr).contains("no secret \"NOPE\""), "{}", text(&unknown.stderr));
     let bad = d.berth(&["create", "--secret", "lower"]);
-    assert_ne!(bad.status.code(), Some(0));
+    assert_eq!(bad.status.code(), Some(125), "{}", text(&bad.stderr));
+    assert!(text(&bad.stderr).contains("\"lower\" is not a valid secret name"), "{}", text(&bad.stderr));
 }
 
 #[test]
