@@ -1,11 +1,11 @@
-//! A tree of 20,000 files with a handful of changes: the diff must be correct and fast. The timings are
-//! printed (`cargo test --release -p berth-diff --test scale -- --nocapture`); the bound asserted is loose
-//! enough for an unoptimized build on a busy machine.
+//! A tree of 20,000 files with a handful of changes: the diff must find exactly those. The timings are
+//! printed (`cargo test --release -p berth-diff --test scale -- --nocapture`) but not asserted: speed is for
+//! benchmarks, and a bound loose enough for a busy machine would catch nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use berth_diff::{Options, diff};
 use common::{Layer, overlay, plain, summary};
@@ -44,7 +44,7 @@ const EXPECTED: [&str; 5] = [
     "D /w/pkg199/mod099.rs",
 ];
 
-fn timed(what: &str, f: impl Fn() -> Vec<berth_diff::Change>) -> Duration {
+fn timed(what: &str, f: impl Fn() -> Vec<berth_diff::Change>) {
     f(); // warm the caches once
     let runs = if cfg!(debug_assertions) { 1 } else { 3 };
     let start = Instant::now();
@@ -53,7 +53,6 @@ fn timed(what: &str, f: impl Fn() -> Vec<berth_diff::Change>) -> Duration {
     }
     let each = start.elapsed() / runs;
     println!("{what}: {:.1} ms per diff of {} files", each.as_secs_f64() * 1000.0, DIRS * PER_DIR);
-    each
 }
 
 #[test]
@@ -68,7 +67,7 @@ fn twenty_thousand_files_with_few_changes() {
     // A workspace against a full copy of itself (new inodes, same times): every file's contents are read.
     let copy = base.copy(tmp.path(), "copy");
     change_a_few(&copy);
-    let copied = timed("plain copy, contents compared", || {
+    timed("plain copy, contents compared", || {
         diff(&plain("/w", &base), &plain("/w", &copy), &Options::default()).unwrap()
     });
 
@@ -84,9 +83,7 @@ fn twenty_thousand_files_with_few_changes() {
         std::fs::write(linked.path.join(rel), bytes).unwrap();
     }
     change_a_few(&linked);
-    let shared = timed("snapshot sharing inodes", || {
-        diff(&plain("/w", &base), &plain("/w", &linked), &Options::default()).unwrap()
-    });
+    timed("snapshot sharing inodes", || diff(&plain("/w", &base), &plain("/w", &linked), &Options::default()).unwrap());
 
     // An overlay: the 20,000 files in the image's lower layer, the changes in the upper.
     let (before, after) = (Layer::new(tmp.path(), "before"), Layer::new(tmp.path(), "after"));
@@ -97,12 +94,7 @@ fn twenty_thousand_files_with_few_changes() {
         .file("pkg100/new.rs", "pub fn g() {}\n")
         .bytes("pkg001/mod001.rs", &std::fs::read(base.path.join("pkg001/mod001.rs")).unwrap())
         .mode("pkg001/mod001.rs", 0o755);
-    let layered = timed("overlay over a 20,000-file lower", || {
+    timed("overlay over a 20,000-file lower", || {
         diff(&overlay("/w", &[&before, &base]), &overlay("/w", &[&after, &base]), &Options::default()).unwrap()
     });
-
-    let bound = Duration::from_secs(if cfg!(debug_assertions) { 20 } else { 1 });
-    for t in [copied, shared, layered] {
-        assert!(t < bound, "a diff took {t:?}");
-    }
 }

@@ -120,6 +120,9 @@ fn lifecycle_limits_procs_usage_freeze_kill_remove() {
             assert_eq!(control(cg, "memory.max"), "67108864");
             if cg.paths()[0].join("memory.swap.max").exists() {
                 assert_eq!(control(cg, "memory.swap.max"), "0");
+            } else {
+                // Without swap accounting the limit cannot cover swap, and the user must be told so.
+                assert!(cg.warnings().iter().any(|w| w.contains("memory.swap.max")), "{:?}", cg.warnings());
             }
             assert_eq!(control(cg, "pids.max"), "32");
             assert_eq!(control(cg, "cpu.max"), "50000 100000");

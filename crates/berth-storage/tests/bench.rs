@@ -26,9 +26,7 @@ fn ms(since: Instant) -> f64 {
 #[test]
 #[ignore = "writes 1 GiB; run by hand for timings"]
 fn clone_timings() {
-    if !can_run() {
-        return;
-    }
+    require_root();
     let t = TestPool::new(4 * GIB);
     let src = t.at("sandboxes/src");
     t.pool.create(&src).unwrap();

@@ -14,9 +14,7 @@ use common::*;
 
 #[test]
 fn init_makes_a_mounted_btrfs_pool_with_quotas() {
-    if !can_run() {
-        return;
-    }
+    require_root();
     let t = TestPool::new(GIB);
     let info = t.pool.info().unwrap();
     assert_eq!(info.mode, Mode::Btrfs);
@@ -42,9 +40,7 @@ fn init_makes_a_mounted_btrfs_pool_with_quotas() {
 
 #[test]
 fn create_clone_and_remove_volumes() {
-    if !can_run() {
-        return;
-    }
+    require_root();
     let t = TestPool::new(GIB);
     let p = &t.pool;
     let vol = t.at("sandboxes/a");
@@ -93,9 +89,7 @@ fn create_clone_and_remove_volumes() {
 
 #[test]
 fn clones_keep_owners_modes_xattrs_whiteouts_and_links() {
-    if !can_run() {
-        return;
-    }
+    require_root();
     let t = TestPool::new(GIB);
     let vol = t.at("sandboxes/meta");
     t.pool.create(&vol).unwrap();
@@ -111,9 +105,7 @@ fn clones_keep_owners_modes_xattrs_whiteouts_and_links() {
 
 #[test]
 fn quota_stops_writes_at_the_limit() {
-    if !can_run() {
-        return;
-    }
+    require_root();
     let t = TestPool::new(GIB);
     let vol = t.at("sandboxes/q");
     t.pool.create(&vol).unwrap();
@@ -190,9 +182,7 @@ fn quota_stops_writes_at_the_limit() {
 
 #[test]
 fn clone_many_makes_independent_forks_or_none() {
-    if !can_run() {
-        return;
-    }
+    require_root();
     let t = TestPool::new(GIB);
     let src = t.at("sandboxes/src");
     t.pool.create(&src).unwrap();
@@ -226,9 +216,7 @@ fn clone_many_makes_independent_forks_or_none() {
 
 #[test]
 fn nested_and_read_only_subvolumes_are_removed() {
-    if !can_run() {
-        return;
-    }
+    require_root();
     let t = TestPool::new(GIB);
     let vol = t.at("sandboxes/n");
     t.pool.create(&vol).unwrap();
@@ -246,9 +234,7 @@ fn nested_and_read_only_subvolumes_are_removed() {
 
 #[test]
 fn reopening_an_unmounted_pool_mounts_it_again() {
-    if !can_run() {
-        return;
-    }
+    require_root();
     let t = TestPool::new(GIB);
     let vol = t.at("volumes/keep");
     t.pool.create(&vol).unwrap();
@@ -279,9 +265,7 @@ fn reopening_an_unmounted_pool_mounts_it_again() {
 
 #[test]
 fn bad_input_is_refused_with_a_reason() {
-    if !can_run() {
-        return;
-    }
+    require_root();
     let t = TestPool::new(GIB);
     let p = &t.pool;
     for bad in [t.pool.path().to_path_buf(), t.at("sandboxes"), t.at("elsewhere/x"), t.at("sandboxes/../../x")] {

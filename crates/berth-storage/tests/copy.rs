@@ -11,9 +11,7 @@ use common::*;
 
 #[test]
 fn a_tmpfs_data_root_gets_a_copy_pool() {
-    if !can_run() {
-        return;
-    }
+    require_root();
     let tmp = Tmpfs::new();
     let p = Pool::open(tmp.dir.path()).unwrap();
     assert_eq!(p.mode(), Mode::Copy);
@@ -56,9 +54,7 @@ fn a_tmpfs_data_root_gets_a_copy_pool() {
 
 #[test]
 fn a_plain_directory_on_btrfs_can_be_a_reflink_or_copy_pool() {
-    if !can_run() {
-        return;
-    }
+    require_root();
     let t = TestPool::new(GIB);
     let root = t.at("volumes/root");
     t.pool.create(&root).unwrap();

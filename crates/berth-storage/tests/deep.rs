@@ -23,9 +23,7 @@ fn dig(top: &std::path::Path, depth: usize) {
 
 #[test]
 fn trees_deeper_than_the_open_file_limit_are_removed() {
-    if !can_run() {
-        return;
-    }
+    require_root();
     let tmp = Tmpfs::new();
     let p = Pool::open(tmp.dir.path()).unwrap();
     assert_eq!(p.mode(), Mode::Copy);

@@ -82,9 +82,10 @@ mod tests {
 
     #[test]
     fn ids_change_for_the_guard_and_come_back() {
-        if !rustix::process::geteuid().is_root() {
-            return;
-        }
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test needs root (to change fsuid and fsgid); run it as root"
+        );
         // On a thread of its own, so that a failure cannot leak into other tests.
         std::thread::spawn(|| {
             let before = (current_fsuid(), current_fsgid(), capabilities(None).unwrap());

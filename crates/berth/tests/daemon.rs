@@ -44,11 +44,11 @@ fn server_side_timeout_kills_the_tree_and_output_is_capped_with_the_log_intact()
     let needle = format!("sleep {}", 6000 + std::process::id() % 1000);
     let out = d.berth(&["exec", &id, "--timeout", "1s", "--", "sh", "-c", &format!("{needle} & {needle}")]);
     assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
-    let gone = (0..50).any(|_| {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !common::host_processes_with(&needle).is_empty() {
+        assert!(Instant::now() < deadline, "the timed-out exec's processes are still running");
         std::thread::sleep(Duration::from_millis(20));
-        common::host_processes_with(&needle).is_empty()
-    });
-    assert!(gone, "the timed-out exec's processes are still running");
+    }
 
     let out = d.berth(&["exec", &id, "--max-output", "4K", "--", "seq", "1", "20000"]);
     assert_eq!(out.status.code(), Some(0));
@@ -71,8 +71,15 @@ fn detached_exec_is_cancelled_from_another_process() {
     let out = d.berth(&["exec", &id, "--detach", "--", "sh", "-c", "echo started; exec sleep 600"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let exec_id = text(&out.stdout).trim().to_string();
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(text(&d.berth(&["logs", &id, &exec_id]).stdout), "started\n");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let log = text(&d.berth(&["logs", &id, &exec_id]).stdout);
+        if log == "started\n" {
+            break;
+        }
+        assert!(log.is_empty() && Instant::now() < deadline, "the detached exec's log: {log:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let kill = d.berth(&["kill", &id, &exec_id]);
     assert!(kill.status.success(), "{}", text(&kill.stderr));
     let journal: Value = serde_json::from_slice(&d.berth(&["journal", &id, "--json"]).stdout).unwrap();
@@ -215,19 +222,24 @@ fn events_report_the_lifecycle_live() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
-    let id = d.create(&[]);
-    assert_eq!(d.berth(&["exec", &id, "--timeout", "1s", "--", "sleep", "5"]).status.code(), Some(124));
-    assert!(d.berth(&["exec", &id, "--", "true"]).status.success());
-    assert!(d.berth(&["rm", &id]).status.success());
     let mut reader = std::io::BufReader::new(follower.stdout.take().unwrap());
     let mut kinds = Vec::new();
-    while kinds.last().map(String::as_str) != Some("removed") {
+    let mut next_kind = |kinds: &mut Vec<String>, id: &str| {
         let mut line = String::new();
         assert!(std::io::BufRead::read_line(&mut reader, &mut line).unwrap() > 0, "the event stream ended: {kinds:?}");
         let ev: Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(ev["sandbox"], id.as_str());
+        assert_eq!(ev["sandbox"], id);
         kinds.push(ev["kind"].as_str().unwrap().to_string());
+    };
+    // A follower is sent the recent events first, so this one sees the creation however late it subscribed;
+    // once it has, it is subscribed, and everything after must reach it live.
+    let id = d.create(&[]);
+    next_kind(&mut kinds, &id);
+    assert_eq!(d.berth(&["exec", &id, "--timeout", "1s", "--", "sleep", "5"]).status.code(), Some(124));
+    assert!(d.berth(&["exec", &id, "--", "true"]).status.success());
+    assert!(d.berth(&["rm", &id]).status.success());
+    while kinds.last().map(String::as_str) != Some("removed") {
+        next_kind(&mut kinds, &id);
     }
     follower.kill().unwrap();
     follower.wait().unwrap();
@@ -335,15 +347,13 @@ fn a_daemon_killed_mid_exec_restarts_consistent() {
     let needle = format!("sleep {}", 10000 + std::process::id() % 1000);
     let out = d.berth(&["exec", &id, "--detach", "--", "sh", "-c", &format!("echo started; exec {needle}")]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    std::thread::sleep(Duration::from_millis(200));
-    // (Polled: a process in the middle of exec can briefly show no command line.)
-    assert!(
-        (0..100).any(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            common::host_processes_with(&needle).len() == 1
-        }),
-        "the sandbox's process is not visible on the host"
-    );
+    // (Polled: the exec starts after the request returns, and a process in the middle of exec can briefly show
+    // no command line.)
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while common::host_processes_with(&needle).len() != 1 {
+        assert!(Instant::now() < deadline, "the sandbox's process is not visible on the host");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     d.kill();
     d.spawn();
     // The sandbox comes back, works, and removing it takes everything the lost exec left running.

@@ -155,8 +155,8 @@ fn past_the_connection_cap_a_new_connection_gets_503_until_one_closes() {
     // Two open connections (each holding a whole request in flight would do the same) fill each listener.
     let held_unix = [UnixStream::connect(d.socket()).unwrap(), UnixStream::connect(d.socket()).unwrap()];
     let held_tcp = [TcpStream::connect(&addr).unwrap(), TcpStream::connect(&addr).unwrap()];
-    // Let the daemon accept both before the third arrives.
-    std::thread::sleep(Duration::from_millis(300));
+    // A listener accepts connections in the order they arrived, and takes each one's place as it accepts it:
+    // the third is accepted after the two have theirs.
     let mut third_unix = UnixStream::connect(d.socket()).unwrap();
     third_unix.write_all(get("/healthz", "", "").as_bytes()).unwrap();
     let mut third_tcp = TcpStream::connect(&addr).unwrap();

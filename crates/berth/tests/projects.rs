@@ -30,6 +30,7 @@ fn pool_sandboxes(d: &Daemon) -> Vec<String> {
 /// SIGKILL every shim of this daemon's data root: what a host crash does to sandboxes' supervisors.
 fn kill_shims(d: &Daemon) {
     let root = d.root().display().to_string();
+    let mut killed = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
         let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
@@ -43,9 +44,20 @@ fn kill_shims(d: &Daemon) {
                 rustix::process::Pid::from_raw(pid).unwrap(),
                 rustix::process::Signal::KILL,
             );
+            killed.push(pid);
         }
     }
-    std::thread::sleep(Duration::from_millis(200));
+    assert!(!killed.is_empty(), "no shim of this daemon was found to kill");
+    // Dead once gone from /proc or a zombie waiting for its parent.
+    let dead = |pid: &i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')))
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !killed.iter().all(dead) {
+        assert!(Instant::now() < deadline, "killed shims still running: {killed:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]

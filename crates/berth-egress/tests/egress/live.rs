@@ -1,4 +1,4 @@
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use berth_egress::{Mode, Verdict};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -21,12 +21,15 @@ async fn a_live_deny_closes_open_tunnels_and_a_live_allow_opens_the_next() {
     }
     assert_eq!(h.proxy.open_connections().len(), 2);
 
-    let started = Instant::now();
     assert_eq!(h.proxy.deny("a.test".parse().unwrap()), 1);
     let mut buf = [0u8; 16];
-    let n = tokio::time::timeout(Duration::from_secs(1), a.read(&mut buf)).await.unwrap().unwrap_or(0);
+    // The proxy ends the tunnel itself (the echo server never would); the deadline only keeps a tunnel left
+    // open from hanging the test.
+    let n = tokio::time::timeout(Duration::from_secs(30), a.read(&mut buf))
+        .await
+        .expect("the denied tunnel was left open")
+        .unwrap_or(0);
     assert_eq!(n, 0, "the tunnel is closed");
-    assert!(started.elapsed() < Duration::from_millis(100), "{:?}", started.elapsed());
     let event = h.event().await;
     assert_eq!((event.host.as_str(), event.verdict), ("a.test", Verdict::Denied));
     assert_eq!(event.reason, format!("closed by a policy change: a.test:{port} is denied by rule a.test"));

@@ -16,13 +16,13 @@ pub const MIB: u64 = 1 << 20;
 /// A host id as sandboxes have them: 0x6f000000 + N.
 pub const SHIFTED: u32 = 0x6f00_0000;
 
-/// Whether these tests can run here (they need root for loop devices and mounts).
-pub fn can_run() -> bool {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("skipped: needs root");
-        return false;
-    }
-    true
+/// Fail, with the reason, unless these tests can run here: they need root for loop devices and mounts, and
+/// a test that could not run must not pass.
+pub fn require_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "these tests need root (for loop devices and mounts); run them as root"
+    );
 }
 
 /// A btrfs pool made by `Pool::init` in a temporary data root, unmounted when dropped (even on panic).
