@@ -108,3 +108,23 @@ fn a_leftover_the_teardown_cannot_remove_makes_the_receipt_unclean_and_names_it(
     assert_eq!(receipt["leftovers"], serde_json::json!(["its exec logs"]), "{receipt}");
     assert!(d.ids().is_empty(), "the sandbox is still listed after rm");
 }
+
+#[test]
+fn the_test_harness_leak_check_finds_a_mount_and_a_claim_left_behind() {
+    // Every daemon test ends with this check: it must see what it is there to see, not report clean always.
+    let d = Daemon::start();
+    // (The running daemon itself is among what it reports: the harness runs it only after the daemon stopped.)
+    let stray = d.root().join("stray-mount");
+    std::fs::create_dir(&stray).unwrap();
+    let mounted = std::process::Command::new("mount").args(["-t", "tmpfs", "stray", stray.to_str().unwrap()]).output();
+    let claim = d.root().join("sandboxes").join("0123456789ab");
+    std::fs::create_dir_all(&claim).unwrap();
+    let left = common::leaks::daemon_leftovers(&d.root());
+    // Undo both before asserting, so the harness's own check at the end sees a clean root either way.
+    let _ = std::process::Command::new("umount").arg(&stray).output();
+    let _ = std::fs::remove_dir(&stray);
+    let _ = std::fs::remove_dir(&claim);
+    assert!(mounted.unwrap().status.success());
+    assert!(left.iter().any(|l| l.contains("stray-mount")), "the mount was not reported: {left:?}");
+    assert!(left.iter().any(|l| l.contains("0123456789ab")), "the claim was not reported: {left:?}");
+}
