@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::daemon::Daemon;
+use common::daemon::{Daemon, tcp_http};
 use common::text;
 use serde_json::Value;
 
@@ -246,49 +246,28 @@ fn events_report_the_lifecycle_live() {
     assert_eq!(kinds, ["created", "exec_started", "exec_timed_out", "exec_started", "exec_finished", "removed"]);
 }
 
-/// One raw HTTP/1.1 request over TCP: (status, body).
-fn tcp_http(addr: &str, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let req =
-        format!("{method} {path} HTTP/1.1\r\nHost: berth\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
-}
-
 #[test]
 fn tcp_requires_a_token_and_cannot_mint_one() {
     let (d, addr) = Daemon::start_with_tcp(&[]);
-    let (status, body) = tcp_http(&addr, "GET", "/v1/sandboxes", None);
+    let (status, body) = tcp_http(&addr, "GET", "/v1/sandboxes", None, "");
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("unauthorized"), "{body}");
-    assert_eq!(tcp_http(&addr, "GET", "/v1/sandboxes", Some("berth_not-a-token")).0, 401);
+    assert_eq!(tcp_http(&addr, "GET", "/v1/sandboxes", Some("berth_not-a-token"), "").0, 401);
 
     let out = d.berth(&["token", "create", "--name", "ci"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let token = text(&out.stdout).trim().to_string();
     assert!(token.starts_with("berth_"));
-    let (status, body) = tcp_http(&addr, "GET", "/v1/sandboxes", Some(&token));
+    let (status, body) = tcp_http(&addr, "GET", "/v1/sandboxes", Some(&token), "");
     assert_eq!(status, 200, "{body}");
     assert_eq!(body, "[]");
     // What a token holder does is journaled under the token's id.
-    let mut s = std::net::TcpStream::connect(&addr).unwrap();
-    let body = r#"{"name": "via-tcp"}"#;
-    let req = format!(
-        "POST /v1/sandboxes HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    assert!(resp.starts_with("HTTP/1.1 201"), "{resp}");
+    let (status, body) = tcp_http(&addr, "POST", "/v1/sandboxes", Some(&token), r#"{"name": "via-tcp"}"#);
+    assert_eq!(status, 201, "{body}");
     let journal: Value = serde_json::from_slice(&d.berth(&["journal", "via-tcp", "--json"]).stdout).unwrap();
     assert!(journal[0]["actor"].as_str().unwrap().starts_with("token:"), "{journal}");
     // A token holder cannot mint more tokens over TCP.
-    assert_eq!(tcp_http(&addr, "POST", "/v1/tokens", Some(&token)).0, 404);
+    assert_eq!(tcp_http(&addr, "POST", "/v1/tokens", Some(&token), "").0, 404);
     for file in ["root/berth.db", "root/berth.db-wal"] {
         let stored = std::fs::read(d.dir.path().join(file)).unwrap_or_default();
         assert!(!stored.windows(token.len()).any(|w| w == token.as_bytes()), "only the token's digest is kept");
@@ -298,7 +277,7 @@ fn tcp_requires_a_token_and_cannot_mint_one() {
     let token_id = tokens[0]["id"].as_str().unwrap().to_string();
     assert!(!text(&d.berth(&["token", "ls"]).stdout).contains(&token), "listing never shows the secret");
     assert!(d.berth(&["token", "rm", &token_id]).status.success());
-    assert_eq!(tcp_http(&addr, "GET", "/v1/sandboxes", Some(&token)).0, 401);
+    assert_eq!(tcp_http(&addr, "GET", "/v1/sandboxes", Some(&token), "").0, 401);
     assert_eq!(d.berth(&["token", "rm", &token_id]).status.code(), Some(125), "revoking twice is an error");
 }
 

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use common::daemon::Daemon;
+use common::daemon::{Daemon, tcp_http};
 use common::text;
 use serde_json::Value;
 
@@ -263,18 +263,8 @@ fn a_session_token_sees_only_its_sandbox_and_stops_working_at_teardown() {
     let other = d.create(&[]);
     let token = text(&d.berth(&["exec", &id, "--", "printenv", "BERTH_TOKEN"]).stdout).trim().to_string();
     assert!(token.starts_with("berth_s_"), "{token}");
-    let call = |method: &str, path: &str, body: &str| -> (u16, String) {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", api_port)).unwrap();
-        let req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        s.write_all(req.as_bytes()).unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        let status = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-        (status, out)
-    };
+    let addr = format!("127.0.0.1:{api_port}");
+    let call = |method: &str, path: &str, body: &str| tcp_http(&addr, method, path, Some(&token), body);
     assert_eq!(call("GET", &format!("/v1/sandboxes/{id}"), "").0, 200, "it may inspect itself");
     assert_eq!(call("GET", &format!("/v1/sandboxes/{other}"), "").0, 401, "not another sandbox");
     assert_eq!(call("DELETE", &format!("/v1/sandboxes/{other}"), "").0, 401);
@@ -285,7 +275,7 @@ fn a_session_token_sees_only_its_sandbox_and_stops_working_at_teardown() {
     assert_eq!(status, 400, "more memory than its owner: {body}");
     let (status, body) = call("POST", "/v1/sandboxes", "{}");
     assert_eq!(status, 201, "{body}");
-    let child: Value = serde_json::from_str(body.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let child: Value = serde_json::from_str(&body).unwrap();
     let child_id = child["id"].as_str().unwrap().to_string();
     assert_eq!(child["owner"], id.as_str());
     assert_eq!(child["memory_bytes"], 256 << 20);
@@ -322,16 +312,8 @@ fn a_session_ends_with_its_runtime_even_when_nobody_removed_it() {
     let d = Daemon::start_with(&["--listen", &format!("127.0.0.1:{api_port}")]);
     let id = d.create(&[]);
     let token = text(&d.berth(&["exec", &id, "--", "printenv", "BERTH_TOKEN"]).stdout).trim().to_string();
-    let status = |token: &str| -> u16 {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", api_port)).unwrap();
-        let req = format!(
-            "GET /v1/sandboxes/{id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
-        );
-        s.write_all(req.as_bytes()).unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
-    };
+    let addr = format!("127.0.0.1:{api_port}");
+    let status = |token: &str| tcp_http(&addr, "GET", &format!("/v1/sandboxes/{id}"), Some(token), "").0;
     assert_eq!(status(&token), 200);
     let inspect: Value = serde_json::from_slice(&d.berth(&["inspect", &id, "--json"]).stdout).unwrap();
     let pid = inspect["pid"].as_i64().unwrap() as i32;

@@ -5,12 +5,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::daemon::Daemon;
+use common::daemon::{Daemon, tcp_http};
 use common::text;
 use serde_json::Value;
 
@@ -139,18 +139,10 @@ fn a_session_token_makes_at_most_eight_sandboxes_and_a_childs_token_makes_none()
     let owner = d.create(&["--memory", "4G", "--pids", "1024"]);
     let token_of = |id: &str| text(&d.berth(&["exec", id, "--", "printenv", "BERTH_TOKEN"]).stdout).trim().to_string();
     const CHILD: &str = r#"{"memory_bytes": 268435456, "pids": 64}"#;
-    let create = |token: &str| -> (u16, Value) {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", api_port)).unwrap();
-        let req = format!(
-            "POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{CHILD}",
-            CHILD.len()
-        );
-        s.write_all(req.as_bytes()).unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        let status = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-        let body = out.split("\r\n\r\n").nth(1).unwrap_or("");
-        (status, serde_json::from_str(body.trim()).unwrap_or(Value::Null))
+    let addr = format!("127.0.0.1:{api_port}");
+    let create = |token: &str| {
+        let (status, body) = tcp_http(&addr, "POST", "/v1/sandboxes", Some(token), CHILD);
+        (status, serde_json::from_str::<Value>(body.trim()).unwrap_or(Value::Null))
     };
     let token = token_of(&owner);
     let mut children = Vec::new();

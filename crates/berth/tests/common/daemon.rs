@@ -303,6 +303,22 @@ impl Drop for Daemon {
     }
 }
 
+/// One raw HTTP/1.1 request to a daemon's TCP listener (`--listen`), with a bearer token if given:
+/// (status, body).
+pub fn tcp_http(addr: &str, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: berth\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+}
+
 /// Wait for a child's output, killing it after `limit` (a test must not hang on a shell that never ends).
 pub fn wait_output(mut child: Child, limit: Duration) -> Output {
     let deadline = Instant::now() + limit;
