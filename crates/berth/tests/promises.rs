@@ -122,8 +122,7 @@ fn memory_and_pids_limits_hold_on_daemon_sandboxes() {
     assert!(!text(&hog.stdout).contains("survived"));
     assert!(d.ids().contains(&id), "the sandbox outlives the process the limit killed");
 
-    let bomb = "import os, time\nstarted = 0\nfor i in range(200):\n    try:\n        pid = os.fork()\n    except OSError:\n        continue\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    started += 1\nprint(started, len([p for p in os.listdir('/proc') if p.isdigit()]))\n";
-    let out = d.berth(&["exec", &id, "--", "python3", "-c", bomb]);
+    let out = d.berth(&["exec", &id, "--", "python3", "-c", common::FORK_BOMB]);
     let counts: Vec<u32> = text(&out.stdout).split_whitespace().filter_map(|n| n.parse().ok()).collect();
     assert_eq!(counts.len(), 2, "{} {}", text(&out.stdout), text(&out.stderr));
     assert!(counts[0] >= 10, "the bomb should have filled the limit, started {}", counts[0]);

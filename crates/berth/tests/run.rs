@@ -108,8 +108,7 @@ fn memory_limit_oom_kills_a_hog() {
 fn pids_limit_stops_a_fork_bomb() {
     let b = Berth::new();
     // A bounded bomb: try to start 200 sleepers; at most the limit can exist at once.
-    let bomb = "import os, time\nstarted = 0\nfor i in range(200):\n    try:\n        pid = os.fork()\n    except OSError:\n        continue\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    started += 1\nprint(started, len([p for p in os.listdir('/proc') if p.isdigit()]))\n";
-    let out = b.run(&["--pids", "32"], &["python3", "-c", bomb]);
+    let out = b.run(&["--pids", "32"], &["python3", "-c", common::FORK_BOMB]);
     let counts: Vec<u32> = text(&out.stdout).split_whitespace().filter_map(|n| n.parse().ok()).collect();
     assert_eq!(counts.len(), 2, "{} {}", text(&out.stdout), text(&out.stderr));
     assert!(counts[0] < 200, "every fork succeeded despite the limit");

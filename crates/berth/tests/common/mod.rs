@@ -77,6 +77,10 @@ impl Drop for Berth {
     }
 }
 
+/// Python that tries to start 200 sleepers (a bounded fork bomb) and prints how many it started and how many
+/// processes it then saw: at most a pids limit can exist at once.
+pub const FORK_BOMB: &str = "import os, time\nstarted = 0\nfor i in range(200):\n    try:\n        pid = os.fork()\n    except OSError:\n        continue\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    started += 1\nprint(started, len([p for p in os.listdir('/proc') if p.isdigit()]))\n";
+
 /// Python for tests that try calls from inside a sandbox: `sc(nr, *args)` makes a raw syscall (unused
 /// arguments are 0) and returns `ok` or the errno's name; `attempt(f)` does the same for a Python call.
 pub const PY_SYSCALLS: &str = "import ctypes, errno, fcntl, os, socket, struct, sys
