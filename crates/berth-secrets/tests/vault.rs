@@ -45,7 +45,11 @@ fn set_get_list_remove() {
     assert!(first.created_at_ms > 0 && first.created_at_ms == first.updated_at_ms);
 
     // Replacing keeps the creation time and moves the update time.
-    std::thread::sleep(std::time::Duration::from_millis(5));
+    // Once the millisecond clock has moved past the creation, an update can be told from it.
+    let now_ms = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    while now_ms() <= first.updated_at_ms {
+        std::thread::yield_now();
+    }
     vault.set("GITHUB_TOKEN", b"ghp_new").unwrap();
     assert_eq!(vault.get("GITHUB_TOKEN").unwrap().unwrap().as_slice(), b"ghp_new");
     let again = vault.list().unwrap().into_iter().find(|i| i.name == "GITHUB_TOKEN").unwrap();

@@ -228,11 +228,18 @@ fn uploads_in_flight_are_bounded_and_past_the_bound_an_upload_gets_503() {
             c
         })
         .collect();
-    // Let the daemon take all four before the fifth arrives.
-    std::thread::sleep(Duration::from_millis(500));
-    let mut fifth = UnixStream::connect(d.socket()).unwrap();
-    fifth.write_all(format!("{}hello", put(5)).as_bytes()).unwrap();
-    let answer = read_to_close(&mut fifth);
+    // A fifth upload is refused once the daemon holds all four (until then it may still be written).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let answer = loop {
+        let mut fifth = UnixStream::connect(d.socket()).unwrap();
+        fifth.write_all(format!("{}hello", put(5)).as_bytes()).unwrap();
+        let answer = read_to_close(&mut fifth);
+        if status_and_code(&answer).0 != 201 {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "a fifth upload was still written with four of 64 MiB in flight");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert_eq!(status_and_code(&answer), (503, "unavailable".into()), "{answer}");
     assert!(answer.contains("256 MiB of uploads"), "{answer}");
     // One slow upload gives up: its place is free again, and a small upload is written.

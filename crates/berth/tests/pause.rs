@@ -145,10 +145,10 @@ fn time_paused_does_not_count_against_an_exec_timeout_or_an_active_only_ttl() {
     let d = Daemon::start();
     // The TTL is well past the exec's timeout even when a loaded host takes seconds to start the exec (time
     // running before the pause counts against both).
-    let id = d.create(&["--ttl", "6s", "--ttl-active-only"]);
+    let id = d.create(&["--ttl", "8s", "--ttl-active-only"]);
     let expires = record(&d, &id)["expires_at_ms"].as_u64().unwrap();
     let runner = d
-        .cmd(&["exec", &id, "--timeout", "2s", "--", "sh", "-c", "while true; do sleep 0.1; done"])
+        .cmd(&["exec", &id, "--timeout", "4s", "--", "sh", "-c", "while true; do sleep 0.1; done"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -156,18 +156,20 @@ fn time_paused_does_not_count_against_an_exec_timeout_or_an_active_only_ttl() {
         let (_, execs) = d.http("GET", &format!("/v1/sandboxes/{id}/execs"), "");
         serde_json::from_str::<Value>(&execs).is_ok_and(|v| v[0]["running"] == true)
     });
-    std::thread::sleep(Duration::from_millis(300));
     assert!(d.berth(&["pause", &id]).status.success());
-    std::thread::sleep(Duration::from_millis(6500));
+    let (_, execs) = d.http("GET", &format!("/v1/sandboxes/{id}/execs"), "");
+    assert_eq!(serde_json::from_str::<Value>(&execs).unwrap()[0]["running"], true, "paused before its timeout");
+    // The time paused is the behaviour under test: a wait, not a race.
+    std::thread::sleep(Duration::from_millis(8500));
     // Paused past both the exec's timeout and the TTL's first deadline: nothing fired.
     assert_eq!(record(&d, &id)["state"], "paused");
     assert!(d.berth(&["resume", &id]).status.success());
     let (_, execs) = d.http("GET", &format!("/v1/sandboxes/{id}/execs"), "");
     assert_eq!(serde_json::from_str::<Value>(&execs).unwrap()[0]["running"], true, "still running after the pause");
     let out = common::daemon::wait_output(runner, Duration::from_secs(20));
-    assert_eq!(out.status.code(), Some(124), "the timeout fired after 2 s of running time, not before");
+    assert_eq!(out.status.code(), Some(124), "the timeout fired after 4 s of running time, not before");
     let later = record(&d, &id)["expires_at_ms"].as_u64().unwrap();
-    assert!(later >= expires + 6400, "the TTL moved by the time paused: {expires} -> {later}");
+    assert!(later >= expires + 8400, "the TTL moved by the time paused: {expires} -> {later}");
     // Bad input: a sandbox that is not running cannot be paused; unknown ones are 404.
     let (status, body) = d.http("POST", "/v1/sandboxes/nope/pause", "");
     assert_eq!(status, 404, "{body}");

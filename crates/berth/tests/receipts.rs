@@ -128,3 +128,36 @@ fn the_test_harness_leak_check_finds_a_mount_and_a_claim_left_behind() {
     assert!(left.iter().any(|l| l.contains("stray-mount")), "the mount was not reported: {left:?}");
     assert!(left.iter().any(|l| l.contains("0123456789ab")), "the claim was not reported: {left:?}");
 }
+
+#[test]
+fn the_test_harness_leak_check_finds_snapshot_and_volume_files_the_daemon_does_not_list() {
+    let dir = tempfile::tempdir().unwrap();
+    for path in [
+        "pool/snapshots/0123456789ab",
+        "pool/snapshots/ba9876543210",
+        "pool/volumes/kept",
+        "pool/volumes/stray",
+        "hibernate/.snapshot-ba9876543210",
+        "hibernate/.snapshot-0123456789ab",
+        "hibernate/.fork-ba9876543210",
+        "hibernate/.init",
+        "hibernate/aaaaaaaaaaaa",
+    ] {
+        std::fs::create_dir_all(dir.path().join(path)).unwrap();
+    }
+    let kept = common::leaks::Kept {
+        snapshots: vec!["ba9876543210".into()],
+        fork_snapshots: Vec::new(),
+        volumes: vec!["kept".into()],
+    };
+    assert_eq!(
+        common::leaks::storage_leftovers(dir.path(), &kept),
+        [
+            "pool/snapshots/0123456789ab",
+            "pool/volumes/stray",
+            "hibernate/.fork-ba9876543210",
+            "hibernate/.snapshot-0123456789ab",
+            "hibernate/aaaaaaaaaaaa"
+        ]
+    );
+}

@@ -267,12 +267,36 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// The snapshots and volumes the daemon lists (empty if it does not answer).
+    fn kept_storage(&self) -> super::leaks::Kept {
+        let list = |path: &str| -> Vec<Value> {
+            let (status, body) = self.http("GET", path, "");
+            if status != 200 {
+                return Vec::new();
+            }
+            serde_json::from_str(&body).unwrap_or_default()
+        };
+        let mut kept = super::leaks::Kept::default();
+        for s in list("/v1/snapshots") {
+            let id = s["id"].as_str().unwrap_or_default().to_string();
+            if s["origin"] == "fork" {
+                kept.fork_snapshots.push(id.clone());
+            }
+            kept.snapshots.push(id);
+        }
+        kept.volumes = list("/v1/volumes").iter().filter_map(|v| v["name"].as_str().map(String::from)).collect();
+        kept
+    }
+}
+
 impl Drop for Daemon {
     /// Remove every sandbox, stop the daemon, then check that nothing of it is left on the host (unless the
     /// test has failed already).
     fn drop(&mut self) {
         let panicking = std::thread::panicking();
         let mut left = Vec::new();
+        let mut kept = super::leaks::Kept::default();
         if let Some(mut c) = self.child.take() {
             let rm = self.cmd(&["rm", "--all"]).output();
             if let Ok(rm) = &rm
@@ -280,6 +304,10 @@ impl Drop for Daemon {
             {
                 left.push(format!("berth rm --all failed: {}", text(&rm.stderr)));
             }
+            // What the daemon still keeps on purpose: snapshots someone asked for and named volumes. A fork's
+            // snapshot goes with its last child, so none may be left once every sandbox is removed.
+            kept = self.kept_storage();
+            left.extend(kept.fork_snapshots.iter().map(|id| format!("the fork snapshot {id}")));
             super::terminate(&mut c);
             let deadline = Instant::now() + Duration::from_secs(30);
             while c.try_wait().ok().flatten().is_none() {
@@ -293,6 +321,7 @@ impl Drop for Daemon {
             }
         }
         left.extend(super::leaks::daemon_leftovers(&self.root()));
+        left.extend(super::leaks::storage_leftovers(&self.root(), &kept));
         if self.root().join("pool.img").exists() {
             let _ = berth_storage::Pool::unmount(&self.root());
             left.extend(super::leaks::mounts_under(&self.root()).into_iter().map(|m| format!("the mount {m}")));
