@@ -40,6 +40,11 @@ struct Init {
 /// Started as `berth init`, or as `berth init --resumed STATE` by itself after a restore (see
 /// [`Request::Reexec`]), where STATE names the commands it runs and the listeners it holds.
 pub fn run() -> i32 {
+    let args: Vec<String> = std::env::args().collect();
+    let on_stdin = args.get(2).is_some_and(|a| a == protocol::CONTROL_ON_STDIN);
+    if on_stdin && !control_from_stdin() {
+        return 125;
+    }
     let Some(control) = berth_sys::fd::inherited(CONTROL_FD) else {
         eprintln!("berth init: no control socket on descriptor {CONTROL_FD}; init is only started by berth");
         return 125;
@@ -48,7 +53,6 @@ pub fn run() -> i32 {
     if rustix::io::fcntl_setfd(&control, rustix::io::FdFlags::CLOEXEC).is_err() {
         return 125;
     }
-    let args: Vec<String> = std::env::args().collect();
     let resumed = match args.get(2).map(String::as_str) {
         Some("--resumed") => match decode_state(args.get(3).map_or("", String::as_str)) {
             Ok(state) => Some(state),
@@ -93,12 +97,31 @@ pub fn run() -> i32 {
             Some(init) => init,
             None => return 125,
         },
+        None if on_stdin => match Init::kept(control, &ready) {
+            Some(init) => init,
+            None => return 125,
+        },
         None => match Init::fresh(control, &ready) {
             Some(init) => init,
             None => return 125,
         },
     };
     init.serve(&sigfd)
+}
+
+/// Move the control socket from standard input to [`CONTROL_FD`], and standard input to `/dev/null`.
+fn control_from_stdin() -> bool {
+    let Some(stdin) = berth_sys::fd::inherited(0) else { return false };
+    if berth_sys::fd::dup_onto(stdin.as_fd(), CONTROL_FD).is_err() {
+        return false;
+    }
+    std::mem::forget(stdin);
+    let Ok(null) = rustix::fs::open("/dev/null", rustix::fs::OFlags::RDWR, rustix::fs::Mode::empty()) else {
+        return false;
+    };
+    let ok = berth_sys::fd::dup_onto(null.as_fd(), 0).is_ok();
+    drop(null);
+    ok
 }
 
 /// Make the control socket the supervisor keeps, in the sandbox's own network namespace, and hand it over
@@ -167,6 +190,13 @@ impl Init {
             .collect();
         let control = hand_over_control(control, ready)?;
         Some(Init { control, listeners, running: HashMap::new() })
+    }
+
+    /// Init on a control socket it keeps (see [`protocol::CONTROL_ON_STDIN`]). It takes no connections on
+    /// the proxy and API ports: handing one over would take a descriptor out of the sandbox.
+    fn kept(control: OwnedFd, ready: &Event) -> Option<Init> {
+        protocol::send(control.as_fd(), ready, &[]).ok()?;
+        Some(Init { control, listeners: Vec::new(), running: HashMap::new() })
     }
 
     /// Init executed again by itself (see [`Request::Reexec`]): the same listeners and commands, and a new

@@ -12,6 +12,12 @@ use serde::{Deserialize, Serialize};
 /// The descriptor number init finds its control socket on.
 pub const CONTROL_FD: i32 = 3;
 
+/// The argument (after `init`) that starts init with its control socket on standard input instead of
+/// [`CONTROL_FD`]: how a runtime that cannot hand over descriptors on exec starts it (gVisor's `runsc run`
+/// passes a container its standard streams only). Init then keeps that socket and sends `ready` without one:
+/// under gVisor a descriptor cannot leave the sandbox.
+pub const CONTROL_ON_STDIN: &str = "--control-on-stdin";
+
 /// The largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 64 * 1024;
 

@@ -354,7 +354,9 @@ impl Sandbox {
             _claim: p.claim,
             live_path: p.live_path,
             _live: p.live,
-            _ids: p.ids,
+            _ids: Some(p.ids),
+            isolation: crate::spec::Isolation::Namespaces,
+            copiers: Default::default(),
             cgroup: p.cgroup,
             pid: p.pid,
             pidfd: p.pidfd,
@@ -374,14 +376,21 @@ impl Sandbox {
         owner: &str,
     ) -> Result<(Manifest, crate::Teardown), RuntimeError> {
         let claims = Path::new(crate::ids::CLAIMS_DIR);
-        self._ids.reserve_for(claims, owner)?;
-        match dump(criu, &self.id, self._ids.slot(), self.pid, dir, &[]) {
+        let ids = self.host_ids("hibernate with CRIU")?;
+        ids.reserve_for(claims, owner)?;
+        let slot = ids.slot();
+        match dump(criu, &self.id, slot, self.pid, dir, &[]) {
             Ok(manifest) => Ok((manifest, self.teardown())),
             Err(e) => {
-                crate::ids::unreserve(claims, self._ids.slot(), owner);
+                crate::ids::unreserve(claims, slot, owner);
                 Err(e)
             }
         }
+    }
+
+    /// Its host id block: a sandbox of the namespaces backend has one; CRIU's checkpoints work on those only.
+    fn host_ids(&self, what: &'static str) -> Result<&crate::ids::IdBlock, RuntimeError> {
+        self._ids.as_ref().ok_or(RuntimeError::IsolationCannot { isolation: self.isolation, what })
     }
 }
 
@@ -393,7 +402,7 @@ impl Sandbox {
     pub fn checkpoint(&self, dir: &Path, criu: &Criu) -> Result<Manifest, RuntimeError> {
         let leave =
             ["--leave-running".to_string(), "--freeze-cgroup".into(), self.cgroup.control_dir().display().to_string()];
-        dump(criu, &self.id, self._ids.slot(), self.pid, dir, &leave)
+        dump(criu, &self.id, self.host_ids("checkpoint its processes with CRIU")?.slot(), self.pid, dir, &leave)
     }
 }
 

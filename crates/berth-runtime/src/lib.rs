@@ -8,6 +8,7 @@
 pub mod cgroup;
 pub mod checkpoint;
 mod child;
+pub mod gvisor;
 pub mod ids;
 pub mod image;
 pub mod plan;
@@ -66,6 +67,10 @@ pub enum RuntimeError {
     },
     #[error(transparent)]
     Spec(#[from] spec::SpecError),
+    #[error("the {isolation} isolation is not available on this host: {reason}")]
+    IsolationUnavailable { isolation: spec::Isolation, reason: String },
+    #[error("the {isolation} isolation cannot {what}")]
+    IsolationCannot { isolation: spec::Isolation, what: &'static str },
     #[error("cannot mount {path}: it does not exist on the host")]
     MountSource { path: PathBuf },
     #[error(

@@ -19,7 +19,7 @@ use crate::child::{self, Go};
 use crate::ids::{IDS_PER_SANDBOX, IdBlock, STORAGE_BASE};
 use crate::image::Images;
 use crate::plan::{self, Idmap, Layout, Plan};
-use crate::spec::{self, Spec};
+use crate::spec::{self, Isolation, Spec};
 
 /// The empty directory each sandbox mounts its private scratch tmpfs on, inside its own mount namespace.
 /// It lives under /run rather than the data root so that it can be reached with the sandbox's own (host
@@ -48,11 +48,16 @@ pub struct Sandbox {
     pub(crate) _claim: File,
     pub(crate) live_path: PathBuf,
     pub(crate) _live: File,
-    pub(crate) _ids: IdBlock,
+    /// The host id range its ids map to (none under gVisor, whose kernel maps them).
+    pub(crate) _ids: Option<IdBlock>,
     pub(crate) cgroup: Cgroup,
     pub(crate) pid: i32,
     pub(crate) pidfd: OwnedFd,
     pub(crate) control: OwnedFd,
+    pub(crate) isolation: Isolation,
+    /// Threads copying commands' streams to and from regular files (gVisor only: see
+    /// `gvisor::through_pipes`), joined at teardown.
+    pub(crate) copiers: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Its init can be checkpointed: one berth started, or one restored that executed itself again.
     pub(crate) checkpointable: bool,
     pub(crate) destroyed: bool,
@@ -159,6 +164,9 @@ impl Runtime {
     /// Build and start a sandbox. On error nothing of it is left behind.
     pub fn create(&self, spec: &Spec) -> Result<Sandbox, RuntimeError> {
         spec::check_name(&spec.name)?;
+        if spec.isolation == Isolation::Gvisor {
+            crate::gvisor::check()?;
+        }
         if let Some(bytes) = spec.limits.memory_bytes.filter(|b| *b < spec::MIN_MEMORY) {
             return Err(spec::SpecError::MemoryTooSmall(bytes).into());
         }
@@ -193,11 +201,37 @@ impl Runtime {
         let (live, live_path) = claim(Path::new(LIVE_DIR), &id)?;
         partial.live_path = Some(live_path.clone());
         let layout = Layout { dir: PathBuf::from(SCRATCH_MOUNT_POINT), state: spec.state.is_some() };
+        let plan = plan::compile(spec, &layers, &layout, &owners);
+        if spec.isolation == Isolation::Gvisor {
+            // gVisor's kernel maps the sandbox's ids itself: no host id block is needed.
+            partial.cgroup = Some(self.hierarchy.create(&id, &crate::gvisor::host_limits(&spec.limits))?);
+            let entry = partial.cgroup.as_ref().ok_or(RuntimeError::InitGone)?.entry()?;
+            let (pid, pidfd, control) =
+                crate::gvisor::start(&crate::gvisor::plan(plan), &layout, spec, &id, &entry, self.exe.as_fd())?;
+            let cgroup = partial.cgroup.take().ok_or(RuntimeError::InitGone)?;
+            partial.claim_path = None;
+            partial.live_path = None;
+            return Ok(Sandbox {
+                id,
+                claim_path,
+                _claim: claim_file,
+                live_path,
+                _live: live,
+                _ids: None,
+                cgroup,
+                pid,
+                pidfd,
+                control,
+                isolation: Isolation::Gvisor,
+                copiers: Default::default(),
+                checkpointable: false,
+                destroyed: false,
+            });
+        }
         let ids = IdBlock::claim(Path::new(crate::ids::CLAIMS_DIR))?;
         crate::trace::mark("claim");
         partial.cgroup = Some(self.hierarchy.create(&id, &spec.limits)?);
         crate::trace::mark("create cgroups");
-        let plan = plan::compile(spec, &layers, &layout, &owners);
 
         let entry = partial.cgroup.as_ref().ok_or(RuntimeError::InitGone)?.entry()?;
         let (parent_sock, child_sock) = berth_sys::fd::seqpacket_pair()?;
@@ -233,11 +267,13 @@ impl Runtime {
             _claim: claim_file,
             live_path,
             _live: live,
-            _ids: ids,
+            _ids: Some(ids),
             cgroup,
             pid,
             pidfd,
             control,
+            isolation: Isolation::Namespaces,
+            copiers: Default::default(),
             checkpointable: true,
             destroyed: false,
         })
@@ -454,7 +490,18 @@ impl Sandbox {
     ) -> Result<(), RuntimeError> {
         let attached =
             Attached { stdin: stdio.stdin.is_some(), stdout: stdio.stdout.is_some(), stderr: stdio.stderr.is_some() };
-        let fds: Vec<BorrowedFd<'_>> = [stdio.stdin, stdio.stdout, stdio.stderr].into_iter().flatten().collect();
+        let streams = [stdio.stdin, stdio.stdout, stdio.stderr];
+        let piped = match self.isolation {
+            Isolation::Gvisor => {
+                let mut copiers = self.copiers.lock().map_err(|_| RuntimeError::InitGone)?;
+                Some(crate::gvisor::through_pipes(streams, &mut copiers)?)
+            }
+            Isolation::Namespaces => None,
+        };
+        let fds: Vec<BorrowedFd<'_>> = match &piped {
+            Some(given) => given.iter().flatten().map(|f| f.as_fd()).collect(),
+            None => streams.into_iter().flatten().collect(),
+        };
         let req = Request::Exec {
             id,
             argv: argv.to_vec(),
@@ -512,7 +559,16 @@ impl Sandbox {
     /// Kill every process in the sandbox now (init included); the sandbox can then only be destroyed.
     pub fn kill(&self) -> Result<(), RuntimeError> {
         process::pidfd_signal(self.pidfd.as_fd(), rustix::process::Signal::KILL)?;
+        if self.isolation == Isolation::Gvisor {
+            // runsc's processes are not its children's children in one pid namespace: the cgroup holds them.
+            self.cgroup.kill_all()?;
+        }
         Ok(())
+    }
+
+    /// The boundary it runs behind.
+    pub fn isolation(&self) -> Isolation {
+        self.isolation
     }
 
     /// Tear the sandbox down and check that nothing of it remains.
@@ -537,6 +593,14 @@ impl Sandbox {
             Err(e) => t.leftovers.push(format!("init (pid {}): {}", self.pid, crate::error_chain(&e))),
         }
         crate::trace::mark("kill");
+        if self.isolation == Isolation::Gvisor {
+            // runsc ended; its kernel and gofer go with the cgroup, and with them the last holders of the
+            // streams' pipes, so the copies end.
+            let _ = self.cgroup.kill_all();
+        }
+        for copier in self.copiers.get_mut().map(std::mem::take).unwrap_or_default() {
+            let _ = copier.join();
+        }
         if let Err(e) = self.cgroup.kill_all().and_then(|()| self.cgroup.remove()) {
             t.leftovers.push(format!("cgroup: {}", crate::error_chain(&e)));
         } else {

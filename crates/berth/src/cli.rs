@@ -172,6 +172,10 @@ pub struct RunArgs {
     /// Print one JSON object describing the run on stdout when it ends.
     #[arg(long)]
     pub json: bool,
+    /// The boundary to run behind: namespaces (the host kernel's, the default) or gvisor (a kernel of the
+    /// sandbox's own, in user space; needs runsc). `berth info` says which this host offers.
+    #[arg(long, default_value = "namespaces", value_name = "KIND")]
+    pub isolation: berth_runtime::spec::Isolation,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -366,6 +366,9 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
         // Pooled, it may yet be claimed by a persistent sandbox.
         volatile: !start.record.persistent && !start.pooled,
         files: start.files.clone(),
+        // The daemon's sandboxes run on the namespaces backend until it carries gVisor's differences (no
+        // descriptor leaves a gVisor sandbox: its proxy connections and per-exec cgroups).
+        isolation: berth_runtime::spec::Isolation::Namespaces,
         volumes: start
             .volumes
             .iter()

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use berth_init::protocol::Event;
 use berth_runtime::cgroup::Limits;
-use berth_runtime::spec::Spec;
+use berth_runtime::spec::{Isolation, Spec};
 use berth_runtime::{Runtime, Sandbox, Stdio};
 use rustix::event::{PollFd, PollFlags};
 use serde::Serialize;
@@ -30,6 +30,8 @@ struct Summary {
     peak_memory_bytes: u64,
     oom_killed: bool,
     timed_out: bool,
+    /// The boundary it ran behind: `namespaces` or `gvisor`.
+    isolation: &'static str,
 }
 
 /// How the command ended.
@@ -61,6 +63,7 @@ pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
         },
         mounts: args.mounts.clone(),
         state: args.state.as_deref().map(state_dir).transpose()?,
+        isolation: args.isolation,
         ..Spec::default()
     };
     let sandbox = runtime.create(&spec).context("cannot create the sandbox")?;
@@ -69,9 +72,18 @@ pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
     let outcome = supervise(&sandbox, &args, sigfd.as_fd());
     let duration = started.elapsed();
     let usage = sandbox.usage();
+    let isolation = sandbox.isolation();
     let teardown = sandbox.destroy();
     berth_runtime::trace::mark("destroyed");
-    let outcome = outcome?;
+    let outcome = match outcome {
+        // gVisor's kernel is one host process: the cgroup's OOM killer ends the whole sandbox, not one of its
+        // processes, and init with it.
+        Err(_) if isolation == Isolation::Gvisor && usage.as_ref().is_ok_and(|u| u.oom_kills > 0) => {
+            eprintln!("berth: the sandbox went over its memory limit, which under gVisor ends the whole sandbox");
+            Outcome::Exited { code: None, signal: Some(9) }
+        }
+        outcome => outcome?,
+    };
     teardown.context("the sandbox was not cleaned up")?;
     let usage = usage.unwrap_or_default();
 
@@ -101,6 +113,7 @@ pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
             peak_memory_bytes: usage.peak_memory_bytes,
             oom_killed: usage.oom_kills > 0,
             timed_out,
+            isolation: args.isolation.name(),
         };
         println!("{}", serde_json::to_string(&summary)?);
     }
