@@ -325,3 +325,122 @@ fn a_session_ends_with_its_runtime_even_when_nobody_removed_it() {
     }
     assert_eq!(status(&token), 401, "its token went with it");
 }
+
+/// Inside a sandbox: hold 128 API connections (each after one answered request) and 128 CONNECT tunnels to
+/// `cap.test:PORT` (each after an echoed ping), 256 in all; then say what one more connection to each port
+/// gets when it sends nothing; then, once /tmp/go exists, close two of each and open one more of each.
+const HOLD: &str = r#"
+import os, socket, sys, time
+PORT = int(sys.argv[1])
+TOKEN, ME = os.environ["BERTH_TOKEN"], os.environ["BERTH_SANDBOX_ID"]
+
+def head(s):
+    out = b""
+    while b"\r\n\r\n" not in out:
+        d = s.recv(4096)
+        if not d:
+            return None
+        out += d
+    return out
+
+def api():
+    try:
+        s = socket.create_connection(("127.0.0.1", 3129), timeout=30)
+        s.sendall(("GET /v1/sandboxes/%s HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer %s\r\n\r\n" % (ME, TOKEN)).encode())
+        got = head(s)
+        if got is None or not got.startswith(b"HTTP/1.1 200"):
+            return None
+        top, body = got.split(b"\r\n\r\n", 1)
+        length = [int(l.split(b":")[1]) for l in top.split(b"\r\n") if l.lower().startswith(b"content-length:")][0]
+        while len(body) < length:
+            body += s.recv(4096)
+        return s
+    except OSError:
+        return None
+
+def tunnel():
+    try:
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+        s.sendall(("CONNECT cap.test:%d HTTP/1.1\r\nHost: cap.test:%d\r\n\r\n" % (PORT, PORT)).encode())
+        got = head(s)
+        if got is None or not got.startswith(b"HTTP/1.1 200"):
+            return None
+        s.sendall(b"ping")
+        return s if s.recv(4) == b"ping" else None
+    except OSError:
+        return None
+
+def unanswered(port):
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        d = s.recv(200)
+        return "closed" if d == b"" else "answered " + d.split(b"\r\n")[0].decode()
+    except socket.timeout:
+        return "held open"
+    except OSError as e:
+        return "error %s" % e
+    finally:
+        s.close()
+
+def again(make):
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        s = make()
+        if s is not None:
+            return s
+        time.sleep(0.05)
+    return None
+
+apis = [api() for _ in range(128)]
+tunnels = [tunnel() for _ in range(128)]
+print("held", sum(s is not None for s in apis), "api", sum(s is not None for s in tunnels), "proxy", flush=True)
+print("257th api", unanswered(3129), flush=True)
+print("257th proxy", unanswered(3128), flush=True)
+open("/tmp/held", "w").close()
+deadline = time.time() + 120
+while not os.path.exists("/tmp/go") and time.time() < deadline:
+    time.sleep(0.05)
+for s in apis[:2] + tunnels[:2]:
+    s.close()
+print("api again", "served" if again(api) else "refused", flush=True)
+print("proxy again", "served" if again(tunnel) else "refused", flush=True)
+"#;
+
+#[test]
+fn a_sandbox_holds_at_most_256_connections_and_one_more_is_closed_unanswered() {
+    // Held API connections sit idle between requests: give them longer than the test.
+    let d = Daemon::start_with(&["--header-timeout", "10m"]);
+    let port = upstream("not capped");
+    let rule = format!("cap.test:{port}");
+    let id = d.create(&["--allow-net", &rule, "--add-host", "cap.test:127.0.0.1"]);
+    let other = d.create(&["--allow-net", &rule, "--add-host", "cap.test:127.0.0.1"]);
+    let mut holder = d
+        .cmd(&["exec", &id, "--", "python3", "-c", HOLD, &port.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while holder.try_wait().unwrap().is_none()
+        && d.berth(&["exec", &id, "--", "test", "-e", "/tmp/held"]).status.code() != Some(0)
+    {
+        assert!(Instant::now() < deadline, "the sandbox did not get to hold its connections");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // While the one holds all it may, another sandbox reaches the proxy and the API as ever.
+    assert_eq!(fetch(&d, &other, &format!("http://cap.test:{port}/")), "200 not capped");
+    let api = "import os,urllib.request,json; r=urllib.request.Request(os.environ['BERTH_API']+'/v1/sandboxes/'+os.environ['BERTH_SANDBOX_ID'], headers={'Authorization':'Bearer '+os.environ['BERTH_TOKEN']}); print(json.load(urllib.request.urlopen(r))['id'])";
+    let inside = d.berth(&["exec", &other, "--", "python3", "-c", api]);
+    assert_eq!(text(&inside.stdout).trim(), other, "{}", text(&inside.stderr));
+    let go = d.berth(&["exec", &id, "--", "touch", "/tmp/go"]);
+    assert!(go.status.success(), "{}", text(&go.stderr));
+    let out = common::daemon::wait_output(holder, Duration::from_secs(120));
+    // Past the cap the connection is closed at once, with no answer: not the API listener's 503 nor the
+    // proxy's (its own cap, 128, is full too), nor a wait for a request head.
+    assert_eq!(
+        text(&out.stdout),
+        "held 128 api 128 proxy\n257th api closed\n257th proxy closed\napi again served\nproxy again served\n",
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -20,6 +20,9 @@ pub struct Daemon {
     extra: Vec<String>,
     /// Environment variables for the daemon.
     env: Vec<(String, String)>,
+    /// For a daemon that resolves names through a test's DNS server: the resolv.conf bound over
+    /// /etc/resolv.conf in a mount namespace of the daemon's own, and the server's releaser.
+    resolver: Option<(PathBuf, super::dns::Release)>,
 }
 
 impl Daemon {
@@ -38,7 +41,24 @@ impl Daemon {
         // Named after the test target: berth-daemon-…, berth-files-…, berth-shell-….
         let prefix = format!("berth-{}-", env!("CARGO_CRATE_NAME"));
         let dir = tempfile::Builder::new().prefix(&prefix).tempdir().unwrap();
-        Daemon { dir, child: None, extra: extra.iter().map(|s| s.to_string()).collect(), env: Vec::new() }
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        Daemon { dir, child: None, extra, env: Vec::new(), resolver: None }
+    }
+
+    /// A daemon whose host-name lookups (glibc's, as in production) go to `dns` alone: it runs in a mount
+    /// namespace of its own, with a resolv.conf naming only that server bound over /etc/resolv.conf. Its files
+    /// are not on a storage pool (`--storage none`): a pool mounted in that namespace would be out of the
+    /// harness's sight. Lookups `dns` holds are released before the daemon is stopped.
+    pub fn start_with_resolver(dns: &super::dns::Dns, extra: &[&str]) -> Daemon {
+        let mut args = vec!["--storage", "none"];
+        args.extend_from_slice(extra);
+        let mut d = Daemon::new(&args);
+        let conf = d.dir.path().join("resolv.conf");
+        // One try per question, as long as glibc allows: a server that does not answer is not asked again.
+        std::fs::write(&conf, format!("nameserver {}\noptions timeout:30 attempts:1\n", dns.addr())).unwrap();
+        d.resolver = Some((conf, dns.releaser()));
+        d.spawn();
+        d
     }
 
     /// A daemon that also serves the API on a free TCP port of 127.0.0.1 (`--listen`), started with extra
@@ -90,7 +110,19 @@ impl Daemon {
 
     /// Start the daemon (again, after `kill`) and wait until it answers.
     pub fn spawn(&mut self) {
-        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+        let mut command = match &self.resolver {
+            None => Command::new(env!("CARGO_BIN_EXE_berth")),
+            Some((conf, _)) => {
+                // unshare and sh exec in turn, so the child is the daemon itself.
+                let mut c = Command::new("unshare");
+                c.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+                    .arg(r#"mount --bind "$0" /etc/resolv.conf && exec "$@""#)
+                    .arg(conf)
+                    .arg(env!("CARGO_BIN_EXE_berth"));
+                c
+            }
+        };
+        let child = command
             .arg("--root")
             .arg(self.root())
             .arg("--socket")
@@ -308,6 +340,15 @@ impl Drop for Daemon {
             // snapshot goes with its last child, so none may be left once every sandbox is removed.
             kept = self.kept_storage();
             left.extend(kept.fork_snapshots.iter().map(|id| format!("the fork snapshot {id}")));
+            if let Some((_, release)) = &self.resolver {
+                // Its mounts are in its own namespace, seen only while it runs.
+                let table = format!("/proc/{}/mountinfo", c.id());
+                left.extend(
+                    super::leaks::mounts_in(&table, &self.root()).into_iter().map(|m| format!("the mount {m}")),
+                );
+                // Lookups still waiting on the server end now, so that the daemon's exit does not wait for them.
+                release.release();
+            }
             super::terminate(&mut c);
             let deadline = Instant::now() + Duration::from_secs(30);
             while c.try_wait().ok().flatten().is_none() {

@@ -88,7 +88,12 @@ pub fn storage_leftovers(root: &Path, kept: &Kept) -> Vec<String> {
 
 /// Mount points under `dir`, from this process's mount table (one on `dir` itself is a test's own: a data root on a tmpfs).
 pub fn mounts_under(dir: &Path) -> Vec<String> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mounts_in("/proc/self/mountinfo", dir)
+}
+
+/// Mount points under `dir` in the mount table `table` (a process's `/proc/PID/mountinfo`).
+pub fn mounts_in(table: &str, dir: &Path) -> Vec<String> {
+    let table = std::fs::read_to_string(table).unwrap_or_default();
     let dir = dir.display().to_string();
     table
         .lines()

@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod daemon;
+pub mod dns;
 pub mod leaks;
 pub mod secrets;
 pub mod server;
