@@ -33,6 +33,7 @@ pub fn info(root: &Path, socket: &Path) -> anyhow::Result<i32> {
         "root": root,
         "cgroups": cgroups,
         "landlock_abi": landlock,
+        "isolation": isolation(),
         "storage": storage,
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
         "bounds_from": bounds_from,
@@ -40,6 +41,21 @@ pub fn info(root: &Path, socket: &Path) -> anyhow::Result<i32> {
     });
     println!("{}", serde_json::to_string_pretty(&info)?);
     Ok(0)
+}
+
+/// The boundaries this host offers (`--isolation`), and why one is missing.
+fn isolation() -> serde_json::Value {
+    let gvisor = match berth_runtime::gvisor::runsc() {
+        Ok(r) => serde_json::json!({
+            "name": "gvisor", "available": true, "runsc": r.path, "version": r.version, "platform": "systrap",
+            "serves": "berth run (daemon sandboxes run on namespaces for now)",
+        }),
+        Err(reason) => serde_json::json!({"name": "gvisor", "available": false, "reason": reason}),
+    };
+    serde_json::json!([
+        {"name": "namespaces", "available": true, "default": true, "serves": "berth run and the daemon's sandboxes"},
+        gvisor,
+    ])
 }
 
 fn daemon_info(socket: &Path) -> Option<berth_api::DaemonInfo> {
