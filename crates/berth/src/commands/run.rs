@@ -30,6 +30,8 @@ struct Summary {
     peak_memory_bytes: u64,
     oom_killed: bool,
     timed_out: bool,
+    /// What the sandbox's init said of its landlock rules: `enforced`, `partial` or `unavailable`.
+    landlock: String,
 }
 
 /// How the command ended.
@@ -65,6 +67,7 @@ pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
     };
     let sandbox = runtime.create(&spec).context("cannot create the sandbox")?;
     let id = sandbox.id().to_string();
+    let landlock = sandbox.landlock().to_string();
     let started = Instant::now();
     let outcome = supervise(&sandbox, &args, sigfd.as_fd());
     let duration = started.elapsed();
@@ -101,6 +104,7 @@ pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
             peak_memory_bytes: usage.peak_memory_bytes,
             oom_killed: usage.oom_kills > 0,
             timed_out,
+            landlock,
         };
         println!("{}", serde_json::to_string(&summary)?);
     }
