@@ -165,6 +165,12 @@ pub struct Sandbox {
     pub labels: BTreeMap<String, String>,
     /// Host pid of the sandbox's init.
     pub pid: Option<i32>,
+    /// Whether the landlock rules of its init (and so of every command in it) are `enforced`, `partial` (this
+    /// kernel's landlock lacks some of them) or `unavailable` (the kernel has none), as its init reported when
+    /// it came up (again at each wake); `none` when an older berth restored it without them. Null while it
+    /// has no processes.
+    #[serde(default)]
+    pub landlock: Option<String>,
     #[serde(default)]
     pub persistent: bool,
     #[serde(default)]
@@ -257,6 +263,9 @@ pub struct ExecResult {
     /// Bytes dropped from the middle of the exec's log (past `max_log_bytes`); a marker line stands there.
     #[serde(default)]
     pub log_bytes_dropped: u64,
+    /// The kernel's OOM killer killed a process of the exec (at the sandbox's memory limit).
+    #[serde(default)]
+    pub oom_killed: bool,
     /// Why the command could not start, when it could not.
     pub error: Option<String>,
 }
@@ -274,6 +283,7 @@ impl ExecResult {
             bytes_dropped: 0,
             output_bytes: 0,
             log_bytes_dropped: 0,
+            oom_killed: false,
             error: Some(error),
         }
     }

@@ -76,7 +76,7 @@ pub fn run() -> i32 {
     // could not signal the ones that ran before the checkpoint (nor could init itself).
     let scope_signals = resumed.is_none();
     let landlock = match berth_sys::landlock::restrict_sandbox(&["/dev/pts", "/dev/tty", "/dev/ptmx"], scope_signals) {
-        Ok(status) => format!("{status:?}").to_lowercase(),
+        Ok(status) => status.as_str().to_string(),
         Err(e) => {
             let _ = protocol::send(control.as_fd(), &Event::SetupFailed { message: e.to_string() }, &[]);
             return 125;

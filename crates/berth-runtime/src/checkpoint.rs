@@ -344,6 +344,8 @@ pub(crate) struct Parts {
     pub control: std::os::fd::OwnedFd,
     /// Init executed itself again after the restore (see [`crate::restore`]).
     pub renewed: bool,
+    /// What the renewed init's ready said of its landlock rules (`none` when it was not renewed).
+    pub landlock: String,
 }
 
 impl Sandbox {
@@ -362,6 +364,7 @@ impl Sandbox {
             pidfd: p.pidfd,
             control: p.control,
             checkpointable: p.renewed,
+            landlock: p.landlock,
             destroyed: false,
         }
     }

@@ -294,7 +294,8 @@ pub(crate) fn check() -> Result<&'static Runsc, RuntimeError> {
 const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Start the sandbox's first process, which builds `plan`'s root and becomes `runsc run`, in the cgroup
-/// `entry` opens; wait for init's `ready`. Returns runsc's pid, a pidfd for it, and the control socket.
+/// `entry` opens; wait for init's `ready`. Returns runsc's pid, a pidfd for it, the control socket, and
+/// what init said of landlock (gVisor's kernel has none: `unavailable`).
 pub(crate) fn start(
     plan: &Plan,
     layout: &Layout,
@@ -302,7 +303,7 @@ pub(crate) fn start(
     id: &str,
     entry: &Entry,
     init_exe: BorrowedFd<'_>,
-) -> Result<(i32, OwnedFd, OwnedFd), RuntimeError> {
+) -> Result<(i32, OwnedFd, OwnedFd, String), RuntimeError> {
     let runsc = check()?;
     let trees = trees(plan)?;
     // Cloned here, in the host's mount namespace, where the binary's mount is: a bind of it from inside the
@@ -343,7 +344,7 @@ pub(crate) fn start(
     drop(child_sock);
     drop((trees, init_tree));
     match wait_ready(parent_sock.as_fd(), log.as_fd()) {
-        Ok(()) => Ok((pid, pidfd, parent_sock)),
+        Ok(landlock) => Ok((pid, pidfd, parent_sock, landlock)),
         Err(e) => {
             let _ = process::pidfd_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
             let _ = process::pidfd_wait(pidfd.as_fd());
@@ -353,7 +354,7 @@ pub(crate) fn start(
 }
 
 /// Wait for init's `ready` (runsc ending first closes the socket).
-fn wait_ready(control: BorrowedFd<'_>, log: BorrowedFd<'_>) -> Result<(), RuntimeError> {
+fn wait_ready(control: BorrowedFd<'_>, log: BorrowedFd<'_>) -> Result<String, RuntimeError> {
     use berth_init::protocol::{self, Event};
     use rustix::event::{PollFd, PollFlags};
     let failed = |why: String| {
@@ -376,7 +377,7 @@ fn wait_ready(control: BorrowedFd<'_>, log: BorrowedFd<'_>) -> Result<(), Runtim
         }
     }
     match protocol::recv::<Event>(control) {
-        Ok((Event::Ready { .. }, fds)) if fds.is_empty() => Ok(()),
+        Ok((Event::Ready { landlock, .. }, fds)) if fds.is_empty() => Ok(landlock),
         Ok((Event::Ready { .. }, _)) => Err(failed("init's ready came with descriptors it cannot send".into())),
         Ok((Event::SetupFailed { message }, _)) => Err(failed(message)),
         Ok((other, _)) => Err(failed(format!("unexpected first message {other:?}"))),

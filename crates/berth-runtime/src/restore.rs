@@ -247,9 +247,10 @@ impl Runtime {
             rustix::process::PidfdFlags::empty(),
         )
         .map_err(|e| berth_sys::SysError::new("open the restored init", e))?;
-        let (control, renewed) = match renew_init(&ours)? {
-            Some(new) => (new, true),
-            None => (ours, false),
+        // An init that did not execute itself again runs on as it was restored, without a landlock domain.
+        let (control, renewed, landlock) = match renew_init(&ours)? {
+            Some((new, landlock)) => (new, true, landlock),
+            None => (ours, false, "none".to_string()),
         };
         crate::trace::mark("init executed anew");
         let cgroup = guard.cgroup.take().ok_or(RuntimeError::InitGone)?;
@@ -266,6 +267,7 @@ impl Runtime {
             pidfd,
             control,
             renewed,
+            landlock,
         }))
     }
 
@@ -277,9 +279,9 @@ impl Runtime {
 
 /// Wait for the restored init's answer to the `reexec` queued before the restore: `ready` from init
 /// executed again (its memory the sandbox's namespace's again, its landlock domain back) with the control
-/// socket to use from now on, or anything else from the init of an older berth that does not know the
-/// request, which runs on as it was restored (`None`).
-fn renew_init(control: &OwnedFd) -> Result<Option<OwnedFd>, RuntimeError> {
+/// socket to use from now on and what it says of its landlock rules, or anything else from the init of an
+/// older berth that does not know the request, which runs on as it was restored (`None`).
+fn renew_init(control: &OwnedFd) -> Result<Option<(OwnedFd, String)>, RuntimeError> {
     use rustix::event::{PollFd, PollFlags};
     let mut fds = [PollFd::new(control, PollFlags::IN)];
     let limit = rustix::time::Timespec { tv_sec: 10, tv_nsec: 0 };
@@ -291,7 +293,7 @@ fn renew_init(control: &OwnedFd) -> Result<Option<OwnedFd>, RuntimeError> {
         Err(e) => return Err(berth_sys::SysError::new("wait for the restored init", e).into()),
     }
     match protocol::recv::<Event>(control.as_fd()) {
-        Ok((Event::Ready { .. }, mut fds)) if fds.len() == 1 => Ok(fds.pop()),
+        Ok((Event::Ready { landlock, .. }, mut fds)) if fds.len() == 1 => Ok(fds.pop().map(|fd| (fd, landlock))),
         Ok(_) => Ok(None),
         Err(protocol::ProtocolError::Closed | protocol::ProtocolError::Io(_)) => Err(RuntimeError::InitGone),
         Err(e) => Err(e.into()),

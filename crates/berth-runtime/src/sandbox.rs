@@ -60,6 +60,8 @@ pub struct Sandbox {
     pub(crate) copiers: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Its init can be checkpointed: one berth started, or one restored that executed itself again.
     pub(crate) checkpointable: bool,
+    /// What init's ready said of its landlock rules (see [`Sandbox::landlock`]).
+    pub(crate) landlock: String,
     pub(crate) destroyed: bool,
 }
 
@@ -206,7 +208,7 @@ impl Runtime {
             // gVisor's kernel maps the sandbox's ids itself: no host id block is needed.
             partial.cgroup = Some(self.hierarchy.create(&id, &crate::gvisor::host_limits(&spec.limits))?);
             let entry = partial.cgroup.as_ref().ok_or(RuntimeError::InitGone)?.entry()?;
-            let (pid, pidfd, control) =
+            let (pid, pidfd, control, landlock) =
                 crate::gvisor::start(&crate::gvisor::plan(plan), &layout, spec, &id, &entry, self.exe.as_fd())?;
             let cgroup = partial.cgroup.take().ok_or(RuntimeError::InitGone)?;
             partial.claim_path = None;
@@ -224,6 +226,7 @@ impl Runtime {
                 control,
                 isolation: Isolation::Gvisor,
                 copiers: Default::default(),
+                landlock,
                 checkpointable: false,
                 destroyed: false,
             });
@@ -249,8 +252,8 @@ impl Runtime {
         drop(child_sock);
         drop(entry);
         crate::trace::mark("clone");
-        let control = match start_child(pid, &plan, ids.base(), parent_sock.as_fd()) {
-            Ok(control) => control,
+        let (control, landlock) = match start_child(pid, &plan, ids.base(), parent_sock.as_fd()) {
+            Ok(ready) => ready,
             Err(e) => {
                 let _ = process::pidfd_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
                 let _ = process::pidfd_wait(pidfd.as_fd());
@@ -275,6 +278,7 @@ impl Runtime {
             isolation: Isolation::Namespaces,
             copiers: Default::default(),
             checkpointable: true,
+            landlock,
             destroyed: false,
         })
     }
@@ -297,8 +301,9 @@ pub(crate) fn mount_owners(spec: &Spec) -> Result<Vec<(u32, u32)>, RuntimeError>
 }
 
 /// Map the child's ids, hand it its mounts, and wait for init to say it is ready; returns the control socket
-/// init made in the sandbox's network namespace, which replaces the one the child was started with.
-fn start_child(pid: i32, plan: &Plan, base: u32, control: BorrowedFd<'_>) -> Result<OwnedFd, RuntimeError> {
+/// init made in the sandbox's network namespace, which replaces the one the child was started with, and what
+/// init said of its landlock rules.
+fn start_child(pid: i32, plan: &Plan, base: u32, control: BorrowedFd<'_>) -> Result<(OwnedFd, String), RuntimeError> {
     process::write_id_maps(pid, base, IDS_PER_SANDBOX)?;
     let userns = process::open_namespace(pid, "user")?;
     let trees = clone_trees(plan, base, userns.as_fd())?;
@@ -311,7 +316,9 @@ fn start_child(pid: i32, plan: &Plan, base: u32, control: BorrowedFd<'_>) -> Res
     let ready = protocol::recv::<Event>(control);
     crate::trace::mark("child setup and init ready");
     match ready {
-        Ok((Event::Ready { .. }, mut fds)) if fds.len() == 1 => fds.pop().ok_or(RuntimeError::InitGone),
+        Ok((Event::Ready { landlock, .. }, mut fds)) if fds.len() == 1 => {
+            Ok((fds.pop().ok_or(RuntimeError::InitGone)?, landlock))
+        }
         Ok((Event::Ready { .. }, _)) => {
             Err(RuntimeError::Setup { message: "init's ready came without its control socket".into() })
         }
@@ -527,6 +534,14 @@ impl Sandbox {
     /// not execute itself again, and whose memory CRIU made outside the sandbox's user namespace.
     pub fn checkpointable(&self) -> bool {
         self.checkpointable
+    }
+
+    /// Whether the landlock rules of its init (and so of every command it starts) are `enforced`, `partial`
+    /// (this kernel's landlock lacks some of them) or `unavailable` (the kernel has no landlock), as init
+    /// reported once it was up; `none` when it was restored by an older berth whose init could not apply them
+    /// again.
+    pub fn landlock(&self) -> &str {
+        &self.landlock
     }
 
     /// The control socket, for callers that poll it alongside other descriptors.

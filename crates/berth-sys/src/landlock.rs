@@ -18,11 +18,36 @@ pub enum LandlockStatus {
     Unavailable,
 }
 
+/// The landlock ABI whose rules [`restrict_sandbox`] asks for: a kernel with an older one enforces them only
+/// in part.
+const SANDBOX_ABI: ABI = ABI::V6;
+const SANDBOX_ABI_VERSION: i32 = 6;
+
+impl LandlockStatus {
+    /// How a status reads in berth's output: `enforced`, `partial` or `unavailable`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LandlockStatus::Enforced => "enforced",
+            LandlockStatus::Partial => "partial",
+            LandlockStatus::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// What [`restrict_sandbox`] gets from this kernel, judged from its landlock ABI version alone.
+pub fn sandbox_status() -> LandlockStatus {
+    match abi_version() {
+        v if v >= SANDBOX_ABI_VERSION => LandlockStatus::Enforced,
+        v if v > 0 => LandlockStatus::Partial,
+        _ => LandlockStatus::Unavailable,
+    }
+}
+
 /// The rule set berth applies: the whole tree may be read, written and executed (everything visible is the
 /// sandbox's own), but device nodes cannot be created, device ioctls are limited to terminals, and signals
 /// cannot reach outside the sandbox's landlock domain (unless `scope_signals` is false).
 pub fn restrict_sandbox(tty_paths: &[&str], scope_signals: bool) -> SysResult<LandlockStatus> {
-    let abi = ABI::V6;
+    let abi = SANDBOX_ABI;
     let all = AccessFs::from_all(abi);
     let denied = AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev;
     let err =
@@ -39,10 +64,15 @@ pub fn restrict_sandbox(tty_paths: &[&str], scope_signals: bool) -> SysResult<La
         PathFd::new("/").map_err(|e| SysError::new(format!("open / for landlock: {e}"), std::io::ErrorKind::Other))?;
     ruleset = ruleset.add_rule(PathBeneath::new(root, all & !denied)).map_err(err)?;
     for path in tty_paths {
+        // A rule on a file (/dev/tty, /dev/ptmx) may only hold the rights of files: one that named those of
+        // directories too would be trimmed, and the whole rule set reported as only partly enforced.
+        let allowed = match std::fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => all & !(AccessFs::MakeChar | AccessFs::MakeBlock),
+            Ok(_) => AccessFs::from_file(abi),
+            Err(_) => continue,
+        };
         if let Ok(fd) = PathFd::new(path) {
-            ruleset = ruleset
-                .add_rule(PathBeneath::new(fd, AccessFs::from_all(abi) & !(AccessFs::MakeChar | AccessFs::MakeBlock)))
-                .map_err(err)?;
+            ruleset = ruleset.add_rule(PathBeneath::new(fd, allowed)).map_err(err)?;
         }
     }
     let status = ruleset.restrict_self().map_err(err)?;

@@ -55,6 +55,7 @@ fn a_hibernated_sandbox_holds_no_memory_and_wakes_where_it_was() {
     let h: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(h["state"], "hibernated");
     assert!(h["pid"].is_null() && h["hibernated_at_ms"].as_u64().is_some(), "{h}");
+    assert!(h["landlock"].is_null(), "no init runs, so none reports landlock: {h}");
     assert_eq!(processes_of(&id), 0, "a hibernated sandbox has no process left, so no memory");
     assert!(d.root().join("hibernate").join(&id).join("manifest.json").exists(), "its image is on disk");
     let listed = text(&d.berth(&["ls"]).stdout);
@@ -77,6 +78,8 @@ fn a_hibernated_sandbox_holds_no_memory_and_wakes_where_it_was() {
     let r = record(&d, &id);
     assert_eq!((r["state"].as_str(), r["last_activity"].as_str()), (Some("running"), Some("exec")), "{r}");
     assert!(r["hibernated_at_ms"].is_null());
+    // What the woken init reported once it had executed itself again, its landlock rules back.
+    assert_eq!(r["landlock"], "enforced", "{r}");
     let journal = text(&d.berth(&["journal", &id]).stdout);
     assert!(journal.contains("hibernate") && journal.contains("wake"), "{journal}");
     // Its time asleep is metered as such.

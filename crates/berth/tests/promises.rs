@@ -1,6 +1,6 @@
 //! Behaviours the documents promise of daemon sandboxes, each checked on its own: clocks (TTL, idle) that run
-//! while a sandbox is stopped or the daemon is down, limits on sandboxes the daemon made, what `stop` ends,
-//! and the bounds on what a session token may make.
+//! while a sandbox is stopped or the daemon is down, limits (memory, processes, CPU) and landlock on sandboxes
+//! the daemon made, what `stop` ends, and the bounds on what a session token may make.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -113,6 +113,15 @@ fn a_running_shell_keeps_a_sandbox_from_being_idle_and_stop_ends_execs_and_shell
     );
 }
 
+/// The `exit` frame of `berth exec --json`'s output (its result).
+fn exit_frame(out: &std::process::Output) -> Value {
+    text(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|f| f["type"] == "exit")
+        .unwrap_or_else(|| panic!("no exit frame in {} {}", text(&out.stdout), text(&out.stderr)))
+}
+
 #[test]
 fn memory_and_pids_limits_hold_on_daemon_sandboxes() {
     let d = Daemon::start();
@@ -120,7 +129,16 @@ fn memory_and_pids_limits_hold_on_daemon_sandboxes() {
     let hog = d.berth(&["exec", &id, "--json", "--", "python3", "-c", "x = bytearray(512 << 20); print('survived')"]);
     assert_eq!(hog.status.code(), Some(137), "{} {}", text(&hog.stdout), text(&hog.stderr));
     assert!(!text(&hog.stdout).contains("survived"));
+    let result = exit_frame(&hog);
+    assert_eq!((&result["exit_code"], &result["oom_killed"]), (&Value::from(137), &Value::from(true)), "{result}");
     assert!(d.ids().contains(&id), "the sandbox outlives the process the limit killed");
+    // The flag is the exec's own: the next one, in the same sandbox, was not killed.
+    let fine = exit_frame(&d.berth(&["exec", &id, "--json", "--", "true"]));
+    assert_eq!((&fine["exit_code"], &fine["oom_killed"]), (&Value::from(0), &Value::from(false)), "{fine}");
+    let listed = d.execs(&id);
+    let hog_id = result["exec_id"].as_str().unwrap();
+    let hog_info = listed.iter().find(|e| e["exec_id"] == hog_id).expect("the hog is in the execs list");
+    assert_eq!(hog_info["result"]["oom_killed"], true, "the list keeps it too: {hog_info}");
 
     let out = d.berth(&["exec", &id, "--", "python3", "-c", common::FORK_BOMB]);
     let counts: Vec<u32> = text(&out.stdout).split_whitespace().filter_map(|n| n.parse().ok()).collect();
@@ -162,4 +180,51 @@ fn a_session_token_makes_at_most_eight_sandboxes_and_a_childs_token_makes_none()
     let rm = d.berth(&["rm", &owner]);
     assert!(rm.status.success(), "{}", text(&rm.stderr));
     assert!(d.ids().is_empty(), "the children go with their owner: {:?}", d.ids());
+}
+
+#[test]
+fn cpu_limit_holds_on_daemon_sandboxes() {
+    let d = Daemon::start();
+    // The same two-second spin in a sandbox with a twentieth of a core and in one without a limit, each
+    // measuring the CPU time it burned itself. Relative, not against a fixed figure: limited, the spin should
+    // burn a twentieth of what the free one does (less on a busy host, where the free one gets less), and must
+    // burn less than half of it.
+    const SPIN: &str = "import time\nend = time.monotonic() + 2\nwhile time.monotonic() < end:\n    pass\n\
+                        print(int(time.process_time() * 1000))";
+    let burned = |id: &str| {
+        let out = d.berth(&["exec", id, "--", "python3", "-c", SPIN]);
+        assert!(out.status.success(), "{} {}", text(&out.stdout), text(&out.stderr));
+        text(&out.stdout).trim().parse::<u64>().unwrap()
+    };
+    let limited_id = d.create(&["--cpus", "0.05"]);
+    let free_id = d.create(&[]);
+    let free = burned(&free_id);
+    let limited = burned(&limited_id);
+    assert!(free > 0, "the unlimited spin burned no CPU");
+    assert!(limited * 2 < free, "limited to 0.05 cores the spin burned {limited} ms, unlimited {free} ms");
+}
+
+#[test]
+fn daemon_sandboxes_show_their_landlock_status_and_are_under_its_rules() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    // This host's kernel has landlock ABI 6 or later: every rule of berth's set is enforced, as berth info says
+    // and the sandbox's record shows.
+    let info: Value = serde_json::from_slice(&d.berth(&["--root", d.root().to_str().unwrap(), "info"]).stdout).unwrap();
+    assert!(info["landlock_abi"].as_i64().unwrap() >= 6, "{info}");
+    assert_eq!(info["sandbox_landlock"], "enforced", "{info}");
+    let record: Value = serde_json::from_slice(&d.berth(&["inspect", &id, "--json"]).stdout).unwrap();
+    assert_eq!(record["landlock"], "enforced", "{record}");
+    let (status, body) = d.http("GET", &format!("/v1/sandboxes/{id}"), "");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["landlock"], "enforced", "{body}");
+
+    // And they are applied: root inside may not make a device node. The user namespace alone refuses that
+    // with EPERM ("Operation not permitted"); landlock refuses it first, with EACCES ("Permission denied").
+    let out = d.berth(&["exec", &id, "--", "sh", "-c", "id -u; mknod /tmp/x c 1 3"]);
+    assert_eq!(out.status.code(), Some(1), "{} {}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(text(&out.stdout), "0\n", "the command runs as the sandbox's root");
+    assert_eq!(text(&out.stderr).trim(), "mknod: /tmp/x: Permission denied");
+    let made = d.berth(&["exec", &id, "--", "test", "-e", "/tmp/x"]);
+    assert_eq!(made.status.code(), Some(1), "no node was made: {}", text(&made.stderr));
 }

@@ -59,6 +59,7 @@ fn json_summary_reports_the_run() {
     assert_eq!(j["signal"], Value::Null);
     assert_eq!(j["timed_out"], false);
     assert_eq!(j["oom_killed"], false);
+    assert_eq!(j["landlock"], "enforced", "this host's kernel has landlock ABI 6 or later: {j}");
     for key in ["duration_ms", "cpu_ms", "peak_memory_bytes"] {
         assert!(j[key].is_u64(), "{key} in {j}");
     }

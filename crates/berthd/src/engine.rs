@@ -238,6 +238,11 @@ impl Engine {
         young_left
     }
 
+    /// Start counting the OOM kills of a command of sandbox `sid` whose own cgroup is `own`.
+    fn oom_count(&self, sid: &str, own: Option<&berth_runtime::cgroup::Cgroup>) -> Option<crate::launch::OomCount> {
+        crate::launch::OomCount::start(self.cgroups.as_ref()?.open(sid), own?)
+    }
+
     async fn live(&self, id_or_name: &str) -> Result<Arc<Live>, EngineError> {
         let all = self.sandboxes.lock().await;
         if let Some(l) = all.get(id_or_name) {
@@ -448,6 +453,13 @@ impl Engine {
         let exec_id = format!("x{n}");
         let logs = self.root.join("logs").join(&sid);
         tokio::fs::create_dir_all(&logs).await.map_err(EngineError::Log)?;
+        let cgroup = match &self.cgroups {
+            Some(h) => {
+                Some(h.open(&sid).child(&exec_id).map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?)
+            }
+            None => None,
+        };
+        let oom = self.oom_count(&sid, cgroup.as_ref());
         let plan = ExecPlan {
             exec_id: exec_id.clone(),
             argv: req.argv.clone(),
@@ -460,12 +472,8 @@ impl Engine {
             stdin: req.stdin.clone(),
             redactor: live.redactor.clone().filter(|r| !r.is_empty()),
             pause: Some(Arc::clone(&live.pause)),
-            cgroup: match &self.cgroups {
-                Some(h) => Some(
-                    h.open(&sid).child(&exec_id).map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?,
-                ),
-                None => None,
-            },
+            cgroup,
+            oom,
         };
         let log_path = plan.log.clone();
         let env_names: Vec<&String> = live.env.keys().chain(req.env.keys()).collect();

@@ -41,6 +41,8 @@ pub struct ExecPlan {
     /// The exec's own cgroup (inside the sandbox's): its whole tree, whatever sessions or process groups
     /// it makes, is killed through it.
     pub cgroup: Option<Cgroup>,
+    /// Where its tree's OOM kills are counted.
+    pub oom: Option<launch::OomCount>,
     /// Data for the command's stdin (closed after it); `None`: stdin is /dev/null.
     pub stdin: Option<String>,
     /// The sandbox's secrets, replaced in the output before it goes anywhere (client and log alike).
@@ -149,6 +151,7 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
         timeout: plan.timeout,
         pause: plan.pause,
         cgroup: plan.cgroup,
+        oom: plan.oom,
         client: Some(frames_tx),
         started_at,
     };
@@ -190,6 +193,7 @@ pub(crate) struct Pump {
     pub timeout: Option<Duration>,
     pub pause: Option<Arc<crate::engine::pause::PauseClock>>,
     pub cgroup: Option<Cgroup>,
+    pub oom: Option<launch::OomCount>,
     /// The client the frames stream to; gone once it stops listening (and for a detached exec).
     pub client: Option<mpsc::Sender<ExecFrame>>,
     pub started_at: Instant,
@@ -377,6 +381,7 @@ impl Pump {
             bytes_dropped: dropped,
             output_bytes: self.total,
             log_bytes_dropped,
+            oom_killed: launch::OomCount::killed(self.oom.as_ref()),
             error: None,
         };
         if let Some(tx) = self.client.take() {

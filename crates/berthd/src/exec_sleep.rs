@@ -78,6 +78,8 @@ pub struct Wake {
     pub redactor: Option<berth_secrets::Redactor>,
     pub pause: Arc<crate::engine::pause::PauseClock>,
     pub cgroup: Option<Cgroup>,
+    /// Where its tree's OOM kills are counted from the wake on.
+    pub oom: Option<crate::launch::OomCount>,
 }
 
 /// Pump an exec again after the wake of its sandbox; returns the line to its supervisor.
@@ -111,6 +113,7 @@ pub async fn resume(
         timeout: saved.timeout_left_ms.map(Duration::from_millis),
         pause: Some(wake.pause),
         cgroup: wake.cgroup,
+        oom: wake.oom,
         client: None,
         started_at: Instant::now().checked_sub(ran).unwrap_or_else(Instant::now),
     };

@@ -114,6 +114,32 @@ pub async fn release_cgroup(cgroup: Option<Cgroup>, killed: bool) {
     }
 }
 
+/// Where the kernel's OOM kills of one command's tree are counted, and the count when it started. On cgroup v1
+/// its own cgroup has the memory controller and the kernel counts a kill in the cgroup of the process killed.
+/// On v2 a sandbox's child cgroups have none (init lives in the sandbox's own cgroup, and v2 enables
+/// controllers for children only of cgroups without processes): a kill in the sandbox while the command ran
+/// is taken as the command's.
+#[derive(Clone)]
+pub struct OomCount {
+    cgroup: Cgroup,
+    before: u64,
+}
+
+impl OomCount {
+    /// Start counting for a command whose own cgroup is `own`, in the sandbox whose cgroup is `sandbox`.
+    pub fn start(sandbox: Cgroup, own: &Cgroup) -> Option<OomCount> {
+        match own.oom_kills() {
+            Ok(before) => Some(OomCount { cgroup: own.clone(), before }),
+            Err(_) => sandbox.oom_kills().ok().map(|before| OomCount { cgroup: sandbox, before }),
+        }
+    }
+
+    /// Whether the OOM killer killed a process of the command since it started (false when not counted).
+    pub fn killed(count: Option<&OomCount>) -> bool {
+        count.is_some_and(|c| c.cgroup.oom_kills().is_ok_and(|n| n > c.before))
+    }
+}
+
 /// Exit code in the shell's manner for how a command ended: its own code, 128 + a signal, or 125.
 pub fn exit_code(code: Option<i32>, signal: Option<i32>) -> i32 {
     match (code, signal) {

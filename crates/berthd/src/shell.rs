@@ -234,6 +234,7 @@ fn result(
         bytes_dropped: 0,
         output_bytes,
         log_bytes_dropped,
+        oom_killed: launch::OomCount::killed(x.oom.as_ref()),
         error,
     }
 }

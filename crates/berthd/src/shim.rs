@@ -268,6 +268,7 @@ impl Held {
         std::fs::create_dir_all(shims_dir(&self.root)).map_err(|e| e.to_string())?;
         std::fs::rename(&self.socket, &to).map_err(|e| format!("move the shim's socket: {e}"))?;
         record.pid = Some(sandbox.pid());
+        record.landlock = Some(sandbox.landlock().to_string());
         record.state = berth_api::SandboxState::Running;
         (self.record, self.env, self.authority, self.socket, self.pooled) = (record, env, authority, to, false);
         Ok(self.record.clone())
@@ -410,6 +411,7 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
     let mut record = start.record.clone();
     record.id = sandbox.id().to_string();
     record.pid = Some(sandbox.pid());
+    record.landlock = Some(sandbox.landlock().to_string());
     record.state = berth_api::SandboxState::Running;
     Ok((sandbox, record))
 }

@@ -164,6 +164,7 @@ class SandboxInfo(Model):
     cpus: Optional[float] = None
     labels: dict[str, str] = field(default_factory=dict)
     pid: Optional[int] = None
+    landlock: Optional[str] = None
     persistent: bool = False
     disk_bytes: Optional[int] = None
     parent: Optional[str] = None
@@ -220,6 +221,7 @@ class ExecResult(Model):
     bytes_dropped: int = 0
     output_bytes: int = 0
     log_bytes_dropped: int = 0
+    oom_killed: bool = False
     error: Optional[str] = None
 
 

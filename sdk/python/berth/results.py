@@ -30,6 +30,7 @@ class CommandResult:
     bytes_dropped: int = 0
     output_bytes: int = 0
     log_bytes_dropped: int = 0
+    oom_killed: bool = False
     error: Optional[str] = None
 
     @property
@@ -71,6 +72,7 @@ class CommandResult:
             bytes_dropped=result.bytes_dropped,
             output_bytes=result.output_bytes,
             log_bytes_dropped=result.log_bytes_dropped,
+            oom_killed=result.oom_killed,
             error=result.error,
         )
 

@@ -26,6 +26,7 @@ fn result_sample() -> ExecResult {
         bytes_dropped: 4096,
         output_bytes: 70000,
         log_bytes_dropped: 2048,
+        oom_killed: true,
         error: Some("cannot run sh: no such file".into()),
     }
 }
@@ -146,6 +147,7 @@ pub(super) fn sandbox_sample() -> Sandbox {
         cpus: Some(1.5),
         labels: map(&[("team", "core")]),
         pid: Some(31337),
+        landlock: Some("enforced".into()),
         persistent: true,
         disk_bytes: Some(1 << 30),
         parent: Some("fedcba987654".into()),
@@ -328,6 +330,7 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
         cpus: None,
         labels: BTreeMap::new(),
         pid: None,
+        landlock: None,
         persistent: false,
         disk_bytes: None,
         parent: None,
@@ -345,6 +348,7 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
         bytes_dropped: 0,
         output_bytes: 0,
         log_bytes_dropped: 0,
+        oom_killed: false,
         error: None,
     };
     let info =

@@ -141,6 +141,7 @@ fn v1_comounted_cpu_cpuacct_is_made_once() {
     fs::write(at("memory").join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n").unwrap();
     let usage = cg.usage().unwrap();
     assert_eq!((usage.cpu_ns, usage.oom_kills), (123_456_789, 2));
+    assert_eq!(cg.oom_kills().unwrap(), 2);
     fs::write(
         at("memory").join("memory.usage_in_bytes"),
         "4096

@@ -134,6 +134,16 @@ impl Cgroup {
         }
     }
 
+    /// How many of its processes the kernel's OOM killer has killed (one file read; 0 when the kernel does not
+    /// count them).
+    pub fn oom_kills(&self) -> Result<u64, CgroupError> {
+        match &self.kind {
+            Kind::V1(dirs) => v1::oom_kills(dirs),
+            Kind::V2(dir) => v2::oom_kills(dir),
+            Kind::Invalid { .. } => self.check().map(|()| 0),
+        }
+    }
+
     /// CPU time, memory and peak memory only: what metering samples.
     pub fn counters(&self) -> Result<Counters, CgroupError> {
         match &self.kind {

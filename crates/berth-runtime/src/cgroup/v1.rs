@@ -123,6 +123,12 @@ pub(crate) fn usage(dirs: &Dirs) -> Result<Usage, CgroupError> {
     })
 }
 
+pub(crate) fn oom_kills(dirs: &Dirs) -> Result<u64, CgroupError> {
+    // Counted in the cgroup of the process killed (v1 does not add them to the parents').
+    let oom_control = fsio::read(&dirs.memory.join("memory.oom_control"))?;
+    Ok(fsio::keyed(&oom_control, "oom_kill").unwrap_or(0))
+}
+
 pub(crate) fn counters(dirs: &Dirs) -> Result<Counters, CgroupError> {
     Ok(Counters {
         cpu_ns: fsio::read_u64(&dirs.cpuacct.join("cpuacct.usage"))?,

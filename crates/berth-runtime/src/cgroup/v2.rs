@@ -103,6 +103,11 @@ pub(crate) fn usage(dir: &Path) -> Result<Usage, CgroupError> {
     })
 }
 
+pub(crate) fn oom_kills(dir: &Path) -> Result<u64, CgroupError> {
+    // Counted in the cgroup of the process killed and in each above it.
+    Ok(fsio::keyed(&fsio::read(&dir.join("memory.events"))?, "oom_kill").unwrap_or(0))
+}
+
 pub(crate) fn counters(dir: &Path) -> Result<Counters, CgroupError> {
     Ok(Counters {
         cpu_ns: fsio::read_keyed(&dir.join("cpu.stat"), "usage_usec")?.saturating_mul(1000),
@@ -230,6 +235,7 @@ mod tests {
         let usage = usage(&dir).unwrap();
         let expected = Usage { cpu_ns: 2_500_000, memory_bytes: 8192, peak_memory_bytes: 16384, oom_kills: 1, pids: 3 };
         assert_eq!(usage, expected);
+        assert_eq!(oom_kills(&dir).unwrap(), 1);
 
         assert_eq!(
             counters(&dir).unwrap(),

@@ -34,6 +34,8 @@ pub fn info(root: &Path, socket: &Path) -> anyhow::Result<i32> {
         "cgroups": cgroups,
         "landlock_abi": landlock,
         "isolation": isolation(),
+        // What each sandbox's rules get from that ABI (each sandbox's record says what its init reported).
+        "sandbox_landlock": berth_sys::landlock::sandbox_status().as_str(),
         "storage": storage,
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
         "bounds_from": bounds_from,

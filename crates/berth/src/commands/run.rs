@@ -32,6 +32,8 @@ struct Summary {
     timed_out: bool,
     /// The boundary it ran behind: `namespaces` or `gvisor`.
     isolation: &'static str,
+    /// What the sandbox's init said of its landlock rules: `enforced`, `partial` or `unavailable`.
+    landlock: String,
 }
 
 /// How the command ended.
@@ -68,6 +70,7 @@ pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
     };
     let sandbox = runtime.create(&spec).context("cannot create the sandbox")?;
     let id = sandbox.id().to_string();
+    let landlock = sandbox.landlock().to_string();
     let started = Instant::now();
     let outcome = supervise(&sandbox, &args, sigfd.as_fd());
     let duration = started.elapsed();
@@ -114,6 +117,7 @@ pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
             oom_killed: usage.oom_kills > 0,
             timed_out,
             isolation: args.isolation.name(),
+            landlock,
         };
         println!("{}", serde_json::to_string(&summary)?);
     }

@@ -29,6 +29,8 @@ pub struct AttachedExec {
     pub events: mpsc::UnboundedReceiver<Event>,
     pub outcome: Outcome,
     pub cgroup: Option<Cgroup>,
+    /// Where its tree's OOM kills are counted.
+    pub oom: Option<launch::OomCount>,
     /// Where its output goes, for `berth logs`.
     pub log: PathBuf,
     /// Most bytes of output its log keeps (head and tail, a marker between).
@@ -77,6 +79,7 @@ impl Engine {
             }
             None => None,
         };
+        let oom = self.oom_count(&sid, cgroup.as_ref());
         let started_at = std::time::Instant::now();
         let cmd = launch::Command { argv: &argv, env: &env_list, cwd: &workdir, tty };
         let attached = Attached { stdin: true, stdout: true, stderr: true };
@@ -122,6 +125,7 @@ impl Engine {
             events: launched.events,
             outcome: launched.outcome,
             cgroup,
+            oom,
             log,
             max_log: self.bounds.max_log_bytes,
             kill,

@@ -216,6 +216,7 @@ impl Engine {
             cpus: req.cpus,
             labels: req.labels.clone(),
             pid: None,
+            landlock: None,
             persistent: req.persistent,
             disk_bytes: req.disk_bytes,
             parent,

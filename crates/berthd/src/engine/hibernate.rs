@@ -73,6 +73,7 @@ impl Engine {
             let mut record = live.record.lock().await.clone();
             record.state = SandboxState::Hibernated;
             record.pid = None;
+            record.landlock = None;
             record.paused_at_ms = None;
             record.hibernated_at_ms = Some(now_ms());
             let _ = self.store.sandbox_live(&record);

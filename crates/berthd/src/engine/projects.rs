@@ -267,6 +267,7 @@ impl Engine {
         let mut record = live.record.lock().await.clone();
         record.state = SandboxState::Stopped;
         record.pid = None;
+        record.landlock = None;
         self.store.sandbox_live(&record)?;
         self.events.emit(sid, EventKind::Stopped, None, None);
         Ok(record)

@@ -85,6 +85,7 @@ impl Engine {
             (spec, Some(mut record)) if record.persistent || spec.as_ref().is_some_and(|s| s.persistent) => {
                 record.state = SandboxState::Stopped;
                 record.pid = None;
+                record.landlock = None;
                 let _ = self.store.sandbox_live(&record);
                 if let Ok(mut j) = Journal::open(&journal_path(&self.root, id)) {
                     let _ = j.append("local", "stopped", serde_json::json!({}), serde_json::json!({"reason": why}));

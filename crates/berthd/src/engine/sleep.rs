@@ -202,12 +202,14 @@ impl Engine {
                 Keeper { done, done_rx, kill, kill_rx }
             });
             let cgroup = self.cgroups.as_ref().and_then(|h| h.open(sid).child(&saved.exec_id).ok());
+            let oom = self.oom_count(sid, cgroup.as_ref());
             let wake = exec_sleep::Wake {
                 session: Arc::clone(&live.session),
                 pipes,
                 redactor: live.redactor.clone().filter(|r| !r.is_empty()),
                 pause: Arc::clone(&live.pause),
                 cgroup: cgroup.clone(),
+                oom,
             };
             let resumed = exec_sleep::resume(&saved, &state, wake, keeper.done.clone(), keeper.kill_rx).await;
             let park = match resumed {
