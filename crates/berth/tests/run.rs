@@ -19,52 +19,55 @@ fn assert_gone(id: &str) {
     assert!(left.is_empty(), "cgroups left for {id}: {left:?}");
 }
 
-#[test]
-fn exit_codes_follow_the_command() {
-    let b = Berth::new();
-    assert_eq!(b.run(&[], &["true"]).status.code(), Some(0));
-    assert_eq!(b.run(&[], &["sh", "-c", "exit 3"]).status.code(), Some(3));
-    assert_eq!(b.run(&[], &["sh", "-c", "kill -TERM $$"]).status.code(), Some(143));
-    assert_eq!(b.run(&[], &["sh", "-c", "kill -KILL $$"]).status.code(), Some(137));
-    let missing = b.run(&[], &["no-such-command-anywhere"]);
-    assert_eq!(missing.status.code(), Some(127));
-    assert!(text(&missing.stderr).contains("not found"), "{}", text(&missing.stderr));
-    let not_exec = b.run(&[], &["/etc/passwd"]);
-    assert_eq!(not_exec.status.code(), Some(126), "{}", text(&not_exec.stderr));
-}
-
-#[test]
-fn stdout_and_stderr_stay_apart_and_stdin_flows_in() {
-    let b = Berth::new();
-    let out = b.run(&[], &["sh", "-c", "echo out; echo err >&2; echo out2"]);
-    assert_eq!(text(&out.stdout), "out\nout2\n");
-    assert_eq!(text(&out.stderr), "err\n");
-
-    let mut child =
-        b.cmd(&["run", "--", "tr", "a-z", "A-Z"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(b"hello sandbox\n").unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(text(&out.stdout), "HELLO SANDBOX\n");
-}
-
-#[test]
-fn json_summary_reports_the_run() {
-    let b = Berth::new();
-    let out = b.run(&["--json"], &["sh", "-c", "echo hi; exit 7"]);
-    assert_eq!(out.status.code(), Some(7));
-    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
-    assert_eq!(lines[0], "hi");
-    let j = json_of(&out);
-    assert_eq!(j["exit_code"], 7);
-    assert_eq!(j["signal"], Value::Null);
-    assert_eq!(j["timed_out"], false);
-    assert_eq!(j["oom_killed"], false);
-    assert_eq!(j["landlock"], "enforced", "this host's kernel has landlock ABI 6 or later: {j}");
-    for key in ["duration_ms", "cpu_ms", "peak_memory_bytes"] {
-        assert!(j[key].is_u64(), "{key} in {j}");
+on_each_isolation! {
+    fn exit_codes_follow_the_command(b) {
+        assert_eq!(b.run(&[], &["true"]).status.code(), Some(0));
+        assert_eq!(b.run(&[], &["sh", "-c", "exit 3"]).status.code(), Some(3));
+        assert_eq!(b.run(&[], &["sh", "-c", "kill -TERM $$"]).status.code(), Some(143));
+        assert_eq!(b.run(&[], &["sh", "-c", "kill -KILL $$"]).status.code(), Some(137));
+        let missing = b.run(&[], &["no-such-command-anywhere"]);
+        assert_eq!(missing.status.code(), Some(127));
+        assert!(text(&missing.stderr).contains("not found"), "{}", text(&missing.stderr));
+        let not_exec = b.run(&[], &["/etc/passwd"]);
+        assert_eq!(not_exec.status.code(), Some(126), "{}", text(&not_exec.stderr));
     }
-    assert!(j["peak_memory_bytes"].as_u64().unwrap() > 0);
-    assert_gone(j["id"].as_str().unwrap());
+}
+
+on_each_isolation! {
+    fn stdout_and_stderr_stay_apart_and_stdin_flows_in(b) {
+        let out = b.run(&[], &["sh", "-c", "echo out; echo err >&2; echo out2"]);
+        assert_eq!(text(&out.stdout), "out\nout2\n");
+        assert_eq!(text(&out.stderr), "err\n");
+
+        let mut child =
+            b.run_cmd(&[], &["tr", "a-z", "A-Z"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(b"hello sandbox\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(text(&out.stdout), "HELLO SANDBOX\n");
+    }
+}
+
+on_each_isolation! {
+    fn json_summary_reports_the_run(b) {
+        let out = b.run(&["--json"], &["sh", "-c", "echo hi; exit 7"]);
+        assert_eq!(out.status.code(), Some(7));
+        let lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+        assert_eq!(lines[0], "hi");
+        let j = json_of(&out);
+        assert_eq!(j["exit_code"], 7);
+        assert_eq!(j["signal"], Value::Null);
+        assert_eq!(j["timed_out"], false);
+        assert_eq!(j["oom_killed"], false);
+        // This host's kernel has landlock ABI 6 or later; gVisor's kernel has no landlock.
+        let landlock = if b.gvisor() { "unavailable" } else { "enforced" };
+        assert_eq!(j["landlock"], landlock, "{j}");
+        assert_eq!(j["isolation"], b.isolation);
+        for key in ["duration_ms", "cpu_ms", "peak_memory_bytes"] {
+            assert!(j[key].is_u64(), "{key} in {j}");
+        }
+        assert!(j["peak_memory_bytes"].as_u64().unwrap() > 0);
+        assert_gone(j["id"].as_str().unwrap());
+    }
 }
 
 #[test]
@@ -95,111 +98,112 @@ fn bad_options_fail_with_one_sentence_and_125() {
     assert_eq!(out.status.code(), Some(125));
 }
 
-#[test]
-fn memory_limit_oom_kills_a_hog() {
-    let b = Berth::new();
-    let out = b.run(&["--memory", "64M", "--json"], &["python3", "-c", "x = bytearray(512 << 20); print('survived')"]);
-    let j = json_of(&out);
-    assert_eq!(j["oom_killed"], true, "{j} {}", text(&out.stderr));
-    assert_eq!(out.status.code(), Some(137));
-    assert!(!text(&out.stdout).contains("survived"));
-}
-
-#[test]
-fn pids_limit_stops_a_fork_bomb() {
-    let b = Berth::new();
-    // A bounded bomb: try to start 200 sleepers; at most the limit can exist at once.
-    let out = b.run(&["--pids", "32"], &["python3", "-c", common::FORK_BOMB]);
-    let counts: Vec<u32> = text(&out.stdout).split_whitespace().filter_map(|n| n.parse().ok()).collect();
-    assert_eq!(counts.len(), 2, "{} {}", text(&out.stdout), text(&out.stderr));
-    assert!(counts[0] < 200, "every fork succeeded despite the limit");
-    assert!(counts[1] <= 32, "{} processes with a limit of 32", counts[1]);
-    assert!(counts[0] >= 10, "the bomb should have filled the limit, started {}", counts[0]);
-}
-
-#[test]
-fn cpu_limit_throttles() {
-    let b = Berth::new();
-    // The same spin with and without a twentieth of a core, measured here rather than against a fixed figure: the
-    // limited one should burn a twentieth of what the free one does (less on a busy host, where the free one
-    // gets less), and must burn less than half of it.
-    let spin = ["timeout", "2", "sh", "-c", "while :; do :; done"];
-    let free = json_of(&b.run(&["--json"], &spin))["cpu_ms"].as_u64().unwrap();
-    let limited = json_of(&b.run(&["--cpus", "0.05", "--json"], &spin))["cpu_ms"].as_u64().unwrap();
-    assert!(free > 0, "the unlimited spin burned no CPU");
-    assert!(limited * 2 < free, "limited to 0.05 cores the spin burned {limited} ms, unlimited {free} ms");
-}
-
-#[test]
-fn timeout_kills_the_whole_tree_even_when_it_ignores_sigterm() {
-    let b = Berth::new();
-    let (a, b2) =
-        (format!("sleep {}", 7000 + std::process::id() % 1000), format!("sleep {}", 8000 + std::process::id() % 1000));
-    let script = format!("sh -c 'trap \"\" TERM; {a}' & sh -c 'trap \"\" TERM; {b2} & wait' & echo started; wait");
-    let out = b.run(&["--timeout", "1s", "--json"], &["sh", "-c", &script]);
-    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
-    let j = json_of(&out);
-    assert_eq!(j["timed_out"], true);
-    assert!(text(&out.stderr).contains("timed out"));
-    assert!(common::host_processes_with(&a).is_empty());
-    assert!(common::host_processes_with(&b2).is_empty());
-    assert_gone(j["id"].as_str().unwrap());
-}
-
-#[test]
-fn root_inside_writes_usr_and_etc_but_the_host_sees_nothing() {
-    let b = Berth::new();
-    let marker = format!("berth-test-{}", std::process::id());
-    let script = format!(
-        "set -e; echo '#!/bin/sh' > /usr/local/bin/{marker}; chmod +x /usr/local/bin/{marker}; \
-         echo '10.9.8.7 {marker}' >> /etc/hosts; mkdir -p /usr/lib/{marker}; touch /opt/{marker}; \
-         id -u; stat -c %U /etc/passwd; {marker} && echo ran"
-    );
-    let out = b.run(&[], &["sh", "-c", &script]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "0\nroot\nran\n");
-    assert!(!std::path::Path::new(&format!("/usr/local/bin/{marker}")).exists());
-    assert!(!std::path::Path::new(&format!("/usr/lib/{marker}")).exists());
-    assert!(!std::path::Path::new(&format!("/opt/{marker}")).exists());
-    assert!(!std::fs::read_to_string("/etc/hosts").unwrap().contains(&marker));
-    // The next sandbox starts clean.
-    let again = b.run(&[], &["sh", "-c", &format!("test -e /usr/local/bin/{marker} && echo leaked || echo clean")]);
-    assert_eq!(text(&again.stdout), "clean\n");
-}
-
-#[test]
-fn host_files_outside_the_image_are_invisible() {
-    let b = Berth::new();
-    let secret = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(secret.path(), "host secret").unwrap();
-    let secret_path = secret.path().display().to_string();
-    let root_path = b.root.path().display().to_string();
-    let report = b.probe(
-        &[],
-        &[
-            "--read",
-            &secret_path,
-            "--read",
-            "/etc/shadow",
-            "--read",
-            &root_path,
-            "--read",
-            "/proc/1/exe",
-            "--read",
-            "/proc/kcore",
-        ],
-    );
-    assert_ne!(report["read"][&secret_path], "ok");
-    assert_ne!(report["read"][&root_path], "ok");
-    assert_ne!(report["read"]["/proc/1/exe"], "ok", "init's binary must not be reachable through /proc");
-    let kcore = std::fs::metadata("/proc/kcore").is_ok();
-    if kcore {
-        assert_ne!(report["read"]["/proc/kcore"].as_str().unwrap_or_default(), "ok");
+on_each_isolation! {
+    fn memory_limit_oom_kills_a_hog(b) {
+        let out = b.run(&["--memory", "64M", "--json"], &["python3", "-c", "x = bytearray(512 << 20); print('survived')"]);
+        let j = json_of(&out);
+        assert_eq!(j["oom_killed"], true, "{j} {}", text(&out.stderr));
+        assert_eq!(out.status.code(), Some(137));
+        assert!(!text(&out.stdout).contains("survived"));
     }
-    let shadow = b.run(&[], &["cat", "/etc/shadow"]);
-    assert!(!text(&shadow.stdout).contains("$"), "the host's password hashes must not be visible");
-    let mounts = report["mounts"].as_array().unwrap();
-    assert!(!mounts.iter().any(|m| m.as_str().unwrap().starts_with("/home")), "{mounts:?}");
+}
+
+on_each_isolation! {
+    fn pids_limit_stops_a_fork_bomb(b) {
+        // A bounded bomb: try to start 200 sleepers; at most the limit can exist at once.
+        let out = b.run(&["--pids", "32"], &["python3", "-c", common::FORK_BOMB]);
+        let counts: Vec<u32> = text(&out.stdout).split_whitespace().filter_map(|n| n.parse().ok()).collect();
+        assert_eq!(counts.len(), 2, "{} {}", text(&out.stdout), text(&out.stderr));
+        assert!(counts[0] < 200, "every fork succeeded despite the limit");
+        assert!(counts[1] <= 32, "{} processes with a limit of 32", counts[1]);
+        assert!(counts[0] >= 10, "the bomb should have filled the limit, started {}", counts[0]);
+    }
+}
+
+on_each_isolation! {
+    fn cpu_limit_throttles(b) {
+        // The same spin with and without a twentieth of a core, measured here rather than against a fixed figure: the
+        // limited one should burn a twentieth of what the free one does (less on a busy host, where the free one
+        // gets less), and must burn less than half of it.
+        let spin = ["timeout", "2", "sh", "-c", "while :; do :; done"];
+        let free = json_of(&b.run(&["--json"], &spin))["cpu_ms"].as_u64().unwrap();
+        let limited = json_of(&b.run(&["--cpus", "0.05", "--json"], &spin))["cpu_ms"].as_u64().unwrap();
+        assert!(free > 0, "the unlimited spin burned no CPU");
+        assert!(limited * 2 < free, "limited to 0.05 cores the spin burned {limited} ms, unlimited {free} ms");
+    }
+}
+
+on_each_isolation! {
+    fn timeout_kills_the_whole_tree_even_when_it_ignores_sigterm(b) {
+        // Sleeps of their own (both isolations' runs of this test share a process id).
+        let base = std::process::id() % 1000 + if b.gvisor() { 10_000 } else { 0 };
+        let (a, b2) = (format!("sleep {}", 7000 + base), format!("sleep {}", 8000 + base));
+        let script = format!("sh -c 'trap \"\" TERM; {a}' & sh -c 'trap \"\" TERM; {b2} & wait' & echo started; wait");
+        let out = b.run(&["--timeout", "1s", "--json"], &["sh", "-c", &script]);
+        assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+        let j = json_of(&out);
+        assert_eq!(j["timed_out"], true);
+        assert!(text(&out.stderr).contains("timed out"));
+        assert!(common::host_processes_with(&a).is_empty());
+        assert!(common::host_processes_with(&b2).is_empty());
+        assert_gone(j["id"].as_str().unwrap());
+    }
+}
+
+on_each_isolation! {
+    fn root_inside_writes_usr_and_etc_but_the_host_sees_nothing(b) {
+        let marker = format!("berth-test-{}", std::process::id());
+        let script = format!(
+            "set -e; echo '#!/bin/sh' > /usr/local/bin/{marker}; chmod +x /usr/local/bin/{marker}; \
+             echo '10.9.8.7 {marker}' >> /etc/hosts; mkdir -p /usr/lib/{marker}; touch /opt/{marker}; \
+             id -u; stat -c %U /etc/passwd; {marker} && echo ran"
+        );
+        let out = b.run(&[], &["sh", "-c", &script]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "0\nroot\nran\n");
+        assert!(!std::path::Path::new(&format!("/usr/local/bin/{marker}")).exists());
+        assert!(!std::path::Path::new(&format!("/usr/lib/{marker}")).exists());
+        assert!(!std::path::Path::new(&format!("/opt/{marker}")).exists());
+        assert!(!std::fs::read_to_string("/etc/hosts").unwrap().contains(&marker));
+        // The next sandbox starts clean.
+        let again = b.run(&[], &["sh", "-c", &format!("test -e /usr/local/bin/{marker} && echo leaked || echo clean")]);
+        assert_eq!(text(&again.stdout), "clean\n");
+    }
+}
+
+on_each_isolation! {
+    fn host_files_outside_the_image_are_invisible(b) {
+        let secret = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(secret.path(), "host secret").unwrap();
+        let secret_path = secret.path().display().to_string();
+        let root_path = b.root.path().display().to_string();
+        let report = b.probe(
+            &[],
+            &[
+                "--read",
+                &secret_path,
+                "--read",
+                "/etc/shadow",
+                "--read",
+                &root_path,
+                "--read",
+                "/proc/1/exe",
+                "--read",
+                "/proc/kcore",
+            ],
+        );
+        assert_ne!(report["read"][&secret_path], "ok");
+        assert_ne!(report["read"][&root_path], "ok");
+        assert_ne!(report["read"]["/proc/1/exe"], "ok", "init's binary must not be reachable through /proc");
+        let kcore = std::fs::metadata("/proc/kcore").is_ok();
+        if kcore {
+            assert_ne!(report["read"]["/proc/kcore"].as_str().unwrap_or_default(), "ok");
+        }
+        let shadow = b.run(&[], &["cat", "/etc/shadow"]);
+        assert!(!text(&shadow.stdout).contains("$"), "the host's password hashes must not be visible");
+        let mounts = report["mounts"].as_array().unwrap();
+        assert!(!mounts.iter().any(|m| m.as_str().unwrap().starts_with("/home")), "{mounts:?}");
+    }
 }
 
 #[test]
@@ -216,16 +220,16 @@ fn pid_1_is_berth_init_and_the_command_is_not_host_root() {
     assert_ne!(r["cap_bnd"], "000001ffffffffff", "the bounding set must be trimmed");
 }
 
-#[test]
-fn the_only_interface_is_lo_and_host_loopback_is_unreachable() {
-    let b = Berth::new();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let target = listener.local_addr().unwrap().to_string();
-    let r = b.probe(&[], &["--connect", &target]);
-    assert_eq!(r["interfaces"], serde_json::json!(["lo"]));
-    assert_ne!(r["connect"][&target], "connected");
-    listener.set_nonblocking(true).unwrap();
-    assert!(listener.accept().is_err(), "nothing may have reached the host's listener");
+on_each_isolation! {
+    fn the_only_interface_is_lo_and_host_loopback_is_unreachable(b) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let target = listener.local_addr().unwrap().to_string();
+        let r = b.probe(&[], &["--connect", &target]);
+        assert_eq!(r["interfaces"], serde_json::json!(["lo"]));
+        assert_ne!(r["connect"][&target], "connected");
+        listener.set_nonblocking(true).unwrap();
+        assert!(listener.accept().is_err(), "nothing may have reached the host's listener");
+    }
 }
 
 #[test]
@@ -324,51 +328,51 @@ fn a_killed_run_takes_its_sandbox_with_it_and_the_next_run_sweeps_the_rest() {
     assert!(b.leftovers().is_empty(), "the next run must sweep what the killed one left");
 }
 
-#[test]
-fn mounts_are_idmapped_to_the_owner_of_the_host_directory() {
-    let b = Berth::new();
-    let dir = tempfile::tempdir().unwrap();
-    let owner = (Some(rustix::fs::Uid::from_raw(4321)), Some(rustix::fs::Gid::from_raw(4322)));
-    std::fs::write(dir.path().join("in.txt"), "from the host\n").unwrap();
-    rustix::fs::chown(dir.path(), owner.0, owner.1).unwrap();
-    rustix::fs::chown(dir.path().join("in.txt"), owner.0, owner.1).unwrap();
-    let spec = format!("{}:/workspace/proj", dir.path().display());
-    let script = "set -e; cat proj/in.txt; stat -c '%u:%g' proj/in.txt; echo new > proj/out.txt; mkdir proj/sub";
-    let out = b.run(&["--mount", &spec], &["sh", "-c", script]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "from the host\n0:0\n");
-    use std::os::unix::fs::MetadataExt;
-    for made in ["out.txt", "sub"] {
-        let meta = std::fs::metadata(dir.path().join(made)).unwrap();
-        assert_eq!((meta.uid(), meta.gid()), (4321, 4322), "{made} must belong to the directory's owner on the host");
+on_each_isolation! {
+    fn mounts_are_idmapped_to_the_owner_of_the_host_directory(b) {
+        let dir = tempfile::tempdir().unwrap();
+        let owner = (Some(rustix::fs::Uid::from_raw(4321)), Some(rustix::fs::Gid::from_raw(4322)));
+        std::fs::write(dir.path().join("in.txt"), "from the host\n").unwrap();
+        rustix::fs::chown(dir.path(), owner.0, owner.1).unwrap();
+        rustix::fs::chown(dir.path().join("in.txt"), owner.0, owner.1).unwrap();
+        let spec = format!("{}:/workspace/proj", dir.path().display());
+        let script = "set -e; cat proj/in.txt; stat -c '%u:%g' proj/in.txt; echo new > proj/out.txt; mkdir proj/sub";
+        let out = b.run(&["--mount", &spec], &["sh", "-c", script]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "from the host\n0:0\n");
+        use std::os::unix::fs::MetadataExt;
+        for made in ["out.txt", "sub"] {
+            let meta = std::fs::metadata(dir.path().join(made)).unwrap();
+            assert_eq!((meta.uid(), meta.gid()), (4321, 4322), "{made} must belong to the directory's owner on the host");
+        }
+
+        let ro = format!("{}:/data:ro", dir.path().display());
+        let out = b.run(&["--mount", &ro], &["sh", "-c", "cat /data/in.txt && echo x > /data/y"]);
+        assert_ne!(out.status.code(), Some(0));
+        assert_eq!(text(&out.stdout), "from the host\n");
+        assert!(text(&out.stderr).contains("Read-only"), "{}", text(&out.stderr));
+        assert!(!dir.path().join("y").exists());
+
+        let file = format!("{}/in.txt:/etc/berth-in.txt:ro", dir.path().display());
+        let out = b.run(&["--mount", &file], &["cat", "/etc/berth-in.txt"]);
+        assert_eq!(text(&out.stdout), "from the host\n", "{}", text(&out.stderr));
     }
-
-    let ro = format!("{}:/data:ro", dir.path().display());
-    let out = b.run(&["--mount", &ro], &["sh", "-c", "cat /data/in.txt && echo x > /data/y"]);
-    assert_ne!(out.status.code(), Some(0));
-    assert_eq!(text(&out.stdout), "from the host\n");
-    assert!(text(&out.stderr).contains("Read-only"), "{}", text(&out.stderr));
-    assert!(!dir.path().join("y").exists());
-
-    let file = format!("{}/in.txt:/etc/berth-in.txt:ro", dir.path().display());
-    let out = b.run(&["--mount", &file], &["cat", "/etc/berth-in.txt"]);
-    assert_eq!(text(&out.stdout), "from the host\n", "{}", text(&out.stderr));
 }
 
-#[test]
-fn env_and_workdir_reach_the_command() {
-    let b = Berth::new();
-    let out = b.run(
-        &["--env", "GREETING=hi there", "-e", "HOME=/tmp", "--workdir", "/tmp/w/x"],
-        &["sh", "-c", "echo \"$GREETING\"; echo $HOME; pwd"],
-    );
-    assert_eq!(text(&out.stdout), "hi there\n/tmp\n/tmp/w/x\n", "{}", text(&out.stderr));
-    let out = b.run(&[], &["sh", "-c", "pwd; echo $PATH; hostname"]);
-    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
-    assert_eq!(lines[0], "/workspace");
-    assert!(lines[1].contains("/usr/bin"));
-    let out = b.run(&["--name", "agent-7"], &["hostname"]);
-    assert_eq!(text(&out.stdout), "agent-7\n");
+on_each_isolation! {
+    fn env_and_workdir_reach_the_command(b) {
+        let out = b.run(
+            &["--env", "GREETING=hi there", "-e", "HOME=/tmp", "--workdir", "/tmp/w/x"],
+            &["sh", "-c", "echo \"$GREETING\"; echo $HOME; pwd"],
+        );
+        assert_eq!(text(&out.stdout), "hi there\n/tmp\n/tmp/w/x\n", "{}", text(&out.stderr));
+        let out = b.run(&[], &["sh", "-c", "pwd; echo $PATH; hostname"]);
+        let lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+        assert_eq!(lines[0], "/workspace");
+        assert!(lines[1].contains("/usr/bin"));
+        let out = b.run(&["--name", "agent-7"], &["hostname"]);
+        assert_eq!(text(&out.stdout), "agent-7\n");
+    }
 }
 
 /// `init_module`'s number on this architecture (the syscall table differs between them).
@@ -405,22 +409,22 @@ print('raw_socket', attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_RA
     assert_eq!(text(&out.stdout), "getpid ok\ninit_module EPERM\nraw_socket EPERM\n", "{}", text(&out.stderr));
 }
 
-#[test]
-fn init_reaps_orphans_so_no_zombies_pile_up() {
-    let b = Berth::new();
-    // Each subshell exits at once, orphaning its sleeper to PID 1 (its parent then is 1: shown, so the
-    // test proves orphans existed); the sleepers end while the command still runs, and only init can reap
-    // them. Their pids are then gone from /proc: reaped, not merely not yet zombies.
-    let script = r#"for i in 1 2 3 4 5; do (sleep 2 & echo $! >> /tmp/orphans); done
-for p in $(cat /tmp/orphans); do echo "ppid $(awk '/^PPid:/ {print $2}' /proc/$p/status)"; done
-for i in $(seq 300); do
-  left=0; for p in $(cat /tmp/orphans); do [ -e /proc/$p ] && left=1; done
-  [ $left = 0 ] && break; sleep 0.1
-done
-for p in $(cat /tmp/orphans); do [ -e /proc/$p ] && echo "left $p $(grep ^State: /proc/$p/status)"; done
-echo zombies $(grep -l '^State:.*Z' /proc/[0-9]*/status | wc -l)"#;
-    let out = b.run(&[], &["sh", "-c", script]);
-    assert_eq!(text(&out.stdout), format!("{}zombies 0\n", "ppid 1\n".repeat(5)), "{}", text(&out.stderr));
+on_each_isolation! {
+    fn init_reaps_orphans_so_no_zombies_pile_up(b) {
+        // Each subshell exits at once, orphaning its sleeper to PID 1 (its parent then is 1: shown, so the
+        // test proves orphans existed); the sleepers end while the command still runs, and only init can reap
+        // them. Their pids are then gone from /proc: reaped, not merely not yet zombies.
+        let script = r#"for i in 1 2 3 4 5; do (sleep 2 & echo $! >> /tmp/orphans); done
+    for p in $(cat /tmp/orphans); do echo "ppid $(awk '/^PPid:/ {print $2}' /proc/$p/status)"; done
+    for i in $(seq 300); do
+      left=0; for p in $(cat /tmp/orphans); do [ -e /proc/$p ] && left=1; done
+      [ $left = 0 ] && break; sleep 0.1
+    done
+    for p in $(cat /tmp/orphans); do [ -e /proc/$p ] && echo "left $p $(grep ^State: /proc/$p/status)"; done
+    echo zombies $(grep -l '^State:.*Z' /proc/[0-9]*/status | wc -l)"#;
+        let out = b.run(&[], &["sh", "-c", script]);
+        assert_eq!(text(&out.stdout), format!("{}zombies 0\n", "ppid 1\n".repeat(5)), "{}", text(&out.stderr));
+    }
 }
 
 #[test]
@@ -482,36 +486,36 @@ fn cgroups_left_by_a_vanished_data_root_are_swept() {
     assert!(!cg.exists(), "the orphaned cgroup must be swept");
 }
 
-#[test]
-fn state_directory_keeps_root_changes_and_workspace_across_runs_under_storage_ids() {
-    use std::os::unix::fs::MetadataExt;
-    let b = Berth::new();
-    let state = b.root.path().join("kept");
-    let st = state.to_str().unwrap();
-    let first = b.run(
-        &["--state", st],
-        &["sh", "-c", "echo one > /workspace/a && echo two > /etc/added && rm /etc/shells && cp /bin/true /workspace/s && chmod 4755 /workspace/s"],
-    );
-    assert!(first.status.success(), "{}", text(&first.stderr));
-    let second = b.run(
-        &["--state", st],
-        &["sh", "-c", "cat /workspace/a /etc/added; test -e /etc/shells || echo gone; stat -c %u /workspace/a"],
-    );
-    assert_eq!(text(&second.stdout), "one\ntwo\ngone\n0\n", "{}", text(&second.stderr));
-    // On the host the files belong to berth's storage ids, not to host root: the setuid file is harmless.
-    let setuid = std::fs::metadata(state.join("workspace/s")).unwrap();
-    assert_eq!(setuid.uid(), berth_runtime::ids::STORAGE_BASE);
-    assert_eq!(std::fs::metadata(state.join("upper/root/etc/added")).unwrap().uid(), berth_runtime::ids::STORAGE_BASE);
-    assert_eq!(std::fs::metadata(&state).unwrap().mode() & 0o777, 0o700, "host users cannot reach what it keeps");
-    // A directory holding someone else's files is not taken over.
-    let foreign = b.root.path().join("foreign");
-    std::fs::create_dir_all(&foreign).unwrap();
-    std::fs::write(foreign.join("mine"), "x").unwrap();
-    let refused = b.run(&["--state", foreign.to_str().unwrap()], &["true"]);
-    assert_eq!(refused.status.code(), Some(125));
-    assert!(text(&refused.stderr).contains("not a sandbox's state"), "{}", text(&refused.stderr));
-    assert_eq!(std::fs::metadata(foreign.join("mine")).unwrap().uid(), 0);
-    // Without --state nothing is kept.
-    let third = b.run(&[], &["sh", "-c", "test -e /workspace/a || echo fresh"]);
-    assert_eq!(text(&third.stdout), "fresh\n");
+on_each_isolation! {
+    fn state_directory_keeps_root_changes_and_workspace_across_runs_under_storage_ids(b) {
+        use std::os::unix::fs::MetadataExt;
+        let state = b.root.path().join("kept");
+        let st = state.to_str().unwrap();
+        let first = b.run(
+            &["--state", st],
+            &["sh", "-c", "echo one > /workspace/a && echo two > /etc/added && rm /etc/shells && cp /bin/true /workspace/s && chmod 4755 /workspace/s"],
+        );
+        assert!(first.status.success(), "{}", text(&first.stderr));
+        let second = b.run(
+            &["--state", st],
+            &["sh", "-c", "cat /workspace/a /etc/added; test -e /etc/shells || echo gone; stat -c %u /workspace/a"],
+        );
+        assert_eq!(text(&second.stdout), "one\ntwo\ngone\n0\n", "{}", text(&second.stderr));
+        // On the host the files belong to berth's storage ids, not to host root: the setuid file is harmless.
+        let setuid = std::fs::metadata(state.join("workspace/s")).unwrap();
+        assert_eq!(setuid.uid(), berth_runtime::ids::STORAGE_BASE);
+        assert_eq!(std::fs::metadata(state.join("upper/root/etc/added")).unwrap().uid(), berth_runtime::ids::STORAGE_BASE);
+        assert_eq!(std::fs::metadata(&state).unwrap().mode() & 0o777, 0o700, "host users cannot reach what it keeps");
+        // A directory holding someone else's files is not taken over.
+        let foreign = b.root.path().join("foreign");
+        std::fs::create_dir_all(&foreign).unwrap();
+        std::fs::write(foreign.join("mine"), "x").unwrap();
+        let refused = b.run(&["--state", foreign.to_str().unwrap()], &["true"]);
+        assert_eq!(refused.status.code(), Some(125));
+        assert!(text(&refused.stderr).contains("not a sandbox's state"), "{}", text(&refused.stderr));
+        assert_eq!(std::fs::metadata(foreign.join("mine")).unwrap().uid(), 0);
+        // Without --state nothing is kept.
+        let third = b.run(&[], &["sh", "-c", "test -e /workspace/a || echo fresh"]);
+        assert_eq!(text(&third.stdout), "fresh\n");
+    }
 }

@@ -15,15 +15,41 @@ use serde_json::Value;
 /// A data root of its own for one test, checked for leftovers when the test ends.
 pub struct Berth {
     pub root: tempfile::TempDir,
+    /// The `--isolation` its runs use.
+    pub isolation: &'static str,
 }
 
 impl Berth {
     pub fn new() -> Berth {
+        Berth::on("namespaces")
+    }
+
+    /// Runs behind `isolation` (`namespaces` or `gvisor`).
+    pub fn on(isolation: &'static str) -> Berth {
         assert!(
             rustix::process::geteuid().is_root(),
             "berth's integration tests create real sandboxes and must run as root"
         );
-        Berth { root: tempfile::Builder::new().prefix("berth-test-").tempdir().unwrap() }
+        if isolation == "gvisor" {
+            let info = std::process::Command::new(env!("CARGO_BIN_EXE_berth")).arg("info").output().unwrap();
+            let info: Value = serde_json::from_slice(&info.stdout).unwrap();
+            let gvisor = info["isolation"].as_array().unwrap().iter().find(|i| i["name"] == "gvisor").unwrap().clone();
+            assert_eq!(gvisor["available"], true, "the gvisor tests need runsc (scripts/setup installs it): {gvisor}");
+        }
+        Berth { root: tempfile::Builder::new().prefix("berth-test-").tempdir().unwrap(), isolation }
+    }
+
+    pub fn gvisor(&self) -> bool {
+        self.isolation == "gvisor"
+    }
+
+    /// `berth run --isolation I [opts] -- cmd...`, ready to run.
+    pub fn run_cmd(&self, opts: &[&str], cmd: &[&str]) -> Command {
+        let mut args = vec!["run", "--isolation", self.isolation];
+        args.extend_from_slice(opts);
+        args.push("--");
+        args.extend_from_slice(cmd);
+        self.cmd(&args)
     }
 
     /// `berth --root ROOT ARGS...`, ready to run.
@@ -33,13 +59,9 @@ impl Berth {
         c
     }
 
-    /// Run `berth run [opts] -- cmd...` and return its output.
+    /// Run `berth run --isolation I [opts] -- cmd...` and return its output.
     pub fn run(&self, opts: &[&str], cmd: &[&str]) -> Output {
-        let mut args = vec!["run"];
-        args.extend_from_slice(opts);
-        args.push("--");
-        args.extend_from_slice(cmd);
-        self.cmd(&args).output().unwrap()
+        self.run_cmd(opts, cmd).output().unwrap()
     }
 
     /// Run `berth probe ARGS` inside a sandbox (the berth binary is mounted read-only at /opt/berth) and
@@ -76,6 +98,31 @@ impl Drop for Berth {
         let left = self.leftovers();
         assert!(left.is_empty(), "sandboxes left behind: {left:?}");
     }
+}
+
+/// A test run once behind each isolation: `on_each_isolation! { fn name(b) { ... } }` makes the tests
+/// `name::namespaces` and `name::gvisor`, each with a `Berth` (`b`) whose runs use that isolation.
+#[macro_export]
+macro_rules! on_each_isolation {
+    ($(#[doc = $doc:literal])* fn $name:ident($b:ident) $body:block) => {
+        $(#[doc = $doc])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            fn body($b: &common::Berth) $body
+
+            #[test]
+            fn namespaces() {
+                body(&common::Berth::on("namespaces"))
+            }
+
+            #[test]
+            fn gvisor() {
+                body(&common::Berth::on("gvisor"))
+            }
+        }
+    };
 }
 
 /// Python that tries to start 200 sleepers (a bounded fork bomb) and prints how many it started and how many
