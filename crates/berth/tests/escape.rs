@@ -133,9 +133,8 @@ print('python_tiocsti=' + attempt(lambda: fcntl.ioctl(0, termios.TIOCSTI, b'x'))
     }
 }
 
-#[test]
-fn sandbox_blocks_ptrace_of_init() {
-    let b = Berth::new();
+on_each_isolation! {
+    fn sandbox_blocks_ptrace_of_init(b) {
     let code = "import time
 def attach(pid):
     ctypes.set_errno(0)
@@ -152,6 +151,7 @@ print('init=' + attach(1))
     let got = results(&py(&b, &[], code, &[]));
     assert_eq!(got["sibling"], "ok", "ptrace works on the command's own children: {got:?}");
     assert_eq!(got["init"], "EPERM", "{got:?}");
+    }
 }
 
 #[test]
@@ -200,9 +200,8 @@ fn sandbox_blocks_writes_to_kernel_settings() {
     assert_eq!(std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap(), core_pattern);
 }
 
-#[test]
-fn sandbox_blocks_setuid_and_file_capabilities_inside() {
-    let b = Berth::new();
+on_each_isolation! {
+    fn sandbox_blocks_setuid_and_file_capabilities_inside(b) {
     let as_user = "setpriv --reuid 1000 --regid 1000 --clear-groups";
     let script = format!(
         "set -e; cp /usr/bin/id /opt/id; chmod 4755 /opt/id; stat -c %A /opt/id; cp /usr/bin/python3 /opt/py; \
@@ -218,6 +217,7 @@ fn sandbox_blocks_setuid_and_file_capabilities_inside() {
         "{}",
         text(&out.stderr)
     );
+    }
 }
 
 #[test]
@@ -284,9 +284,8 @@ fn sandbox_blocks_planting_host_root_files_through_a_user_owned_mount() {
 
 /// Root inside owns what it creates in a mount of a root-owned host directory as host root, so it can leave
 /// a setuid-root binary, or one with host-effective file capabilities, for any host user to run.
-#[test]
-fn sandbox_blocks_planting_setuid_root_files_in_a_root_owned_mount() {
-    let b = Berth::new();
+on_each_isolation! {
+    fn sandbox_blocks_planting_setuid_root_files_in_a_root_owned_mount(b) {
     let dir = tempfile::tempdir().unwrap();
     assert_eq!(std::fs::metadata(dir.path()).unwrap().uid(), 0);
     // Read-write, a root-owned directory would receive root-owned files: berth refuses to mount it so.
@@ -302,6 +301,7 @@ fn sandbox_blocks_planting_setuid_root_files_in_a_root_owned_mount() {
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "nothing may have been written");
     for f in ["id", "py", "sgid"] {
         assert!(!dir.path().join(f).exists());
+    }
     }
 }
 
@@ -361,9 +361,8 @@ fn sandbox_blocks_signals_to_host_processes() {
     assert!(alive, "kill -9 -1 inside the sandbox killed a host process");
 }
 
-#[test]
-fn sandbox_blocks_host_ipc_objects() {
-    let b = Berth::new();
+on_each_isolation! {
+    fn sandbox_blocks_host_ipc_objects(b) {
     let made = Command::new("ipcmk").args(["-M", "4096"]).output().unwrap();
     let id: String = text(&made.stdout).chars().filter(char::is_ascii_digit).collect();
     assert!(made.status.success() && !id.is_empty(), "{}", text(&made.stdout));
@@ -377,11 +376,11 @@ fn sandbox_blocks_host_ipc_objects() {
     let _ = Command::new("ipcrm").args(["-m", &id]).status();
     assert_eq!(text(&out.stdout), "own\n", "{}", text(&out.stderr));
     assert!(survived, "the host's shared memory segment was removed from inside");
+    }
 }
 
-#[test]
-fn sandbox_blocks_symlink_escapes_through_mounts() {
-    let b = Berth::new();
+on_each_isolation! {
+    fn sandbox_blocks_symlink_escapes_through_mounts(b) {
     let links = unprivileged_dir();
     let payload = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink("/", links.path().join("root")).unwrap();
@@ -401,11 +400,11 @@ fn sandbox_blocks_symlink_escapes_through_mounts() {
     assert_eq!(text(&out.stdout), "payload\npayload\n0\nl\n", "{}", text(&out.stderr));
     assert!(!Path::new("/").join(&a).exists() && !Path::new("/").join(&c).exists(), "a mount escaped onto the host");
     assert_eq!(std::fs::read_dir(links.path()).unwrap().count(), 3);
+    }
 }
 
-#[test]
-fn sandbox_blocks_reopening_host_stdio_through_proc() {
-    let b = Berth::new();
+on_each_isolation! {
+    fn sandbox_blocks_reopening_host_stdio_through_proc(b) {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     std::fs::write(&log, "host secret\n").unwrap();
@@ -423,11 +422,11 @@ print('appended')
     assert!(out.status.success(), "{err}");
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "host secret\nappended\n", "{err}");
     assert!(!err.contains("host secret") && err.contains("read=EACCES") && err.contains("truncate=EACCES"), "{err}");
+    }
 }
 
-#[test]
-fn sandbox_blocks_finding_berth_and_its_data_root() {
-    let b = Berth::new();
+on_each_isolation! {
+    fn sandbox_blocks_finding_berth_and_its_data_root(b) {
     let root = b.root.path().display().to_string();
     let root_name = b.root.path().file_name().unwrap().to_string_lossy().into_owned();
     let script = format!(
@@ -436,13 +435,13 @@ fn sandbox_blocks_finding_berth_and_its_data_root() {
     );
     let out = sh(&b, &["--mount", b.bin_mount()], &script);
     assert_eq!(text(&out.stdout), "/opt/berth/berth\n", "{}", text(&out.stderr));
+    }
 }
 
 /// Init's control socket is descriptor 3 in init; a command that inherited it could report its own exit (or
 /// read the supervisor's requests).
-#[test]
-fn sandbox_blocks_forging_events_on_the_control_socket() {
-    let b = Berth::new();
+on_each_isolation! {
+    fn sandbox_blocks_forging_events_on_the_control_socket(b) {
     let code = "import time
 try:
     s = socket.socket(fileno=3)
@@ -454,6 +453,7 @@ sys.exit(7)
 ";
     let out = py(&b, &[], code, &[]);
     assert_eq!(out.status.code(), Some(7), "a command forged its own exit: {}", text(&out.stderr));
+    }
 }
 
 /// Host side: run argv with a fresh pty as its controlling terminal, stdin from /dev/null, and print its stdout.
@@ -466,9 +466,8 @@ sys.stdout.write(p.stdout.decode())
 
 /// A sandbox in the caller's session could open /dev/tty even with every stream redirected, make itself the
 /// terminal's foreground group (tcsetpgrp), turn echo off and read what the user types.
-#[test]
-fn sandbox_blocks_the_callers_controlling_terminal() {
-    let b = Berth::new();
+on_each_isolation! {
+    fn sandbox_blocks_the_callers_controlling_terminal(b) {
     let probe = "if (: <>/dev/tty) 2>/dev/null; then echo tty-reachable; else echo no-tty; fi";
     let with_ctty = |argv: &[&str]| {
         let out = Command::new("/usr/bin/python3").args(["-c", WITH_CTTY]).args(argv).output().unwrap();
@@ -478,4 +477,5 @@ fn sandbox_blocks_the_callers_controlling_terminal() {
     let berth = env!("CARGO_BIN_EXE_berth");
     let root = b.root.path().display().to_string();
     assert_eq!(with_ctty(&[berth, "--root", &root, "run", "--", "sh", "-c", probe]), "no-tty\n");
+    }
 }

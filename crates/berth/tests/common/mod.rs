@@ -104,19 +104,21 @@ impl Drop for Berth {
 /// `name::namespaces` and `name::gvisor`, each with a `Berth` (`b`) whose runs use that isolation.
 #[macro_export]
 macro_rules! on_each_isolation {
-    ($(#[doc = $doc:literal])* fn $name:ident($b:ident) $body:block) => {
-        $(#[doc = $doc])*
+    ($(#[$m:meta])* fn $name:ident($b:ident) $body:block) => {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
 
+            #[allow(dead_code)]
             fn body($b: &common::Berth) $body
 
+            $(#[$m])*
             #[test]
             fn namespaces() {
                 body(&common::Berth::on("namespaces"))
             }
 
+            $(#[$m])*
             #[test]
             fn gvisor() {
                 body(&common::Berth::on("gvisor"))
