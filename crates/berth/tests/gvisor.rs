@@ -1,0 +1,138 @@
+//! `berth run --isolation gvisor`: what only the gVisor backend has to show. What both backends promise is
+//! tested behind each of them in run.rs and escape.rs (`on_each_isolation!`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use common::{Berth, text};
+use serde_json::Value;
+
+#[test]
+fn the_kernel_a_gvisor_sandbox_sees_is_gvisors() {
+    let b = Berth::on("gvisor");
+    let out = b.run(&[], &["sh", "-c", "uname -r; dmesg | head -n 1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    let lines: Vec<&str> = said.lines().collect();
+    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_ne!(lines[0], host.trim(), "the sandbox saw the host's kernel release");
+    assert!(lines[1].contains("Starting gVisor"), "the kernel's log is gVisor's: {said}");
+    // The same command behind the namespaces backend sees the host's kernel: the control case.
+    let same = Berth::new().run(&[], &["uname", "-r"]);
+    assert_eq!(text(&same.stdout).trim(), host.trim());
+}
+
+#[test]
+fn a_command_inside_gvisor_is_no_process_of_the_host() {
+    let b = Berth::on("gvisor");
+    let needle = format!("sleep {}", 6000 + std::process::id() % 1000);
+    let mut run =
+        b.run_cmd(&[], &["sh", "-c", &format!("echo ready; exec {needle}")]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut ready = String::new();
+    BufReader::new(run.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    assert_eq!(ready, "ready\n");
+    // Behind namespaces the sleeper would be a host process (with the host's kernel running its calls);
+    // behind gVisor only gVisor's own processes are.
+    let seen = common::host_processes_with(&needle);
+    common::terminate(&mut run);
+    let status = run.wait().unwrap();
+    assert!(seen.is_empty(), "the command ran as a host process: {seen:?}");
+    assert_eq!(status.code(), Some(143), "berth run passes SIGTERM on and the command ends of it");
+}
+
+#[test]
+fn an_isolation_the_host_lacks_is_an_error_never_a_fallback() {
+    let b = Berth::new();
+    let missing = b
+        .cmd(&["run", "--isolation", "gvisor", "--", "true"])
+        .env("BERTH_RUNSC", "/nonexistent/runsc")
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(125));
+    assert!(
+        text(&missing.stderr).contains("the gvisor isolation is not available on this host: /nonexistent/runsc"),
+        "{}",
+        text(&missing.stderr)
+    );
+    // A runsc from before the systrap platform is named as such.
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("runsc");
+    std::fs::write(&old, "#!/bin/sh\necho 'runsc version 0.0~20221219.0'\n").unwrap();
+    std::fs::set_permissions(&old, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let too_old = b.cmd(&["run", "--isolation", "gvisor", "--", "true"]).env("BERTH_RUNSC", &old).output().unwrap();
+    assert_eq!(too_old.status.code(), Some(125));
+    assert!(text(&too_old.stderr).contains("older than the systrap platform"), "{}", text(&too_old.stderr));
+    // berth info says the same.
+    let info = Command::new(env!("CARGO_BIN_EXE_berth")).arg("info").env("BERTH_RUNSC", &old).output().unwrap();
+    let info: Value = serde_json::from_slice(&info.stdout).unwrap();
+    let gvisor = info["isolation"].as_array().unwrap().iter().find(|i| i["name"] == "gvisor").unwrap();
+    assert_eq!(gvisor["available"], false, "{gvisor}");
+    assert!(gvisor["reason"].as_str().unwrap().contains("older than the systrap platform"), "{gvisor}");
+    // An isolation berth does not know is refused before anything is made.
+    let unknown = b.cmd(&["run", "--isolation", "microvm", "--", "true"]).output().unwrap();
+    assert_eq!(unknown.status.code(), Some(125));
+    assert!(text(&unknown.stderr).contains("use namespaces (the default) or gvisor"), "{}", text(&unknown.stderr));
+}
+
+#[test]
+fn output_to_a_shared_file_lands_where_the_caller_left_off() {
+    let b = Berth::on("gvisor");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let berth = format!("{} --root {} run --isolation gvisor --", env!("CARGO_BIN_EXE_berth"), b.root.path().display());
+    let script =
+        format!("(echo zero; {berth} echo one; {berth} sh -c 'echo two >&2' 2>&1; echo three) > {}", out.display());
+    let status = Command::new("sh").args(["-c", &script]).status().unwrap();
+    assert!(status.success());
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "zero\none\ntwo\nthree\n");
+    // And a file as standard input is read whole.
+    let input = dir.path().join("in");
+    let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&input, &data).unwrap();
+    let counted = b.run_cmd(&[], &["wc", "-c"]).stdin(std::fs::File::open(&input).unwrap()).output().unwrap();
+    assert_eq!(text(&counted.stdout).trim(), "1000000");
+}
+
+#[test]
+fn going_over_the_memory_limit_ends_the_whole_gvisor_sandbox_and_says_so() {
+    let b = Berth::on("gvisor");
+    let out = b.run(&["--memory", "64M", "--json"], &["python3", "-c", "x = bytearray(512 << 20)"]);
+    assert_eq!(out.status.code(), Some(137));
+    assert!(
+        text(&out.stderr).contains("went over its memory limit, which under gVisor ends the whole sandbox"),
+        "{}",
+        text(&out.stderr)
+    );
+    let j: Value = serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(j["oom_killed"], true, "{j}");
+    assert_eq!(j["isolation"], "gvisor");
+}
+
+#[test]
+fn kill_inside_reaches_no_host_process() {
+    let b = Berth::on("gvisor");
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let script = format!(
+        "sleep 100 & kill -9 -1; wait $!; echo own:$?; kill -9 {} 2>/dev/null && echo hit-host; echo done",
+        sleeper.id()
+    );
+    let out = b.run(&[], &["sh", "-c", &script]);
+    let alive = sleeper.try_wait().unwrap().is_none();
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    assert_eq!(text(&out.stdout), "own:137\ndone\n", "{}", text(&out.stderr));
+    assert!(alive, "kill -9 -1 inside the sandbox killed a host process");
+}
+
+#[test]
+#[ignore = "known gap: gVisor's kernel lets a process of the sandbox stop its PID 1 (SIGSTOP), and at times kill \
+            it (SIGKILL), which Linux refuses inside a pid namespace; the sandbox then ends (the run with 125)"]
+fn a_command_cannot_stop_or_kill_init() {
+    let b = Berth::on("gvisor");
+    let out = b.run(&[], &["sh", "-c", "kill -KILL 1; kill -STOP 1; echo init-alive"]);
+    assert_eq!(text(&out.stdout), "init-alive\n");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
