@@ -91,7 +91,7 @@ on_each_isolation! {
         let comma = if args.is_empty() { "" } else { ", " };
         code += &format!("print('{name}=' + sc({nr}{comma}{}))\n", args.join(", "));
     }
-    let got = results(&py(&b, &[], &code, &[]));
+    let got = results(&py(b, &[], &code, &[]));
     for (name, _, _, want) in cases {
         let answer = got.get(*name).map(String::as_str);
         if !b.gvisor() || *name == "getpid" {
@@ -116,7 +116,7 @@ def run(code):
 print('native', run(b'\\xb8\\x27\\x00\\x00\\x00\\x0f\\x05\\xc3') == os.getpid(), flush=True)
 print('i386', run(b'\\xb8\\x14\\x00\\x00\\x00\\xcd\\x80\\xc3'), flush=True)
 ";
-    let out = py(&b, &[], code, &[]);
+    let out = py(b, &[], code, &[]);
     if b.gvisor() {
         // gVisor's kernel has no i386 entry: the call fails (-ENOSYS) and reaches nothing.
         assert_eq!(text(&out.stdout), "native True\ni386 -38\n", "{}", text(&out.stderr));
@@ -140,7 +140,7 @@ print('tiocsti_high_bits=' + sc(16, 0, 0xffffffff00005412, p))
 print('tioclinux=' + sc(16, 0, 0x541c, p))
 print('python_tiocsti=' + attempt(lambda: fcntl.ioctl(0, termios.TIOCSTI, b'x')))
 ";
-    let got = results(&py(&b, &[], code, &[]));
+    let got = results(&py(b, &[], code, &[]));
     assert_eq!(got["tcgets"], "ENOTTY", "{got:?}");
     // Under gVisor no host terminal is ever a terminal inside (a host tty handed in is a plain file there):
     // its kernel says ENOTTY before any filter has to.
@@ -166,7 +166,7 @@ os.kill(child, 9)
 os.waitpid(child, 0)
 print('init=' + attach(1))
 ";
-    let got = results(&py(&b, &[], code, &[]));
+    let got = results(&py(b, &[], code, &[]));
     assert_eq!(got["sibling"], "ok", "ptrace works on the command's own children: {got:?}");
     assert_eq!(got["init"], "EPERM", "{got:?}");
     }
@@ -192,7 +192,7 @@ print('process_vm_readv=' + sc(310, 1, ctypes.addressof(iov), 1, ctypes.addresso
 pidfd = libc.syscall(434, 1, 0)
 print('pidfd_getfd=' + sc(438, pidfd, 3, 0))
 ";
-    let got = results(&py(&b, &[], code, &[]));
+    let got = results(&py(b, &[], code, &[]));
     if b.gvisor() {
         // gVisor's kernel answers in its own words, and lets init's environment be read: it holds only PATH.
         for p in ["root/", "cwd/", "exe", "mem", "fd/3", "map_files/"] {
@@ -225,7 +225,7 @@ on_each_isolation! {
                   /sys/kernel/mm/transparent_hugepage/enabled /sys/class/net/lo/mtu; do \
                     [ -e $f ] || continue; (echo 1 > $f) 2>/dev/null && echo wrote $f; done; \
                   cat /proc/sys/kernel/ostype /sys/class/net/lo/mtu";
-    let out = sh(&b, &[], script);
+    let out = sh(b, &[], script);
     // gVisor's kernel has neither file: what it shows of /proc and /sys is its own. Its network stack is the
     // sandbox's own too, so the sandbox may turn forwarding on there; the host's stays as it was.
     let shown = if b.gvisor() { "wrote /proc/sys/net/ipv4/ip_forward\n" } else { "Linux\n65536\n" };
@@ -245,7 +245,7 @@ on_each_isolation! {
          {as_user} python3 -c 'import os; os.setuid(0)' 2>/dev/null || echo setuid-denied; \
          {as_user} cat /etc/shadow 2>/dev/null || echo shadow-denied"
     );
-    let out = sh(&b, &[], &script);
+    let out = sh(b, &[], &script);
     assert_eq!(
         text(&out.stdout),
         "-rwsr-xr-x\nsetcap-denied\n1000\n1000\npy-setuid-denied\nsetuid-denied\nshadow-denied\n",
@@ -271,7 +271,7 @@ print('mknod_block=' + attempt(lambda: os.mknod('/workspace/d/sda', stat.S_IFBLK
 print('fifo=' + attempt(lambda: os.mkfifo('/tmp/fifo')))
 print('open_mem=' + attempt(lambda: open('/tmp/mem', 'rb').read(1)))
 ";
-    let got = results(&py(&b, &["--mount", &spec], code, &[]));
+    let got = results(&py(b, &["--mount", &spec], code, &[]));
     // gVisor's kernel lets root make a node on its own tmpfs, but it has no memory device to open.
     assert_ne!(got["open_mem"], "ok", "{got:?}");
     assert_eq!(got["own_dev"], "ok", "{got:?}");
@@ -310,7 +310,7 @@ on_each_isolation! {
     fn sandbox_blocks_planting_host_root_files_through_a_user_owned_mount(b) {
     let dir = unprivileged_dir();
     let spec = format!("{}:/workspace/h", dir.path().display());
-    let out = sh(&b, &["--mount", &spec], &format!("{}; chown 70000 /tmp || echo unmapped", plant("/workspace/h")));
+    let out = sh(b, &["--mount", &spec], &format!("{}; chown 70000 /tmp || echo unmapped", plant("/workspace/h")));
     // Under gVisor every id is its kernel's own and /tmp is its memory: the chown is harmless there.
     let said = if b.gvisor() { "" } else { "unmapped\n" };
     assert_eq!(text(&out.stdout), said, "no chown to ids outside the map: {}", text(&out.stderr));
@@ -324,21 +324,21 @@ on_each_isolation! {
     }
 }
 
-/// Root inside owns what it creates in a mount of a root-owned host directory as host root, so it can leave
-/// a setuid-root binary, or one with host-effective file capabilities, for any host user to run.
 on_each_isolation! {
+    /// Root inside owns what it creates in a mount of a root-owned host directory as host root, so it can leave
+    /// a setuid-root binary, or one with host-effective file capabilities, for any host user to run.
     fn sandbox_blocks_planting_setuid_root_files_in_a_root_owned_mount(b) {
     let dir = tempfile::tempdir().unwrap();
     assert_eq!(std::fs::metadata(dir.path()).unwrap().uid(), 0);
     // Read-write, a root-owned directory would receive root-owned files: berth refuses to mount it so.
     let spec = format!("{}:/workspace/h", dir.path().display());
-    let out = sh(&b, &["--mount", &spec], &plant("/workspace/h"));
+    let out = sh(b, &["--mount", &spec], &plant("/workspace/h"));
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("owned by root"), "{}", text(&out.stderr));
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "nothing may have been written");
     // Read-only it mounts, and nothing can be planted.
     let ro = format!("{}:/workspace/h:ro", dir.path().display());
-    let out = sh(&b, &["--mount", &ro], &plant("/workspace/h"));
+    let out = sh(b, &["--mount", &ro], &plant("/workspace/h"));
     assert_ne!(out.status.code(), Some(125), "{}", text(&out.stderr));
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "nothing may have been written");
     for f in ["id", "py", "sgid"] {
@@ -413,7 +413,7 @@ on_each_isolation! {
         "ipcs -m -i {id} 2>&1 | grep -q 'shmid={id}$' && echo seen; ipcrm -m {id} 2>/dev/null && echo removed; \
          ipcmk -M 4096 >/dev/null && echo own"
     );
-    let out = sh(&b, &[], &script);
+    let out = sh(b, &[], &script);
     let survived = text(&Command::new("ipcs").args(["-m", "-i", &id]).output().unwrap().stdout).contains(&seen);
     let _ = Command::new("ipcrm").args(["-m", &id]).status();
     assert_eq!(text(&out.stdout), "own\n", "{}", text(&out.stderr));
@@ -438,7 +438,7 @@ on_each_isolation! {
     ];
     let opts: Vec<&str> = mounts.iter().flat_map(|m| ["--mount", m.as_str()]).collect();
     let out =
-        sh(&b, &opts, &format!("cat /{a}/m /{c}/m; grep -c '\\$' /workspace/l/shadow; ls /workspace/l/root/workspace"));
+        sh(b, &opts, &format!("cat /{a}/m /{c}/m; grep -c '\\$' /workspace/l/shadow; ls /workspace/l/root/workspace"));
     assert_eq!(text(&out.stdout), "payload\npayload\n0\nl\n", "{}", text(&out.stderr));
     assert!(!Path::new("/").join(&a).exists() && !Path::new("/").join(&c).exists(), "a mount escaped onto the host");
     assert_eq!(std::fs::read_dir(links.path()).unwrap().count(), 3);
@@ -475,14 +475,14 @@ on_each_isolation! {
         "find / \\( -path /proc -o -path /sys \\) -prune -o \\( -name 'berth*' -o -name '{root_name}' \\) -print \
          2>/dev/null | grep -v '^/opt/berth'; test -e {root} && echo root-visible; ls /opt/berth/berth"
     );
-    let out = sh(&b, &["--mount", b.bin_mount()], &script);
+    let out = sh(b, &["--mount", b.bin_mount()], &script);
     assert_eq!(text(&out.stdout), "/opt/berth/berth\n", "{}", text(&out.stderr));
     }
 }
 
-/// Init's control socket is descriptor 3 in init; a command that inherited it could report its own exit (or
-/// read the supervisor's requests).
 on_each_isolation! {
+    /// Init's control socket is descriptor 3 in init; a command that inherited it could report its own exit (or
+    /// read the supervisor's requests).
     fn sandbox_blocks_forging_events_on_the_control_socket(b) {
     let code = "import time
 try:
@@ -493,7 +493,7 @@ except OSError:
     pass
 sys.exit(7)
 ";
-    let out = py(&b, &[], code, &[]);
+    let out = py(b, &[], code, &[]);
     assert_eq!(out.status.code(), Some(7), "a command forged its own exit: {}", text(&out.stderr));
     }
 }
@@ -506,9 +506,9 @@ p = subprocess.run(sys.argv[1:], start_new_session=True, pass_fds=(s,), stdin=su
 sys.stdout.write(p.stdout.decode())
 ";
 
-/// A sandbox in the caller's session could open /dev/tty even with every stream redirected, make itself the
-/// terminal's foreground group (tcsetpgrp), turn echo off and read what the user types.
 on_each_isolation! {
+    /// A sandbox in the caller's session could open /dev/tty even with every stream redirected, make itself the
+    /// terminal's foreground group (tcsetpgrp), turn echo off and read what the user types.
     fn sandbox_blocks_the_callers_controlling_terminal(b) {
     let probe = "if (: <>/dev/tty) 2>/dev/null; then echo tty-reachable; else echo no-tty; fi";
     let with_ctty = |argv: &[&str]| {
