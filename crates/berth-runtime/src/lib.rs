@@ -8,6 +8,7 @@
 pub mod cgroup;
 pub mod checkpoint;
 mod child;
+mod claims;
 pub mod gvisor;
 pub mod ids;
 pub mod image;

@@ -19,9 +19,10 @@ use berth_sys::clone::{Forked, Namespaces};
 use berth_sys::process;
 
 use crate::checkpoint::{self, Criu, Manifest};
+use crate::claims::{claim, claim_held};
 use crate::ids::{CLAIMS_DIR, IdBlock};
 use crate::plan::{self, Layout, Plan, Step};
-use crate::sandbox::{LIVE_DIR, SCRATCH_MOUNT_POINT, Sandbox, claim, claim_held, clone_trees, mount_owners};
+use crate::sandbox::{LIVE_DIR, SCRATCH_MOUNT_POINT, Sandbox, clone_trees, mount_owners};
 use crate::spec::Spec;
 use crate::{Runtime, RuntimeError};
 use berth_sys::mount::Flags;

@@ -16,6 +16,8 @@ use rustix::fs::FlockOperation;
 use crate::RuntimeError;
 use crate::cgroup::{Cgroup, Entry, Hierarchy, Usage};
 use crate::child::{self, Go};
+use crate::claims::{Partial, claim, claim_held, prepare_storage};
+pub use crate::claims::{new_id, supervised, sweep_sandbox};
 use crate::ids::{IDS_PER_SANDBOX, IdBlock, STORAGE_BASE};
 use crate::image::Images;
 use crate::plan::{self, Idmap, Layout, Plan};
@@ -362,113 +364,6 @@ pub(crate) fn clone_trees(plan: &Plan, base: u32, userns: BorrowedFd<'_>) -> Res
         trees.push(berth_sys::mount::clone_idmapped(&t.source, ns, attrs, true)?);
     }
     Ok(trees)
-}
-
-/// Create and lock `<dir>/<id>.lock`. It is locked under a name sweeps ignore and then renamed into place
-/// (the lock goes with the file), so a sweep never sees an unlocked claim of a sandbox being built.
-pub(crate) fn claim(dir: &Path, id: &str) -> Result<(File, PathBuf), RuntimeError> {
-    let path = dir.join(format!("{id}.lock"));
-    let fresh = dir.join(format!("{id}.lock.new"));
-    fs::create_dir_all(dir).map_err(|source| RuntimeError::PrepareSandbox { source })?;
-    let file = File::options()
-        .create_new(true)
-        .write(true)
-        .open(&fresh)
-        .map_err(|source| RuntimeError::PrepareSandbox { source })?;
-    rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive)
-        .and_then(|()| rustix::fs::rename(&fresh, &path))
-        .map_err(|e| {
-            let _ = fs::remove_file(&fresh);
-            RuntimeError::PrepareSandbox { source: e.into() }
-        })?;
-    Ok((file, path))
-}
-
-/// Whether someone holds the claim at `path` (a live sandbox's supervisor).
-/// Remove what sandbox `id` of the data root `root` left when its supervisor died (its cgroup and whatever is
-/// still in it, its claim file and its liveness claim), as [`Runtime::sweep`] does for every such sandbox at
-/// start; nothing while a supervisor holds its claims. Returns whether it was swept.
-pub fn sweep_sandbox(root: &Path, hierarchy: &Hierarchy, id: &str) -> bool {
-    if spec::check_id(id).is_err() || supervised(id) {
-        return false;
-    }
-    let claim = root.join("sandboxes").join(format!("{id}.lock"));
-    if let Ok(file) = File::options().write(true).open(&claim) {
-        if rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
-            return false;
-        }
-        let _ = fs::remove_file(&claim);
-    }
-    let cg = hierarchy.open(id);
-    let _ = cg.kill_all();
-    let _ = cg.remove();
-    let _ = fs::remove_file(Path::new(LIVE_DIR).join(format!("{id}.lock")));
-    true
-}
-
-/// Whether some process supervises sandbox `id` now: its liveness claim is held (by its supervisor, from
-/// before the sandbox is built until after it is torn down).
-pub fn supervised(id: &str) -> bool {
-    claim_held(&Path::new(LIVE_DIR).join(format!("{id}.lock")))
-}
-
-pub(crate) fn claim_held(path: &Path) -> bool {
-    File::options()
-        .write(true)
-        .open(path)
-        .map(|f| rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_err())
-        .unwrap_or(false)
-}
-
-/// Make a storage directory the sandbox's: its top is owned by root inside (stored as `STORAGE_BASE`), so
-/// root inside can write there through the id-mapped mount. A fresh top (empty, or made by the pool) is handed
-/// over; a directory that holds someone else's files is refused rather than taken over. A state directory's top
-/// is 0700: what a sandbox leaves there (setuid files included) is out of reach of host users; a volume's is
-/// 0755, for the sandbox's other users (the pool's own directories keep host users out).
-fn prepare_storage(dir: &Path, mode: u32) -> Result<(), RuntimeError> {
-    let err = |source| RuntimeError::Storage { path: dir.to_path_buf(), source };
-    let meta = fs::symlink_metadata(dir).map_err(err)?;
-    if !meta.is_dir() {
-        return Err(err(std::io::Error::from(std::io::ErrorKind::NotADirectory)));
-    }
-    if meta.uid() != STORAGE_BASE || meta.gid() != STORAGE_BASE {
-        let empty = fs::read_dir(dir).map_err(err)?.next().is_none();
-        if !empty {
-            return Err(RuntimeError::ForeignState { path: dir.to_path_buf() });
-        }
-        std::os::unix::fs::lchown(dir, Some(STORAGE_BASE), Some(STORAGE_BASE)).map_err(err)?;
-    }
-    if meta.permissions().mode() & 0o7777 != mode {
-        fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(mode)).map_err(err)?;
-    }
-    Ok(())
-}
-
-/// A fresh sandbox id: twelve random hex digits.
-pub fn new_id() -> Result<String, RuntimeError> {
-    let mut bytes = [0u8; 6];
-    rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
-        .map_err(|e| berth_sys::SysError::new("read random bytes", e))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// What a failed `create` has made so far; removed on drop.
-struct Partial {
-    cgroup: Option<Cgroup>,
-    claim_path: Option<PathBuf>,
-    live_path: Option<PathBuf>,
-}
-
-impl Drop for Partial {
-    fn drop(&mut self) {
-        if let Some(cg) = self.cgroup.take() {
-            let _ = cg.kill_all();
-            let _ = cg.remove();
-        }
-        for p in [self.claim_path.take(), self.live_path.take()].into_iter().flatten() {
-            let _ = fs::remove_file(p);
-        }
-    }
 }
 
 impl Sandbox {
