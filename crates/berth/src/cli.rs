@@ -373,6 +373,11 @@ pub struct BenchArgs {
     /// the exec round trip against `nsenter` in the same run.
     #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause", "density"])]
     pub first_exec: bool,
+    /// Instead: `berth run --isolation gvisor -- true` against `runsc run` of a bundle of the host's /usr with
+    /// the same flags, and `berth run -- true` (namespaces), interleaved; and the memory an idle gVisor sandbox
+    /// is charged.
+    #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause", "density", "first_exec"])]
+    pub gvisor: bool,
     /// With --soak: clients looping at once, each on its own connections.
     #[arg(long, default_value = "20", value_parser = parse_count_usize, value_name = "N")]
     pub clients: usize,

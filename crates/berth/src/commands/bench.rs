@@ -12,13 +12,13 @@ use serde::Serialize;
 use crate::cli::BenchArgs;
 
 #[derive(Debug, Serialize)]
-struct CaseResult {
-    name: String,
-    command: String,
-    runs: usize,
-    median_ms: f64,
-    p90_ms: f64,
-    min_ms: f64,
+pub(crate) struct CaseResult {
+    pub name: String,
+    pub command: String,
+    pub runs: usize,
+    pub median_ms: f64,
+    pub p90_ms: f64,
+    pub min_ms: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -31,10 +31,10 @@ struct Report {
     skipped: Vec<String>,
 }
 
-struct Case {
-    name: &'static str,
-    argv: Vec<String>,
-    times: Vec<f64>,
+pub(crate) struct Case {
+    pub name: &'static str,
+    pub argv: Vec<String>,
+    pub times: Vec<f64>,
 }
 
 pub fn bench(root: &Path, args: BenchArgs) -> anyhow::Result<i32> {
@@ -88,12 +88,12 @@ pub fn bench(root: &Path, args: BenchArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-fn found(program: &str) -> bool {
+pub(crate) fn found(program: &str) -> bool {
     std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file())).unwrap_or(false)
 }
 
 /// Run a command to completion and return its wall time in milliseconds; it must succeed.
-fn time(argv: &[String]) -> anyhow::Result<f64> {
+pub(crate) fn time(argv: &[String]) -> anyhow::Result<f64> {
     let start = Instant::now();
     let status = Command::new(&argv[0])
         .args(&argv[1..])
@@ -106,7 +106,7 @@ fn time(argv: &[String]) -> anyhow::Result<f64> {
     Ok(elapsed)
 }
 
-fn summarise(case: &Case) -> CaseResult {
+pub(crate) fn summarise(case: &Case) -> CaseResult {
     let mut t = case.times.clone();
     t.sort_by(f64::total_cmp);
     let at = |q: f64| t.get(((t.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);

@@ -8,6 +8,7 @@ mod bench_egress;
 mod bench_exec;
 mod bench_first;
 mod bench_fork_processes;
+mod bench_gvisor;
 mod bench_hibernate;
 mod bench_meter;
 mod bench_pause;
@@ -58,6 +59,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench(args) if args.soak => bench_soak::bench_soak(&cli.socket, args),
         Command::Bench(args) if args.first_exec => bench_first::bench_first_exec(args),
         Command::Bench(args) if args.exec => bench_exec::bench_exec(&cli.socket, args),
+        Command::Bench(args) if args.gvisor => bench_gvisor::bench_gvisor(&cli.root, args),
         Command::Bench(args) => bench::bench(&cli.root, args),
         Command::Daemon(args) => daemon::daemon(&cli.root, &cli.socket, args),
         Command::Token(crate::cli::TokenCommand::Create { name, json }) => {
