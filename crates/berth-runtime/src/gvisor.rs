@@ -90,18 +90,7 @@ fn find() -> Result<Runsc, String> {
             })?
         }
     };
-    let out = std::process::Command::new(&path)
-        .arg("--version")
-        .output()
-        .map_err(|e| format!("{} cannot be run: {e}", path.display()))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let version = text
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("runsc version "))
-        .map(str::trim)
-        .ok_or_else(|| format!("{} --version did not say which gVisor it is", path.display()))?
-        .to_string();
+    let version = version_of(&path)?;
     match release_date(&version) {
         Some(date) if date >= OLDEST_RELEASE => {}
         _ => {
@@ -116,6 +105,42 @@ fn find() -> Result<Runsc, String> {
         rustix::fs::open(&path, rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
             .map_err(|e| format!("open {}: {e}", path.display()))?;
     Ok(Runsc { path, version, exe })
+}
+
+/// Where the version of the runsc last asked is kept, with what identifies that binary: asking costs a Go
+/// program's start (about 25 ms), on every `berth run`.
+const VERSION_CACHE: &str = "/run/berth/runsc-version";
+
+/// What `runsc --version` says of the binary at `path` (from the cache while the binary is the same file).
+fn version_of(path: &Path) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(path).map_err(|e| format!("{} cannot be run: {e}", path.display()))?;
+    let key = format!("{} {} {} {} {}", path.display(), meta.dev(), meta.ino(), meta.size(), meta.mtime());
+    if let Some(version) = fs::read_to_string(VERSION_CACHE)
+        .ok()
+        .and_then(|c| c.strip_prefix(&format!("{key}\n")).map(|v| v.trim().to_string()))
+        .filter(|v| !v.is_empty())
+    {
+        return Ok(version);
+    }
+    let out = std::process::Command::new(path)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("{} cannot be run: {e}", path.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("runsc version "))
+        .map(str::trim)
+        .ok_or_else(|| format!("{} --version did not say which gVisor it is", path.display()))?
+        .to_string();
+    // Written whole under a new name and renamed: a reader sees the old cache or the new one.
+    let fresh = format!("{VERSION_CACHE}.{}", std::process::id());
+    if fs::write(&fresh, format!("{key}\n{version}\n")).is_ok() && fs::rename(&fresh, VERSION_CACHE).is_err() {
+        let _ = fs::remove_file(&fresh);
+    }
+    Ok(version)
 }
 
 /// The release date in a runsc version (`0.0~20240729.0` → 20240729).
