@@ -63,17 +63,7 @@ pub fn bench(root: &Path, args: BenchArgs) -> anyhow::Result<i32> {
     // The first command this process reaps is berth run, so the children's peak RSS is berth run's.
     time(&cases[0].argv)?;
     let peak_rss = berth_sys::process::children_max_rss();
-    for _ in 0..args.warmup {
-        for case in &cases {
-            time(&case.argv)?;
-        }
-    }
-    for _ in 0..args.runs {
-        for case in &mut cases {
-            let t = time(&case.argv)?;
-            case.times.push(t);
-        }
-    }
+    interleave(&mut cases, args.warmup, args.runs)?;
 
     let results: Vec<CaseResult> = cases.iter().map(summarise).collect();
     let berth = results[0].median_ms;
@@ -86,6 +76,22 @@ pub fn bench(root: &Path, args: BenchArgs) -> anyhow::Result<i32> {
         print_table(&report, args.runs);
     }
     Ok(0)
+}
+
+/// `warmup` untimed rounds, then `runs` timed ones, each running every case once in turn.
+pub(crate) fn interleave(cases: &mut [Case], warmup: usize, runs: usize) -> anyhow::Result<()> {
+    for _ in 0..warmup {
+        for case in cases.iter() {
+            time(&case.argv)?;
+        }
+    }
+    for _ in 0..runs {
+        for case in cases.iter_mut() {
+            let t = time(&case.argv)?;
+            case.times.push(t);
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn found(program: &str) -> bool {

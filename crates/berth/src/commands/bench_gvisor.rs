@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::bench::{Case, CaseResult, summarise, time};
+use super::bench::{Case, CaseResult, interleave, summarise};
 use crate::cli::BenchArgs;
 
 #[derive(Debug, Serialize)]
@@ -64,17 +64,7 @@ pub fn bench_gvisor(root: &Path, args: BenchArgs) -> anyhow::Result<i32> {
         Case { name: "runsc run", argv: peer, times: vec![] },
         Case { name: "berth run (namespaces)", argv: berth("namespaces"), times: vec![] },
     ];
-    for _ in 0..args.warmup {
-        for case in &cases {
-            time(&case.argv)?;
-        }
-    }
-    for _ in 0..args.runs {
-        for case in &mut cases {
-            let t = time(&case.argv)?;
-            case.times.push(t);
-        }
-    }
+    interleave(&mut cases, args.warmup, args.runs)?;
     let out = std::process::Command::new(&exe)
         .args(["--root", &root_arg, "run", "--isolation", "gvisor", "--json", "--", "sleep", "1"])
         .output()?;
