@@ -136,8 +136,24 @@ fn a_soak_whose_daemon_dies_counts_the_errors_and_fails() {
     }
     d.kill();
     let out = common::daemon::wait_output(soak, std::time::Duration::from_secs(60));
-    // Back up, it takes over the sandboxes the soak could not remove, and removes them when dropped.
+    // Back up, it takes over the sandboxes the soak could not remove, and removes them when dropped. A shim
+    // that was still building its sandbox when the daemon died is adopted once its socket is 5 s old: wait
+    // for that, so that it goes with the rest.
     d.spawn();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let ids = d.ids();
+        let shims: Vec<String> = std::fs::read_dir(d.root().join("run/shims"))
+            .map(|e| {
+                e.flatten().filter_map(|e| e.file_name().to_str()?.strip_suffix(".sock").map(String::from)).collect()
+            })
+            .unwrap_or_default();
+        if shims.iter().all(|s| ids.contains(s)) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "shims {shims:?} were not adopted; the daemon lists {ids:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(report["errors"].as_u64().unwrap() > 0, "{report}");
