@@ -45,6 +45,12 @@ pub fn run() -> i32 {
     if on_stdin && !control_from_stdin() {
         return 125;
     }
+    // Started so (by gVisor's runsc), init is on a kernel that lets its own namespace's processes stop or
+    // kill PID 1: the filter refuses them that, for every command init starts (no_new_privs is set already).
+    if on_stdin && let Err(e) = berth_sys::seccomp::SeccompPolicy::protect_init().install() {
+        eprintln!("berth init: {e}");
+        return 125;
+    }
     let Some(control) = berth_sys::fd::inherited(CONTROL_FD) else {
         eprintln!("berth init: no control socket on descriptor {CONTROL_FD}; init is only started by berth");
         return 125;

@@ -385,22 +385,22 @@ print('own_tcp=' + attempt(lambda: connect(socket.AF_INET, ('127.0.0.1', port)))
     assert!(tcp.accept().is_err() && unix.accept().is_err(), "nothing may reach the host's listeners");
 }
 
-#[test]
-fn sandbox_blocks_signals_to_host_processes() {
-    let b = Berth::new();
+on_each_isolation! {
+    fn sandbox_blocks_signals_to_host_processes(b) {
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
     let host_pid = sleeper.id();
     let script = format!(
         "sleep 100 & kill -9 -1; wait $!; echo own:$?; kill -9 {host_pid} 2>/dev/null && echo hit-host; \
          kill -KILL 1; kill -STOP 1; echo init-alive"
     );
-    let out = sh(&b, &[], &script);
+    let out = sh(b, &[], &script);
     let alive = sleeper.try_wait().unwrap().is_none();
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
     assert_eq!(text(&out.stdout), "own:137\ninit-alive\n", "{}", text(&out.stderr));
     assert_eq!(out.status.code(), Some(0));
     assert!(alive, "kill -9 -1 inside the sandbox killed a host process");
+    }
 }
 
 on_each_isolation! {

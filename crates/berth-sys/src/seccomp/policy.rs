@@ -149,6 +149,23 @@ fn rule(name: &str, nr: libc::c_long, errno: u16, when: Vec<(Arg, ArgTest)>) -> 
 }
 
 impl SeccompPolicy {
+    /// What berth's init installs on itself (and so on every command it starts) when the kernel it runs on
+    /// does not keep PID 1's signals from the processes of its own pid namespace, as Linux does: gVisor's
+    /// lets them stop it, or kill it. Every way to signal one process by pid is refused for pid 1, and a
+    /// pidfd for it cannot be had; init signals its commands' process groups (negative pids), never pid 1.
+    pub fn protect_init() -> SeccompPolicy {
+        let pid_1 = || vec![(Arg::A0, ArgTest::OneOf(vec![1]))];
+        let rules = vec![
+            rule("kill", libc::SYS_kill, EPERM, pid_1()),
+            rule("tkill", libc::SYS_tkill, EPERM, pid_1()),
+            rule("tgkill", libc::SYS_tgkill, EPERM, pid_1()),
+            rule("rt_sigqueueinfo", libc::SYS_rt_sigqueueinfo, EPERM, pid_1()),
+            rule("rt_tgsigqueueinfo", libc::SYS_rt_tgsigqueueinfo, EPERM, pid_1()),
+            rule("pidfd_open", libc::SYS_pidfd_open, EPERM, pid_1()),
+        ];
+        SeccompPolicy { rules }
+    }
+
     /// The policy berth installs in every sandbox.
     ///
     /// The rules with argument tests come first: the kernel caches an "allowed" verdict per syscall
