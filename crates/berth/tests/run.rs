@@ -440,15 +440,15 @@ on_each_isolation! {
     }
 }
 
-#[test]
-fn failed_setup_is_one_sentence_and_leaves_nothing() {
-    let b = Berth::new();
+on_each_isolation! {
+    fn failed_setup_is_one_sentence_and_leaves_nothing(b) {
     // sysfs cannot be id-mapped: the sandbox cannot be built, and what was made for it must go.
     let out = b.run(&["--mount", "/sys/kernel:/hostsys:ro"], &["true"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.starts_with("berth: ") && err.trim_end().lines().count() == 1, "{err}");
     assert!(err.contains("/sys/kernel"), "{err}");
+    }
 }
 
 #[test]
