@@ -338,6 +338,28 @@ mod tests {
     const EPERM_RET: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
 
     #[test]
+    fn protect_init_refuses_signals_to_pid_1_only() {
+        let p = SeccompPolicy::protect_init().compile();
+        assert_well_formed(&p);
+        let eperm = ret_errno(EPERM);
+        let (sigkill, sigstop) = (libc::SIGKILL as u64, libc::SIGSTOP as u64);
+        assert_eq!(verdict(&p, libc::SYS_kill, [1, sigkill, 0, 0, 0, 0]), eperm);
+        assert_eq!(verdict(&p, libc::SYS_kill, [1, sigstop, 0, 0, 0, 0]), eperm);
+        // The high half of pid is not the kernel's: 1 with high bits set is still pid 1.
+        assert_eq!(verdict(&p, libc::SYS_kill, [0xffff_ffff_0000_0001, sigkill, 0, 0, 0, 0]), eperm);
+        assert_eq!(verdict(&p, libc::SYS_tkill, [1, sigstop, 0, 0, 0, 0]), eperm);
+        assert_eq!(verdict(&p, libc::SYS_tgkill, [1, 1, sigstop, 0, 0, 0]), eperm);
+        assert_eq!(verdict(&p, libc::SYS_rt_sigqueueinfo, [1, sigstop, 0, 0, 0, 0]), eperm);
+        assert_eq!(verdict(&p, libc::SYS_rt_tgsigqueueinfo, [1, 1, sigstop, 0, 0, 0]), eperm);
+        assert_eq!(verdict(&p, libc::SYS_pidfd_open, [1, 0, 0, 0, 0, 0]), eperm);
+        // Other processes, process groups (init's signals to its commands) and everything else pass.
+        assert_eq!(verdict(&p, libc::SYS_kill, [2, sigkill, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(verdict(&p, libc::SYS_kill, [(-5i64) as u64, sigkill, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(verdict(&p, libc::SYS_pidfd_open, [7, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(verdict(&p, libc::SYS_getpid, [1, 0, 0, 0, 0, 0]), RET_ALLOW);
+    }
+
+    #[test]
     fn verdicts() {
         let p = SeccompPolicy::sandbox_default().compile();
         assert_well_formed(&p);
