@@ -36,7 +36,8 @@ fn ended(child: &mut Child) -> bool {
 #[test]
 fn a_stopped_sandbox_whose_ttl_runs_out_is_removed() {
     let d = Daemon::start();
-    let id = d.create(&["--ttl", "3s", "--persistent"]);
+    // Long enough that a loaded host still stops it before the TTL runs out.
+    let id = d.create(&["--ttl", "8s", "--persistent"]);
     let stopped = d.berth(&["stop", &id]);
     assert!(stopped.status.success(), "{}", text(&stopped.stderr));
     assert_eq!(state(&d, &id), "stopped");
