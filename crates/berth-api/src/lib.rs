@@ -67,6 +67,46 @@ pub struct CreateSandbox {
     /// Limits on what it may use (CPU, egress, running time); at 100 % of one it is removed.
     #[serde(deserialize_with = "object_only")]
     pub budget: Budget,
+    /// The boundary it runs behind (default: the daemon's `--isolation`, itself `namespaces` by default). A
+    /// backend this host lacks is an error, never a quiet fallback.
+    pub isolation: Option<Isolation>,
+}
+
+/// The boundary between a sandbox and the host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// Linux namespaces, cgroups, seccomp and landlock on the host's kernel.
+    #[default]
+    Namespaces,
+    /// gVisor: a kernel of the sandbox's own (runsc), on top of the same namespaces and cgroups.
+    Gvisor,
+}
+
+impl Isolation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Namespaces => "namespaces",
+            Isolation::Gvisor => "gvisor",
+        }
+    }
+}
+
+impl std::fmt::Display for Isolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Isolation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Isolation, String> {
+        match s {
+            "namespaces" => Ok(Isolation::Namespaces),
+            "gvisor" => Ok(Isolation::Gvisor),
+            _ => Err(format!("{s:?} is not an isolation: namespaces or gvisor")),
+        }
+    }
 }
 
 /// Read a struct from a JSON object only. serde's derive also takes an array of the fields' values in order
@@ -187,6 +227,9 @@ pub struct Sandbox {
     /// What it has used, measured when it is inspected while it runs (none otherwise, and in the list).
     #[serde(default)]
     pub usage: Option<Usage>,
+    /// The boundary it runs behind.
+    #[serde(default)]
+    pub isolation: Isolation,
 }
 
 /// `POST /v1/sandboxes/{id}/execs`
@@ -361,6 +404,21 @@ pub struct DaemonInfo {
     /// The warm pool: sandboxes built ahead for creates that ask for the defaults.
     #[serde(default)]
     pub warm: WarmPool,
+    /// The isolation a create gets when it names none (`berth daemon --isolation`).
+    #[serde(default)]
+    pub isolation: Isolation,
+    /// Each isolation and whether this host offers it (and why not).
+    #[serde(default)]
+    pub isolations: Vec<IsolationInfo>,
+}
+
+/// One row of [`DaemonInfo::isolations`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IsolationInfo {
+    pub isolation: Isolation,
+    pub available: bool,
+    /// What provides it (`runsc 0.0~20240729.0`), or why this host cannot offer it.
+    pub detail: String,
 }
 
 /// [`DaemonInfo::warm`].

@@ -33,6 +33,9 @@ struct Init {
     listeners: Vec<(u16, std::net::TcpListener)>,
     /// Running commands: pid inside the sandbox → request id.
     running: HashMap<i32, u64>,
+    /// Set where no descriptor can leave the sandbox: accepted connections wait here for the supervisor's
+    /// sockets, and init relays them.
+    relays: Option<crate::relay::Waiting>,
 }
 
 /// Run as PID 1 until the supervisor hangs up. Returns the process exit code.
@@ -115,6 +118,18 @@ pub fn run() -> i32 {
     init.serve(&sigfd)
 }
 
+/// Listen on the proxy and API ports of the sandbox's loopback (a port already taken is left out).
+fn bind_ports() -> Vec<(u16, std::net::TcpListener)> {
+    [protocol::PROXY_PORT, protocol::API_PORT]
+        .into_iter()
+        .filter_map(|port| {
+            std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))
+                .and_then(|l| l.set_nonblocking(true).map(|()| (port, l)))
+                .ok()
+        })
+        .collect()
+}
+
 /// Move the control socket from standard input to [`CONTROL_FD`], and standard input to `/dev/null`.
 fn control_from_stdin() -> bool {
     let Some(stdin) = berth_sys::fd::inherited(0) else { return false };
@@ -186,23 +201,18 @@ fn decode_state(text: &str) -> Result<State, String> {
 impl Init {
     /// A new sandbox's init: bind the ports it serves, and report ready with the control socket.
     fn fresh(control: OwnedFd, ready: &Event) -> Option<Init> {
-        let listeners = [protocol::PROXY_PORT, protocol::API_PORT]
-            .into_iter()
-            .filter_map(|port| {
-                std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))
-                    .and_then(|l| l.set_nonblocking(true).map(|()| (port, l)))
-                    .ok()
-            })
-            .collect();
+        let listeners = bind_ports();
         let control = hand_over_control(control, ready)?;
-        Some(Init { control, listeners, running: HashMap::new() })
+        Some(Init { control, listeners, running: HashMap::new(), relays: None })
     }
 
-    /// Init on a control socket it keeps (see [`protocol::CONTROL_ON_STDIN`]). It takes no connections on
-    /// the proxy and API ports: handing one over would take a descriptor out of the sandbox.
+    /// Init on a control socket it keeps (see [`protocol::CONTROL_ON_STDIN`]). The connections it accepts
+    /// on the proxy and API ports are relayed (see [`Event::Connection`]): handing one over would take a
+    /// descriptor out of the sandbox.
     fn kept(control: OwnedFd, ready: &Event) -> Option<Init> {
+        let listeners = bind_ports();
         protocol::send(control.as_fd(), ready, &[]).ok()?;
-        Some(Init { control, listeners: Vec::new(), running: HashMap::new() })
+        Some(Init { control, listeners, running: HashMap::new(), relays: Some(Default::default()) })
     }
 
     /// Init executed again by itself (see [`Request::Reexec`]): the same listeners and commands, and a new
@@ -215,7 +225,7 @@ impl Init {
             listeners.push((port, std::net::TcpListener::from(fd)));
         }
         let control = hand_over_control(control, ready)?;
-        Some(Init { control, listeners, running: state.running })
+        Some(Init { control, listeners, running: state.running, relays: None })
     }
 
     /// Execute init's own binary again in place, keeping the control socket, the listeners and the
@@ -298,12 +308,25 @@ impl Init {
         protocol::send(self.control.as_fd(), ev, &[])
     }
 
-    /// Pass every waiting connection to the supervisor; init never reads or writes them itself.
-    fn hand_over_connections(&self) {
+    /// Pass every waiting connection to the supervisor; init never reads or writes them itself, unless it
+    /// relays them (then it only copies their bytes).
+    fn hand_over_connections(&mut self) {
         for (port, listener) in &self.listeners {
             while let Ok((conn, _)) = listener.accept() {
-                let fd = OwnedFd::from(conn);
-                let _ = protocol::send(self.control.as_fd(), &Event::Connection { port: *port }, &[fd.as_fd()]);
+                let Some(relays) = self.relays.as_mut() else {
+                    let fd = OwnedFd::from(conn);
+                    let ev = Event::Connection { port: *port, relay: None };
+                    let _ = protocol::send(self.control.as_fd(), &ev, &[fd.as_fd()]);
+                    continue;
+                };
+                // Past the cap the connection is dropped here, which closes it.
+                if let Some(relay) = relays.add(conn) {
+                    let _ = protocol::send(
+                        self.control.as_fd(),
+                        &Event::Connection { port: *port, relay: Some(relay) },
+                        &[],
+                    );
+                }
             }
         }
     }
@@ -319,6 +342,16 @@ impl Init {
                     Err((code, message)) => Event::Failed { id, code, message },
                 };
                 let _ = self.report(&ev);
+            }
+            Request::Relay { relay } => {
+                let joined = match (self.relays.as_mut(), <[OwnedFd; 1]>::try_from(fds)) {
+                    (Some(relays), Ok([outside])) => relays.join(relay, outside),
+                    (None, _) => Err("this init relays no connections".to_string()),
+                    (_, Err(fds)) => Err(format!("a relay takes one socket, not {}", fds.len())),
+                };
+                if let Err(message) = joined {
+                    let _ = self.report(&Event::Rejected { message });
+                }
             }
             Request::Reexec => {
                 let message = self.reexec();

@@ -8,5 +8,6 @@
 
 mod agent;
 pub mod protocol;
+mod relay;
 
 pub use agent::run as main;

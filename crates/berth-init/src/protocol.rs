@@ -68,6 +68,9 @@ pub enum Request {
     /// made inside the sandbox as at start (the supervisor uses it from then on). The restore made init's memory outside the sandbox's user namespace, where no later
     /// checkpoint could reach it, and left it without its landlock domain: the new program has both back.
     Reexec,
+    /// The other end of connection `relay` (see [`Event::Connection`]): one stream socket travels with it.
+    /// Init copies between the two until both sides have finished, then closes both.
+    Relay { relay: u64 },
 }
 
 /// What init reports.
@@ -88,7 +91,14 @@ pub enum Event {
     /// Sent by berth instead of `Ready` when building the sandbox failed before init could start.
     SetupFailed { message: String },
     /// A connection to the proxy or API port (`port`), accepted by init; the socket travels with the message.
-    Connection { port: u16 },
+    /// Where no descriptor can leave the sandbox (gVisor), none travels: `relay` numbers the connection, and
+    /// the supervisor answers with a [`Request::Relay`] carrying a socket of its own, to which init then
+    /// copies the connection's bytes both ways.
+    Connection {
+        port: u16,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        relay: Option<u64>,
+    },
 }
 
 /// Errors of the control channel.

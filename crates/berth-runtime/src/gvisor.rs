@@ -162,10 +162,11 @@ pub fn host_limits(limits: &Limits) -> Limits {
     }
 }
 
-/// The namespaces plan's root without what gVisor's kernel provides itself (`/proc`, `/sys`, `/dev`, `/tmp`),
-/// and without the pivot: runsc is given the root where it was built.
+/// The namespaces plan's root without what gVisor's kernel provides itself (`/proc`, `/sys`, `/dev`), and
+/// without the pivot: runsc is given the root where it was built. `/tmp` stays the plan's own tmpfs (not one
+/// of gVisor's memory): the files API, which reaches the sandbox's files from the host, sees it too.
 pub(crate) fn plan(mut plan: Plan) -> Plan {
-    let own: Vec<PathBuf> = ["proc", "sys", "dev", "tmp"].iter().map(|d| plan.root.join(d)).collect();
+    let own: Vec<PathBuf> = ["proc", "sys", "dev"].iter().map(|d| plan.root.join(d)).collect();
     let gvisors = |p: &Path| own.iter().any(|o| p.starts_with(o));
     plan.steps.retain(|step| match step {
         Step::Pivot { .. } => false,
@@ -215,13 +216,20 @@ pub(crate) fn config(plan: &Plan, layout: &Layout, spec: &Spec) -> serde_json::V
             {"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
             {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777"]},
             {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
-            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
+            // Named, or runsc would cover the root's empty /tmp with a tmpfs of its own.
+            {"destination": "/tmp", "type": "bind", "source": plan.root.join("tmp"), "options": ["rbind", "rw", "nosuid", "nodev"]},
             {"destination": INIT_PATH, "type": "bind", "source": init_copy(layout), "options": ["bind", "ro"]}
         ],
         "linux": {
             "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}]
         }
     })
+}
+
+/// Where a gVisor sandbox's root is in the mount namespace of its first process (`runsc run`, whose root is
+/// the host's): `/proc/<pid>/root/` and this path reach the files its kernel serves.
+pub fn root_in_supervisor() -> PathBuf {
+    Layout { dir: PathBuf::from(crate::sandbox::SCRATCH_MOUNT_POINT), state: false }.rootfs()
 }
 
 /// Where the berth binary is bound for runsc to hand to the sandbox, on the scratch tmpfs.
@@ -250,6 +258,10 @@ pub(crate) fn argv(layout: &Layout, id: &str) -> Vec<String> {
         // than into a file store of gVisor's own.
         "--overlay2=none".into(),
         "--host-uds=none".into(),
+        // The root berth built is not gVisor's alone: the files API writes it from the host, and a mounted
+        // host directory changes under it. Shared, gVisor checks its cached files against the host's instead
+        // of trusting its cache.
+        "--file-access=shared".into(),
     ];
     argv.extend(["run".into(), format!("--bundle={}", bundle(layout).display()), id.to_string()]);
     argv

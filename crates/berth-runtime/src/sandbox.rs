@@ -455,6 +455,15 @@ impl Sandbox {
             Err(e) => return Err(berth_sys::SysError::new("wait for the sandbox", e).into()),
         }
         match protocol::recv::<Event>(self.control.as_fd()) {
+            // A connection init relays (gVisor) gets a socket whose other end is closed: nobody here takes
+            // connections, and it must not wait for one.
+            Ok((Event::Connection { relay: Some(relay), port }, _)) => {
+                if let Ok((_ours, theirs)) = std::os::unix::net::UnixStream::pair() {
+                    let _ =
+                        protocol::send(self.control.as_fd(), &protocol::Request::Relay { relay }, &[theirs.as_fd()]);
+                }
+                Ok(Some(Event::Connection { port, relay: Some(relay) }))
+            }
             Ok((ev, _)) => Ok(Some(ev)),
             Err(protocol::ProtocolError::Closed) => Err(RuntimeError::InitGone),
             Err(e) => Err(e.into()),

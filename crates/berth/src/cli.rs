@@ -220,6 +220,10 @@ pub struct DaemonArgs {
     /// else; 0: none. They are torn down when the daemon stops.
     #[arg(long, value_parser = parse_warm, value_name = "N", default_value = "0")]
     pub warm: usize,
+    /// The boundary of a sandbox created without --isolation: namespaces or gvisor (needs runsc; the daemon
+    /// refuses to start without it). The warm pool holds namespaces sandboxes only.
+    #[arg(long, default_value = "namespaces", value_name = "KIND")]
+    pub isolation: berth_api::Isolation,
     /// How sandboxes' files are bounded. auto: make a btrfs storage pool (a sparse file under the data root)
     /// when there is none and the host can, else warn that they are not bounded; pool: the same, but refuse
     /// to start without one; none: use the data root as it is.
@@ -261,6 +265,7 @@ impl DaemonArgs {
             default_pids: self.default_pids.0,
             keep_removed: self.keep_removed,
             warm: self.warm,
+            isolation: self.isolation,
         }
     }
 }

@@ -39,6 +39,8 @@ pub struct Bounds {
     /// Sandboxes of the `host` image with the default limits kept built ahead, for creates that ask for
     /// nothing else (0: none).
     pub warm: usize,
+    /// The isolation of a sandbox created without one.
+    pub isolation: berth_api::Isolation,
 }
 
 impl Default for Bounds {
@@ -55,6 +57,7 @@ impl Default for Bounds {
             default_pids: Some(DEFAULT_PIDS),
             keep_removed: 1000,
             warm: 0,
+            isolation: berth_api::Isolation::Namespaces,
         }
     }
 }

@@ -238,9 +238,36 @@ impl Engine {
         young_left
     }
 
-    /// Start counting the OOM kills of a command of sandbox `sid` whose own cgroup is `own`.
-    fn oom_count(&self, sid: &str, own: Option<&berth_runtime::cgroup::Cgroup>) -> Option<crate::launch::OomCount> {
-        crate::launch::OomCount::start(self.cgroups.as_ref()?.open(sid), own?)
+    /// The cgroup of command `exec_id` of sandbox `sid`, inside the sandbox's: its whole tree, to be killed at
+    /// once. None under gVisor, whose processes are not the host's: there a command's tree is its process
+    /// group (what leaves it with setsid ends with the sandbox).
+    fn command_cgroup(
+        &self,
+        sid: &str,
+        exec_id: &str,
+        isolation: berth_api::Isolation,
+    ) -> Result<Option<berth_runtime::cgroup::Cgroup>, EngineError> {
+        match &self.cgroups {
+            Some(h) if isolation == berth_api::Isolation::Namespaces => {
+                h.open(sid).child(exec_id).map(Some).map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Start counting the OOM kills of a command of sandbox `sid` whose own cgroup is `own` (under gVisor, the
+    /// kills of the whole sandbox, which one ends).
+    fn oom_count(
+        &self,
+        sid: &str,
+        own: Option<&berth_runtime::cgroup::Cgroup>,
+        isolation: berth_api::Isolation,
+    ) -> Option<crate::launch::OomCount> {
+        let sandbox = self.cgroups.as_ref()?.open(sid);
+        match isolation {
+            berth_api::Isolation::Gvisor => crate::launch::OomCount::whole(sandbox),
+            berth_api::Isolation::Namespaces => crate::launch::OomCount::start(sandbox, own?),
+        }
     }
 
     async fn live(&self, id_or_name: &str) -> Result<Arc<Live>, EngineError> {
@@ -440,7 +467,10 @@ impl Engine {
         }
         let live = self.live_or_wake(id, cause).await?;
         self.touch(&live, cause).await?;
-        let sid = live.record.lock().await.id.clone();
+        let (sid, isolation) = {
+            let r = live.record.lock().await;
+            (r.id.clone(), r.isolation)
+        };
         let starting = self.admit_exec(&live, &sid).await?;
         let mut env: BTreeMap<String, String> =
             berth_runtime::spec::BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -453,13 +483,8 @@ impl Engine {
         let exec_id = format!("x{n}");
         let logs = self.root.join("logs").join(&sid);
         tokio::fs::create_dir_all(&logs).await.map_err(EngineError::Log)?;
-        let cgroup = match &self.cgroups {
-            Some(h) => {
-                Some(h.open(&sid).child(&exec_id).map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?)
-            }
-            None => None,
-        };
-        let oom = self.oom_count(&sid, cgroup.as_ref());
+        let cgroup = self.command_cgroup(&sid, &exec_id, isolation)?;
+        let oom = self.oom_count(&sid, cgroup.as_ref(), isolation);
         let plan = ExecPlan {
             exec_id: exec_id.clone(),
             argv: req.argv.clone(),
@@ -546,6 +571,8 @@ impl Engine {
                 .chain(crate::listen::table(&crate::listen::bounds()))
                 .collect(),
             warm: self.warm_info(),
+            isolation: self.bounds.isolation,
+            isolations: isolations(),
         }
     }
 
@@ -555,6 +582,26 @@ impl Engine {
         let recent = self.events.recent.lock().map(|r| r.iter().cloned().collect()).unwrap_or_default();
         (recent, rx)
     }
+}
+
+/// Each isolation and whether this host offers it.
+pub fn isolations() -> Vec<berth_api::IsolationInfo> {
+    let gvisor = berth_runtime::gvisor::runsc();
+    vec![
+        berth_api::IsolationInfo {
+            isolation: berth_api::Isolation::Namespaces,
+            available: true,
+            detail: "the host kernel's namespaces, cgroups, seccomp and landlock".into(),
+        },
+        berth_api::IsolationInfo {
+            isolation: berth_api::Isolation::Gvisor,
+            available: gvisor.is_ok(),
+            detail: match gvisor {
+                Ok(r) => format!("runsc {} at {}", r.version, r.path.display()),
+                Err(why) => why,
+            },
+        },
+    ]
 }
 
 /// Connect to a shim, fetch its sandbox's record and take over its init's control socket.

@@ -575,7 +575,8 @@ pub async fn serve(
         _ = server => {}
         _ = shutdown => {}
     }
-    // Sandboxes outlive the daemon; the warm pool does not.
+    // Sandboxes outlive the daemon; the warm pool does not. A teardown under way is finished first.
+    engine.settle(std::time::Duration::from_secs(30)).await;
     engine.close_warm().await;
     Ok(())
 }

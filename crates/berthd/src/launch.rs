@@ -134,6 +134,11 @@ impl OomCount {
         }
     }
 
+    /// Count the kills of the whole sandbox whose cgroup is `sandbox` (gVisor's: one kill ends it).
+    pub fn whole(sandbox: Cgroup) -> Option<OomCount> {
+        sandbox.oom_kills().ok().map(|before| OomCount { cgroup: sandbox, before })
+    }
+
     /// Whether the OOM killer killed a process of the command since it started (false when not counted).
     pub fn killed(count: Option<&OomCount>) -> bool {
         count.is_some_and(|c| c.cgroup.oom_kills().is_ok_and(|n| n > c.before))

@@ -111,8 +111,12 @@ impl Session {
                 Ok(r) => r,
             };
             let Ok(event) = serde_json::from_slice::<Event>(&buf[..n]) else { continue };
-            if let Event::Connection { port } = event {
-                if let (Some(fd), Ok(c)) = (fds.pop(), self.connections.lock())
+            if let Event::Connection { port, relay } = event {
+                let fd = match relay {
+                    None => fds.pop(),
+                    Some(relay) => self.relay(relay),
+                };
+                if let (Some(fd), Ok(c)) = (fd, self.connections.lock())
                     && let Some(handle) = c.as_ref()
                 {
                     handle(port, fd);
@@ -143,6 +147,15 @@ impl Session {
             w.clear();
         }
         self.closed.send_replace(true);
+    }
+
+    /// The daemon's end of a connection init relays: a stream socket whose other end goes to init with a
+    /// `relay` request. (Its address is no TCP address: what asks a connection for its peer gets an error.)
+    /// With nobody to take the connection, init still gets its socket, whose end it reads at once.
+    fn relay(&self, relay: u64) -> Option<OwnedFd> {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().ok()?;
+        self.send(&Request::Relay { relay }, &[theirs.as_fd()]).ok()?;
+        Some(OwnedFd::from(ours))
     }
 
     /// Hand the connections init accepts from now on to `handler`.

@@ -109,9 +109,19 @@ async fn shell(
     let Some(pid) = record.pid else {
         return Err(Failure::new(ErrorCode::Conflict, format!("sandbox {} has no running init", record.id)));
     };
-    let cmd = q.cmd;
+    let (cmd, isolation) = (q.cmd, record.isolation);
+    if isolation == berth_api::Isolation::Gvisor {
+        return Err(Failure::new(
+            ErrorCode::Unavailable,
+            format!(
+                "sandbox {} runs on gVisor, where shells on a terminal do not run yet: a terminal berth opens \
+                 outside is no terminal inside gVisor's kernel. Run commands with exec instead",
+                record.id
+            ),
+        ));
+    }
     let (argv, pty) = tokio::task::spawn_blocking(move || -> Result<_, FileError> {
-        let fs = SandboxFs::open(pid)?;
+        let fs = SandboxFs::open(pid, isolation)?;
         let argv: Vec<String> = match cmd {
             Some(c) => vec!["/bin/sh".into(), "-c".into(), c],
             None if fs.stat("/bin/bash").is_ok_and(|b| b.kind == FileKind::File && b.mode & 0o111 != 0) => {

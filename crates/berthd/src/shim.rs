@@ -63,6 +63,9 @@ pub struct ShimStart {
     /// processes, under its own id, host ids, cgroup and name.
     #[serde(default)]
     pub fork: bool,
+    /// The boundary to build it behind.
+    #[serde(default)]
+    pub isolation: berth_api::Isolation,
 }
 
 /// The first line a shim prints: the sandbox, or why it could not be built.
@@ -317,6 +320,12 @@ impl Held {
         version: Option<&str>,
         what: &str,
     ) -> Result<berth_runtime::checkpoint::Criu, String> {
+        if sandbox.isolation() == berth_runtime::spec::Isolation::Gvisor {
+            return Err(format!(
+                "a gVisor sandbox cannot {what} yet: CRIU cannot write the processes of a gVisor kernel, and \
+                 berth does not use gVisor's own checkpoints yet"
+            ));
+        }
         let criu = checked_criu(criu, version)?;
         if self.pooled {
             return Err("a sandbox of the warm pool is not dumped".into());
@@ -367,9 +376,10 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
         // Pooled, it may yet be claimed by a persistent sandbox.
         volatile: !start.record.persistent && !start.pooled,
         files: start.files.clone(),
-        // The daemon's sandboxes run on the namespaces backend until it carries gVisor's differences (no
-        // descriptor leaves a gVisor sandbox: its proxy connections and per-exec cgroups).
-        isolation: berth_runtime::spec::Isolation::Namespaces,
+        isolation: match start.isolation {
+            berth_api::Isolation::Namespaces => berth_runtime::spec::Isolation::Namespaces,
+            berth_api::Isolation::Gvisor => berth_runtime::spec::Isolation::Gvisor,
+        },
         volumes: start
             .volumes
             .iter()

@@ -154,6 +154,7 @@ pub(super) fn sandbox_sample() -> Sandbox {
         network: network_sample(),
         owner: Some("abcdefabcdef".into()),
         usage: Some(usage_sample()),
+        isolation: Isolation::Gvisor,
     }
 }
 
@@ -222,6 +223,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         network: network_sample(),
         secrets: vec!["GITHUB_TOKEN@api.github.com".into()],
         budget: budget_sample(),
+        isolation: Some(Isolation::Gvisor),
     };
     let request = ExecRequest {
         argv: vec!["sh".into(), "-c".into(), "make test".into()],
@@ -297,6 +299,12 @@ fn full_samples() -> Vec<(&'static str, Value)> {
                     note: "the middle is dropped, with a marker".into(),
                 }],
                 warm: WarmPool { size: 2, ready: 1, served: 5, missed: 0 },
+                isolation: Isolation::Namespaces,
+                isolations: vec![IsolationInfo {
+                    isolation: Isolation::Gvisor,
+                    available: false,
+                    detail: "runsc (gVisor) is not installed".into(),
+                }],
             }),
         ),
         ("MintedToken", to_value(&MintedToken { id: "a1b2c3".into(), name: "ci".into(), token: "berth_00ff".into() })),
@@ -337,6 +345,7 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
         network: Network::default(),
         owner: None,
         usage: None,
+        isolation: Isolation::Namespaces,
     };
     let result = ExecResult {
         exec_id: "x0".into(),

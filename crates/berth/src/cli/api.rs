@@ -94,6 +94,10 @@ pub struct CreateArgs {
     /// How the proxy resolves NAME (repeatable); naming an address this way counts as a rule naming it.
     #[arg(long = "add-host", value_name = "NAME:IP")]
     pub add_hosts: Vec<String>,
+    /// The boundary to run behind: namespaces (the host kernel's) or gvisor (a kernel of the sandbox's own;
+    /// needs runsc). Default: the daemon's --isolation. `berth info` says which this host offers.
+    #[arg(long, value_name = "KIND")]
+    pub isolation: Option<berth_api::Isolation>,
     /// Print the new sandbox as JSON instead of only its id.
     #[arg(long)]
     pub json: bool,

@@ -51,6 +51,7 @@ pub fn create(socket: &Path, args: CreateArgs) -> anyhow::Result<i32> {
         network,
         secrets: args.secrets,
         budget: args.budget.unwrap_or_default(),
+        isolation: args.isolation,
     };
     let client = Client::connect(socket)?;
     let (_, body) = client.post_json("/v1/sandboxes", &request)?;

@@ -58,7 +58,10 @@ impl Engine {
         }
         let live = self.live_or_wake(id, "shell").await?;
         self.touch(&live, "shell").await?;
-        let sid = live.record.lock().await.id.clone();
+        let (sid, isolation) = {
+            let r = live.record.lock().await;
+            (r.id.clone(), r.isolation)
+        };
         let starting = self.admit_exec(&live, &sid).await?;
         let workdir = "/workspace".to_string();
         let mut full: BTreeMap<String, String> = BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -73,13 +76,8 @@ impl Engine {
         let logs = self.root.join("logs").join(&sid);
         tokio::fs::create_dir_all(&logs).await.map_err(EngineError::Log)?;
         let log = logs.join(format!("{exec_id}.log"));
-        let cgroup = match &self.cgroups {
-            Some(h) => {
-                Some(h.open(&sid).child(&exec_id).map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))?)
-            }
-            None => None,
-        };
-        let oom = self.oom_count(&sid, cgroup.as_ref());
+        let cgroup = self.command_cgroup(&sid, &exec_id, isolation)?;
+        let oom = self.oom_count(&sid, cgroup.as_ref(), isolation);
         let started_at = std::time::Instant::now();
         let cmd = launch::Command { argv: &argv, env: &env_list, cwd: &workdir, tty };
         let attached = Attached { stdin: true, stdout: true, stderr: true };

@@ -98,6 +98,14 @@ impl Engine {
             state: "not running".into(),
             hint: "start it first (berth start)".into(),
         })?;
+        if r.isolation == berth_api::Isolation::Gvisor {
+            return Err(EngineError::Unsupported(format!(
+                "sandbox {} runs on gVisor, where code contexts do not run yet: berth reaches an interpreter \
+                 through a socket among the sandbox's files, and a socket made under gVisor stays inside its \
+                 kernel. Run code with an exec instead",
+                r.id
+            )));
+        }
         let sid = r.id.clone();
         drop(r);
         Ok((live, sid, pid))
@@ -353,7 +361,8 @@ impl Engine {
 pub(crate) async fn connect(pid: i32, ctx: &str, kind: &str) -> Result<UnixStream, EngineError> {
     let path = format!("{SOCKET_DIR}/{ctx}.{kind}");
     let stream = tokio::task::spawn_blocking(move || -> Result<_, EngineError> {
-        let fs = crate::files::SandboxFs::open(pid).map_err(|e| EngineError::Conflict(e.to_string()))?;
+        let fs = crate::files::SandboxFs::open(pid, berth_api::Isolation::Namespaces)
+            .map_err(|e| EngineError::Conflict(e.to_string()))?;
         let s = fs.connect(&path).map_err(|e| {
             EngineError::Conflict(format!("the context's interpreter cannot be reached: {e}; restart the context"))
         })?;

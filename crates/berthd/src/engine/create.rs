@@ -45,6 +45,10 @@ impl Engine {
             }
         }
         super::usage::check_budget(&req.budget)?;
+        let isolation = *req.isolation.get_or_insert(self.bounds.isolation);
+        if isolation == berth_api::Isolation::Gvisor {
+            check_gvisor(&req)?;
+        }
         for (k, v) in &req.env {
             berth_runtime::spec::parse_env(&format!("{k}={v}")).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
@@ -223,6 +227,7 @@ impl Engine {
             network: network::network_of(&network::policy_of(&req.network)?),
             owner,
             usage: None,
+            isolation: req.isolation.unwrap_or_default(),
         })
     }
 
@@ -273,6 +278,7 @@ impl Engine {
             pipes: restore.as_ref().map(|r| r.pipes.iter().map(|(name, _)| name.clone()).collect()).unwrap_or_default(),
             fork: restore.as_ref().is_some_and(|r| r.fork),
             restore: restore.as_ref().map(|r| r.dir.clone()),
+            isolation: req.isolation.unwrap_or_default(),
         };
         let pipes: Vec<std::os::fd::OwnedFd> =
             restore.map(|r| r.pipes.into_iter().map(|(_, fd)| fd).collect()).unwrap_or_default();
@@ -377,4 +383,16 @@ impl Engine {
             }
         }
     }
+}
+
+/// Refuse a gVisor sandbox this host cannot run, or one asking for what gVisor sandboxes do not do yet.
+fn check_gvisor(req: &CreateSandbox) -> Result<(), EngineError> {
+    berth_runtime::gvisor::runsc().map_err(|why| EngineError::Unsupported(format!("isolation gvisor: {why}")))?;
+    if req.idle_hibernate_seconds.is_some() {
+        return Err(EngineError::invalid(
+            "idle_hibernate_seconds: a gVisor sandbox does not hibernate yet (berth hibernates with CRIU, which \
+             cannot write a gVisor kernel's processes); use idle_pause_seconds",
+        ));
+    }
+    Ok(())
 }

@@ -149,6 +149,22 @@ fn name_exec(live: &Live, stream: &tokio::net::TcpStream) {
     }
 }
 
+/// The only exec of `live` that was running at `time_ms` (none when several were, or none).
+async fn running_at(live: &Live, time_ms: u64) -> Option<String> {
+    let execs = live.execs.lock().await;
+    let mut running = execs
+        .iter()
+        .filter(|(_, e)| {
+            e.started_at_ms <= time_ms
+                && e.done.borrow().as_ref().is_none_or(|r| e.started_at_ms.saturating_add(r.duration_ms) >= time_ms)
+        })
+        .map(|(id, _)| id.clone());
+    match (running.next(), running.next()) {
+        (Some(only), None) => Some(only),
+        _ => None,
+    }
+}
+
 /// The environment every exec of a daemon sandbox gets: the proxy, and berth's API with the session token.
 pub(super) fn session_env(id: &str, token: &str) -> Vec<(String, String)> {
     let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
@@ -207,6 +223,12 @@ impl Engine {
                 let Some(live) = weak.upgrade() else { return };
                 let id = live.record.lock().await.id.clone();
                 let exec = live.connecting.lock().ok().and_then(|mut c| c.remove(&a.client_port)).flatten();
+                // Not told at connect time (the exec not yet in the table, or a relayed connection without a
+                // port): the one exec that was running when the attempt began, if only one was.
+                let exec = match exec {
+                    Some(e) => Some(e),
+                    None => running_at(&live, a.time_ms).await,
+                };
                 if let Ok(mut m) = live.meter.lock() {
                     m.add_egress(a.bytes_up, a.bytes_down);
                 }

@@ -40,6 +40,21 @@ impl Engine {
         self.reap_wake.notify_one();
     }
 
+    /// Wait (at most `limit`) until no sandbox is being torn down by the daemon itself, nor has ended on its
+    /// own without the reaper having seen to it yet.
+    pub async fn settle(&self, limit: std::time::Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            let removing = self.removing.lock().is_ok_and(|r| !r.is_empty());
+            let ended = self.sandboxes.lock().await.values().any(|l| l.session.is_closed());
+            if !removing && !ended {
+                return;
+            }
+            self.wake_reaper();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// Wake the reaper when sandbox `live`'s init hangs up (the sandbox ended on its own).
     pub(super) fn watch_session(&self, live: &Live) {
         let (session, wake) = (Arc::clone(&live.session), Arc::clone(&self.reap_wake));
@@ -212,9 +227,16 @@ impl Engine {
         // A sandbox whose init died (killed from outside, or its supervisor gone) ended on its own: its shim
         // tore it down; what is left is to say so.
         for (id, live) in ended {
+            // Held as being torn down until its files are gone: a daemon told to stop meanwhile waits for it.
+            if let Ok(mut r) = self.removing.lock() {
+                r.insert(id.clone());
+            }
             self.sandboxes.lock().await.remove(&id);
             drop(live);
             self.supervisor_gone(&id, "its init exited", "ended").await;
+            if let Ok(mut r) = self.removing.lock() {
+                r.remove(&id);
+            }
         }
         next
     }

@@ -202,7 +202,7 @@ impl Engine {
                 Keeper { done, done_rx, kill, kill_rx }
             });
             let cgroup = self.cgroups.as_ref().and_then(|h| h.open(sid).child(&saved.exec_id).ok());
-            let oom = self.oom_count(sid, cgroup.as_ref());
+            let oom = self.oom_count(sid, cgroup.as_ref(), berth_api::Isolation::Namespaces);
             let wake = exec_sleep::Wake {
                 session: Arc::clone(&live.session),
                 pipes,

@@ -172,6 +172,7 @@ impl Engine {
             criu_version: None,
             pipes: Vec::new(),
             fork: false,
+            isolation: berth_api::Isolation::Namespaces,
         };
         let started = match self.apply_quota(&id, disk).await {
             Ok(()) => self.start_shim(&start).await,
@@ -203,6 +204,7 @@ impl Engine {
     /// the same build, whatever else its record, environment, credentials and policy are.
     fn warm_serves(&self, req: &CreateSandbox) -> bool {
         req.image.as_deref() == Some("host")
+            && req.isolation.unwrap_or_default() == berth_api::Isolation::Namespaces
             && req.memory_bytes == self.bounds.default_memory_bytes
             && req.pids == self.bounds.default_pids
             && req.cpus.is_none()

@@ -70,8 +70,8 @@ pub struct SandboxFs {
 }
 
 impl SandboxFs {
-    /// Reach the root of the sandbox whose init has host pid `pid`.
-    pub fn open(pid: i32) -> Result<SandboxFs> {
+    /// Reach the root of the sandbox whose init has host pid `pid` (under gVisor: whose `runsc run` has it).
+    pub fn open(pid: i32, isolation: berth_api::Isolation) -> Result<SandboxFs> {
         let gone = |e: Errno| {
             FileError::Conflict(format!("the sandbox's init (pid {pid}) cannot be reached: {}", io::Error::from(e)))
         };
@@ -80,10 +80,21 @@ impl SandboxFs {
         let proc =
             rustix::fs::open(format!("/proc/{pid}"), OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
                 .map_err(gone)?;
-        let (uid, count) = id_map(&proc, "uid_map")?;
-        let (gid, _) = id_map(&proc, "gid_map")?;
         let root = rustix::fs::openat(&proc, "root", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .map_err(gone)?;
+        if isolation == berth_api::Isolation::Gvisor {
+            // runsc runs as the host's root, in a mount namespace of its own where the sandbox's root is one
+            // directory; the trees mounted there map the sandbox's ids to the same numbers (gVisor's kernel
+            // maps nothing), so its root is acted as as root, confined to that directory like any sandbox.
+            let inner = berth_runtime::gvisor::root_in_supervisor();
+            let inner = inner.strip_prefix("/").unwrap_or(&inner);
+            let root =
+                rustix::fs::openat(&root, inner, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+                    .map_err(gone)?;
+            return Ok(SandboxFs { root, ids: Ids { uid: 0, gid: 0, count: DEFAULT_ID_COUNT } });
+        }
+        let (uid, count) = id_map(&proc, "uid_map")?;
+        let (gid, _) = id_map(&proc, "gid_map")?;
         Ok(SandboxFs { root, ids: Ids { uid, gid, count } })
     }
 

@@ -148,7 +148,8 @@ async fn sandbox(e: &Engine, id: &str) -> Result<SandboxFs, Failure> {
     let Some(pid) = record.pid else {
         return Err(Failure::new(ErrorCode::Conflict, format!("sandbox {} has no running init", record.id)));
     };
-    blocking(move || SandboxFs::open(pid)).await
+    let isolation = record.isolation;
+    blocking(move || SandboxFs::open(pid, isolation)).await
 }
 
 type Api = State<Arc<Engine>>;

@@ -1,0 +1,140 @@
+//! Connections init relays itself: where no descriptor can leave the sandbox (gVisor), a connection init
+//! accepts on the proxy or API port waits here, numbered, until the supervisor sends the socket that stands
+//! for it outside; then two small threads copy the bytes between them, one each way.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+
+/// Most connections waiting for the supervisor's socket at once (the supervisor serves at most as many per
+/// sandbox): past it a new connection is closed at once.
+pub const MAX_WAITING: usize = 256;
+
+/// A copying thread needs little: one buffer, no recursion.
+const STACK: usize = 128 * 1024;
+const BUFFER: usize = 32 * 1024;
+
+/// Accepted connections not yet joined to a socket of the supervisor's.
+#[derive(Default)]
+pub struct Waiting {
+    next: u64,
+    conns: HashMap<u64, TcpStream>,
+}
+
+impl Waiting {
+    /// Keep `conn` until its other end comes; its number, or `None` (and it is closed) when too many wait.
+    pub fn add(&mut self, conn: TcpStream) -> Option<u64> {
+        if self.conns.len() >= MAX_WAITING {
+            return None;
+        }
+        self.next += 1;
+        self.conns.insert(self.next, conn);
+        Some(self.next)
+    }
+
+    /// Join connection `id` to `outside` and start copying. An unknown number, or a descriptor that is not a
+    /// stream socket, is refused (the descriptor is closed).
+    pub fn join(&mut self, id: u64, outside: OwnedFd) -> Result<(), String> {
+        let conn = self.conns.remove(&id).ok_or_else(|| format!("no connection {id} waits for its other end"))?;
+        let kind = rustix::net::sockopt::socket_type(&outside).map_err(|e| format!("connection {id}: {e}"))?;
+        if kind != rustix::net::SocketType::STREAM {
+            return Err(format!("connection {id}: its other end is not a stream socket"));
+        }
+        let outside = UnixStream::from(outside);
+        let (conn_in, outside_in) = match (conn.try_clone(), outside.try_clone()) {
+            (Ok(c), Ok(o)) => (c, o),
+            _ => return Err(format!("connection {id}: out of descriptors")),
+        };
+        let inward = std::thread::Builder::new().stack_size(STACK).spawn(move || {
+            copy(outside_in, &conn_in, |c| c.shutdown(Shutdown::Write));
+        });
+        if inward.is_err() {
+            return Err(format!("connection {id}: no thread to copy it"));
+        }
+        let outward = std::thread::Builder::new().stack_size(STACK).spawn(move || {
+            copy(conn, &outside, |o| o.shutdown(Shutdown::Write));
+        });
+        // Without the second thread the connection still ends: its descriptors are dropped with the closure,
+        // and the first thread's reads and writes fail.
+        outward.map(|_| ()).map_err(|_| format!("connection {id}: no thread to copy it"))
+    }
+}
+
+/// Copy from `from` to `to` until the end of `from` or an error, then finish `to`'s writing side (the other
+/// direction may go on: a request half-closed still gets its answer).
+fn copy<R: Read, W>(mut from: R, mut to: &W, finish: impl Fn(&W) -> std::io::Result<()>)
+where
+    for<'a> &'a W: Write,
+{
+    let mut buf = vec![0u8; BUFFER];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let _ = finish(to);
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_joined_connection_carries_bytes_both_ways_and_half_closes() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (conn, _) = listener.accept().unwrap();
+        let mut waiting = Waiting::default();
+        let id = waiting.add(conn).unwrap();
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        waiting.join(id, OwnedFd::from(theirs)).unwrap();
+        client.write_all(b"ping").unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        ours.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"ping", "the client's bytes and its end reach the outside");
+        ours.write_all(b"pong").unwrap();
+        drop(ours);
+        let mut back = Vec::new();
+        client.read_to_end(&mut back).unwrap();
+        assert_eq!(back, b"pong", "the answer after the half-close comes back");
+    }
+
+    #[test]
+    fn an_unknown_number_or_a_datagram_socket_is_refused() {
+        let mut waiting = Waiting::default();
+        let (_ours, theirs) = UnixStream::pair().unwrap();
+        assert!(waiting.join(7, OwnedFd::from(theirs)).unwrap_err().contains("no connection 7"));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let id = waiting.add(listener.accept().unwrap().0).unwrap();
+        let (a, _b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        assert!(waiting.join(id, OwnedFd::from(a)).unwrap_err().contains("not a stream socket"));
+        assert!(waiting.conns.is_empty(), "a refused join leaves nothing waiting");
+    }
+
+    #[test]
+    fn past_the_cap_a_connection_is_closed() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut waiting = Waiting::default();
+        let mut clients = Vec::new();
+        for _ in 0..MAX_WAITING {
+            clients.push(TcpStream::connect(listener.local_addr().unwrap()).unwrap());
+            assert!(waiting.add(listener.accept().unwrap().0).is_some());
+        }
+        let mut last = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        assert!(waiting.add(listener.accept().unwrap().0).is_none());
+        let mut buf = [0u8; 1];
+        assert_eq!(last.read(&mut buf).unwrap(), 0, "the connection past the cap is closed");
+    }
+}
