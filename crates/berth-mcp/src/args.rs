@@ -43,6 +43,9 @@ pub struct CreateArgs {
     pub net_mode: Option<String>,
     /// Start from this snapshot's files (id or name) instead of the image's clean state.
     pub from_snapshot: Option<String>,
+    /// The boundary it runs behind: "namespaces" (the host kernel's) or "gvisor" (a kernel of its own, for
+    /// code nobody vetted). Default: the daemon's.
+    pub isolation: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

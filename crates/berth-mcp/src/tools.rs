@@ -65,6 +65,7 @@ impl Berth {
         put(&mut body, "env", a.env);
         put(&mut body, "labels", a.labels);
         put(&mut body, "from_snapshot", a.from_snapshot);
+        put(&mut body, "isolation", a.isolation);
         let mut network = Map::new();
         put(&mut network, "allow", a.allow_net);
         put(&mut network, "deny", a.deny_net);

@@ -21,6 +21,7 @@ CREATE_FIELDS = (
     "name", "image", "memory_bytes", "pids", "cpus", "ttl_seconds", "idle_timeout_seconds", "idle_pause_seconds",
     "idle_hibernate_seconds", "ttl_active_only", "budget", "env", "labels",
     "mounts", "persistent", "disk_bytes", "volumes", "from_snapshot", "outputs", "network", "secrets",
+    "isolation",
 )  # fmt: skip
 # Friendly names accepted by Sandbox.create, and the field each stands for.
 CREATE_ALIASES = {

@@ -171,6 +171,7 @@ class SandboxInfo(Model):
     network: Network = field(default_factory=Network)
     owner: Optional[str] = None
     usage: Optional[Usage] = None
+    isolation: str = "namespaces"
 
 
 @dataclass
@@ -345,11 +346,23 @@ class WarmPool(Model):
 
 
 @dataclass
+class IsolationInfo(Model):
+    """One isolation and whether this host offers it (``detail`` says what provides it, or why not)."""
+
+    __schema__ = "IsolationInfo"
+    isolation: str
+    available: bool
+    detail: str
+
+
+@dataclass
 class DaemonInfo(Model):
     __schema__ = "DaemonInfo"
     version: str
     bounds: list[Bound] = field(default_factory=list)
     warm: WarmPool = field(default_factory=WarmPool)
+    isolation: str = "namespaces"
+    isolations: list[IsolationInfo] = field(default_factory=list)
 
 
 @dataclass

@@ -38,6 +38,18 @@ def test_create_options_and_record(client):
         assert sb.refresh().last_activity_ms >= info.created_at_ms
 
 
+def test_a_sandbox_behind_gvisor(client):
+    offered = {i.isolation: i.available for i in client.info().isolations}
+    assert offered == {"namespaces": True, "gvisor": True}, "scripts/setup installs runsc"
+    with berth.Sandbox.create(client=client, isolation="gvisor", ttl=300) as sb:
+        assert sb.info.isolation == "gvisor"
+        host = open("/proc/sys/kernel/osrelease").read().strip()
+        seen = sb.exec("uname -r", timeout=30).stdout.strip()
+        assert seen and seen != host, "a gVisor sandbox sees gVisor's kernel, not the host's"
+    with pytest.raises(berth.InvalidRequest):
+        berth.Sandbox.create(client=client, isolation="firecracker")
+
+
 def test_unknown_sandbox_is_not_found_with_the_sentence(client):
     with pytest.raises(berth.NotFound) as info:
         berth.Sandbox.connect("nope", client=client)

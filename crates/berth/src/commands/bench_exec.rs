@@ -17,8 +17,17 @@ pub fn bench_exec(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
     let opts = DaemonBenchOpts { bytes: args.bytes, idle: args.idle, daemon_pid: args.daemon_pid, pause: false };
     let daemon = bench_daemon::find_daemon(socket, opts.daemon_pid)?;
     let client = Client::connect(socket)?;
-    let (_, body) = client.post_json("/v1/sandboxes", &CreateSandbox::default())?;
+    let create = CreateSandbox { isolation: Some(args.isolation), ..CreateSandbox::default() };
+    let (_, body) = client.post_json("/v1/sandboxes", &create)?;
     let sandbox: Sandbox = serde_json::from_slice(&body)?;
+    if args.isolation == berth_api::Isolation::Gvisor {
+        let report = measure(socket, &sandbox, &args);
+        let _ = Client::connect(socket)?.delete(&format!("/v1/sandboxes/{}", sandbox.id));
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report?)?);
+        }
+        return Ok(0);
+    }
     let result = measure(socket, &sandbox, &args).and_then(|report| {
         let output = bench_daemon::output_throughput(socket, &sandbox, &daemon, &opts, args.json)?;
         Ok((report, output))
@@ -82,6 +91,23 @@ fn lifecycle_load(socket: &Path, clients: usize, rounds: usize) -> anyhow::Resul
 fn measure(socket: &Path, sandbox: &Sandbox, args: &BenchArgs) -> anyhow::Result<serde_json::Value> {
     let exe = std::env::current_exe()?;
     let pid = sandbox.pid.unwrap_or(0).to_string();
+    let gvisor = sandbox.isolation == berth_api::Isolation::Gvisor;
+    let state = berth_runtime::gvisor::root_in_supervisor().with_file_name("runsc");
+    let peer = |c: &mut Command| -> anyhow::Result<f64> {
+        match gvisor {
+            false => time(c.args(["-t", &pid, "-a", "true"])),
+            true => {
+                let runsc = berth_runtime::gvisor::runsc().map_err(anyhow::Error::msg)?;
+                time(
+                    c.args(["-t", &pid, "-m", "--"])
+                        .arg(&runsc.path)
+                        .arg(format!("--root={}", state.display()))
+                        .args(["exec", &sandbox.id, "true"]),
+                )
+            }
+        }
+    };
+    let peer_name = if gvisor { "runsc exec (same sandbox)" } else { "nsenter -t PID -a true" };
     let mut api = Vec::new();
     let mut cli = Vec::new();
     let mut nsenter = Vec::new();
@@ -90,7 +116,7 @@ fn measure(socket: &Path, sandbox: &Sandbox, args: &BenchArgs) -> anyhow::Result
         super::bench_first::exec_true(socket, &sandbox.id)?;
         let api_ms = t.elapsed().as_secs_f64() * 1000.0;
         let cli_ms = time(Command::new(&exe).arg("--socket").arg(socket).args(["exec", &sandbox.id, "--", "true"]))?;
-        let ns_ms = time(Command::new("nsenter").args(["-t", &pid, "-a", "true"]))?;
+        let ns_ms = peer(&mut Command::new("nsenter"))?;
         if round >= args.warmup {
             api.push(api_ms);
             cli.push(cli_ms);
@@ -99,15 +125,16 @@ fn measure(socket: &Path, sandbox: &Sandbox, args: &BenchArgs) -> anyhow::Result
     }
     let (a, c, n) = (median(&mut api), median(&mut cli), median(&mut nsenter));
     if !args.json {
-        println!("{} interleaved runs of each; exec true on one running sandbox\n", args.runs);
+        println!("{} interleaved runs of each; exec true on one running {} sandbox\n", args.runs, sandbox.isolation);
         println!("{:<28} {:>10}", "case", "median ms");
         println!("{:<28} {:>10.2}", "API (in-process client)", a);
         println!("{:<28} {:>10.2}", "berth exec (CLI process)", c);
-        println!("{:<28} {:>10.2}", "nsenter -t PID -a true", n);
-        println!("\nAPI / nsenter: {:.2}x   CLI / nsenter: {:.2}x", a / n, c / n);
+        println!("{:<28} {:>10.2}", peer_name, n);
+        println!("\nAPI / peer: {:.2}x   CLI / peer: {:.2}x", a / n, c / n);
     }
     Ok(serde_json::json!({
-        "runs": args.runs, "api_median_ms": a, "cli_median_ms": c, "nsenter_median_ms": n,
+        "runs": args.runs, "isolation": sandbox.isolation, "peer": peer_name,
+        "api_median_ms": a, "cli_median_ms": c, "nsenter_median_ms": n,
         "api_over_nsenter": a / n, "cli_over_nsenter": c / n,
     }))
 }
