@@ -376,7 +376,7 @@ fn what_gvisor_sandboxes_do_not_do_yet_says_so_in_one_sentence() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("a gVisor sandbox cannot"), "{}", text(&out.stderr));
     let (status, body) = d.http("POST", "/v1/sandboxes", r#"{"idle_hibernate_seconds": 60}"#);
-    assert_eq!(status, 503, "{body}");
+    assert_eq!(status, 409, "{body}");
     assert!(body.contains("a gVisor sandbox does not hibernate yet"), "{body}");
     // The sandbox is untouched by all of it.
     assert_eq!(d.sh(&id, "echo fine"), "fine\n");

@@ -389,7 +389,7 @@ impl Engine {
 fn check_gvisor(req: &CreateSandbox) -> Result<(), EngineError> {
     berth_runtime::gvisor::runsc().map_err(|why| EngineError::Unsupported(format!("isolation gvisor: {why}")))?;
     if req.idle_hibernate_seconds.is_some() {
-        return Err(EngineError::Unsupported(
+        return Err(EngineError::Conflict(
             "idle_hibernate_seconds: a gVisor sandbox does not hibernate yet (berth hibernates with CRIU, which \
              cannot write a gVisor kernel's processes); use idle_pause_seconds"
                 .into(),
