@@ -36,6 +36,8 @@ struct Init {
     /// Set where no descriptor can leave the sandbox: accepted connections wait here for the supervisor's
     /// sockets, and init relays them.
     relays: Option<crate::relay::Waiting>,
+    /// The master ends of the terminals init opened for commands (request id → master), for their resizes.
+    terminals: HashMap<u64, crate::terminal::Terminal>,
 }
 
 /// Run as PID 1 until the supervisor hangs up. Returns the process exit code.
@@ -203,7 +205,7 @@ impl Init {
     fn fresh(control: OwnedFd, ready: &Event) -> Option<Init> {
         let listeners = bind_ports();
         let control = hand_over_control(control, ready)?;
-        Some(Init { control, listeners, running: HashMap::new(), relays: None })
+        Some(Init { control, listeners, running: HashMap::new(), relays: None, terminals: HashMap::new() })
     }
 
     /// Init on a control socket it keeps (see [`protocol::CONTROL_ON_STDIN`]). The connections it accepts
@@ -212,7 +214,13 @@ impl Init {
     fn kept(control: OwnedFd, ready: &Event) -> Option<Init> {
         let listeners = bind_ports();
         protocol::send(control.as_fd(), ready, &[]).ok()?;
-        Some(Init { control, listeners, running: HashMap::new(), relays: Some(Default::default()) })
+        Some(Init {
+            control,
+            listeners,
+            running: HashMap::new(),
+            relays: Some(Default::default()),
+            terminals: HashMap::new(),
+        })
     }
 
     /// Init executed again by itself (see [`Request::Reexec`]): the same listeners and commands, and a new
@@ -225,7 +233,7 @@ impl Init {
             listeners.push((port, std::net::TcpListener::from(fd)));
         }
         let control = hand_over_control(control, ready)?;
-        Some(Init { control, listeners, running: state.running, relays: None })
+        Some(Init { control, listeners, running: state.running, relays: None, terminals: HashMap::new() })
     }
 
     /// Execute init's own binary again in place, keeping the control socket, the listeners and the
@@ -333,8 +341,14 @@ impl Init {
 
     fn handle(&mut self, req: Request, fds: Vec<OwnedFd>) {
         match req {
-            Request::Exec { id, argv, env, cwd, uid, gid, attached, join_cgroup, tty } => {
-                let ev = match self.spawn(&argv, &env, &cwd, uid, gid, attached, join_cgroup, tty, fds) {
+            Request::Exec { id, argv, env, cwd, uid, gid, attached, join_cgroup, tty, pty } => {
+                let spawned = match pty {
+                    Some(size) => {
+                        self.spawn_on_terminal(id, &argv, &env, &cwd, (uid, gid), attached, join_cgroup, size, fds)
+                    }
+                    None => self.spawn(&argv, &env, &cwd, uid, gid, attached, join_cgroup, tty, fds),
+                };
+                let ev = match spawned {
                     Ok(pid) => {
                         self.running.insert(pid, id);
                         Event::Started { id, pid }
@@ -353,6 +367,27 @@ impl Init {
                     let _ = self.report(&Event::Rejected { message });
                 }
             }
+            Request::Connect { path } => {
+                let joined = match <[OwnedFd; 1]>::try_from(fds) {
+                    Ok([outside]) => crate::relay::connect(&path, outside),
+                    Err(fds) => Err(format!("a connect takes one socket, not {}", fds.len())),
+                };
+                if let Err(message) = joined {
+                    let _ = self.report(&Event::Rejected { message });
+                }
+            }
+            Request::Resize { id, rows, cols } => {
+                let resized = match self.terminals.get(&id) {
+                    Some(t) => {
+                        let leader = self.running.iter().find(|(_, i)| **i == id).map(|(pid, _)| *pid);
+                        crate::terminal::resize(t, protocol::Winsize { rows, cols }, leader)
+                    }
+                    None => Err(format!("command {id} has no terminal of init's")),
+                };
+                if let Err(message) = resized {
+                    let _ = self.report(&Event::Rejected { message });
+                }
+            }
             Request::Reexec => {
                 let message = self.reexec();
                 let _ = self.report(&Event::Rejected { message });
@@ -367,6 +402,50 @@ impl Init {
                 }
             }
         }
+    }
+
+    /// Start a command on a terminal init opens (see `pty`): `fds` are the supervisor's stream socket and
+    /// the cgroup files to join.
+    #[allow(clippy::too_many_arguments)]
+    fn spawn_on_terminal(
+        &mut self,
+        id: u64,
+        argv: &[String],
+        env: &[String],
+        cwd: &str,
+        (uid, gid): (u32, u32),
+        attached: Attached,
+        join_cgroup: usize,
+        size: protocol::Winsize,
+        mut fds: Vec<OwnedFd>,
+    ) -> Result<i32, (i32, String)> {
+        if attached != (Attached { stdin: true, stdout: false, stderr: false }) {
+            return Err((
+                125,
+                "a command on init's terminal has only its stdin attached (the socket to copy to)".into(),
+            ));
+        }
+        if fds.len() != 1 + join_cgroup {
+            return Err((125, format!("expected {} descriptors, got {}", 1 + join_cgroup, fds.len())));
+        }
+        let outside = fds.remove(0);
+        let (master, slave) = crate::terminal::open(size).map_err(|m| (125, m))?;
+        let dup =
+            |fd: &OwnedFd| rustix::io::fcntl_dupfd_cloexec(fd, 3).map_err(|e| (125, format!("keep a terminal: {e}")));
+        let (kept, copy) = (dup(&master)?, dup(&master)?);
+        let mut stdio = vec![dup(&slave)?, dup(&slave)?, slave];
+        stdio.append(&mut fds);
+        let all = Attached { stdin: true, stdout: true, stderr: true };
+        let pid = self.spawn(argv, env, cwd, uid, gid, all, join_cgroup, true, stdio)?;
+        drop(master);
+        // The command holds the only slave ends now: when it and its children are done with the terminal, the
+        // copy from the master ends, and the supervisor's socket with it.
+        if let Err(message) = crate::terminal::relay(copy, outside, pid) {
+            proc::kill_group(pid, libc_sig::KILL);
+            return Err((125, message));
+        }
+        self.terminals.insert(id, crate::terminal::Terminal { master: kept });
+        Ok(pid)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -437,6 +516,7 @@ impl Init {
     fn reap(&mut self) {
         while let Some((pid, exit)) = proc::reap_any() {
             if let Some(id) = self.running.remove(&pid) {
+                self.terminals.remove(&id);
                 let (code, signal) = match exit {
                     Exit::Code(c) => (Some(c), None),
                     Exit::Signal(s) => (None, Some(s)),

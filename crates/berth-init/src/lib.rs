@@ -9,5 +9,6 @@
 mod agent;
 pub mod protocol;
 mod relay;
+mod terminal;
 
 pub use agent::run as main;

@@ -38,6 +38,14 @@ pub struct Attached {
     pub stderr: bool,
 }
 
+/// A terminal's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Winsize {
+    pub rows: u16,
+    pub cols: u16,
+}
+
 /// What a supervisor asks of init.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
@@ -60,7 +68,21 @@ pub enum Request {
         /// controlling terminal (job control works), instead of only a process group of its own.
         #[serde(default)]
         tty: bool,
+        /// Init opens a terminal of its own of this size for the command (its controlling terminal, on its
+        /// stdin, stdout and stderr) and copies between the terminal and the attached stdin, a stream socket;
+        /// stdout and stderr are not attached. For a sandbox where a terminal opened outside is no terminal
+        /// (gVisor's kernel has its own).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pty: Option<Winsize>,
     },
+    /// Connect to the unix socket at `path` (absolute, inside the sandbox) and copy between it and the stream
+    /// socket that travels with the request, for a supervisor that cannot reach the sandbox's sockets
+    /// through its files (gVisor keeps a socket its processes make in its kernel). A failed connect closes
+    /// the supervisor's socket and is reported as `rejected`.
+    Connect { path: String },
+    /// Set the window size of the terminal init opened for command `id` (see `pty`); the process groups of
+    /// its session get SIGWINCH.
+    Resize { id: u64, rows: u16, cols: u16 },
     /// Send a signal to every process of a running command's process group.
     Signal { id: u64, signal: i32 },
     /// Sent once, right after init was restored from a checkpoint: init executes its own binary again,
@@ -158,10 +180,11 @@ mod tests {
     #[test]
     fn exec_requests_default_to_no_terminal() {
         let text = r#"{"op":"exec","id":1,"argv":["sh"],"env":[],"cwd":"/","uid":0,"gid":0,"attached":{"stdin":true,"stdout":true,"stderr":true}}"#;
-        let Request::Exec { tty, join_cgroup, .. } = serde_json::from_str::<Request>(text).unwrap() else {
+        let Request::Exec { tty, join_cgroup, pty, .. } = serde_json::from_str::<Request>(text).unwrap() else {
             panic!("not an exec")
         };
         assert!(!tty);
+        assert_eq!(pty, None, "a terminal of init's own only when asked for");
         assert_eq!(join_cgroup, 0);
         let with = text.replace(r#""gid":0,"#, r#""gid":0,"tty":true,"#);
         assert!(matches!(serde_json::from_str::<Request>(&with).unwrap(), Request::Exec { tty: true, .. }));

@@ -47,24 +47,47 @@ impl Waiting {
             (Ok(c), Ok(o)) => (c, o),
             _ => return Err(format!("connection {id}: out of descriptors")),
         };
-        let inward = std::thread::Builder::new().stack_size(STACK).spawn(move || {
-            copy(outside_in, &conn_in, |c| c.shutdown(Shutdown::Write));
-        });
-        if inward.is_err() {
-            return Err(format!("connection {id}: no thread to copy it"));
-        }
-        let outward = std::thread::Builder::new().stack_size(STACK).spawn(move || {
-            copy(conn, &outside, |o| o.shutdown(Shutdown::Write));
-        });
+        spawn_copy(outside_in, conn_in, |c| c.shutdown(Shutdown::Write))
+            .map_err(|e| format!("connection {id}: {e}"))?;
         // Without the second thread the connection still ends: its descriptors are dropped with the closure,
         // and the first thread's reads and writes fail.
-        outward.map(|_| ()).map_err(|_| format!("connection {id}: no thread to copy it"))
+        spawn_copy(conn, outside, |o| o.shutdown(Shutdown::Write)).map_err(|e| format!("connection {id}: {e}"))
     }
+}
+
+/// Connect to the unix socket at `path` and copy between it and `outside` (see `Request::Connect`).
+pub fn connect(path: &str, outside: OwnedFd) -> Result<(), String> {
+    if !path.starts_with('/') {
+        return Err(format!("{path:?} is not an absolute path"));
+    }
+    let inside = UnixStream::connect(path).map_err(|e| format!("connect to {path}: {e}"))?;
+    let outside = UnixStream::from(outside);
+    let (inside_in, outside_in) = match (inside.try_clone(), outside.try_clone()) {
+        (Ok(i), Ok(o)) => (i, o),
+        _ => return Err(format!("connect to {path}: out of descriptors")),
+    };
+    spawn_copy(outside_in, inside_in, |i| i.shutdown(Shutdown::Write))?;
+    spawn_copy(inside, outside, |o| o.shutdown(Shutdown::Write))
+}
+
+/// Copy from `from` to `to` on a thread of its own until the end of `from` or an error; then `finish(to)`.
+pub fn spawn_copy<R, W, F>(from: R, to: W, finish: F) -> Result<(), String>
+where
+    R: Read + Send + 'static,
+    W: Send + 'static,
+    for<'a> &'a W: Write,
+    F: FnOnce(&W) -> std::io::Result<()> + Send + 'static,
+{
+    std::thread::Builder::new()
+        .stack_size(STACK)
+        .spawn(move || copy(from, &to, finish))
+        .map(|_| ())
+        .map_err(|_| "no thread to copy it".to_string())
 }
 
 /// Copy from `from` to `to` until the end of `from` or an error, then finish `to`'s writing side (the other
 /// direction may go on: a request half-closed still gets its answer).
-fn copy<R: Read, W>(mut from: R, mut to: &W, finish: impl Fn(&W) -> std::io::Result<()>)
+fn copy<R: Read, W>(mut from: R, mut to: &W, finish: impl FnOnce(&W) -> std::io::Result<()>)
 where
     for<'a> &'a W: Write,
 {
@@ -121,6 +144,29 @@ mod tests {
         let (a, _b) = std::os::unix::net::UnixDatagram::pair().unwrap();
         assert!(waiting.join(id, OwnedFd::from(a)).unwrap_err().contains("not a stream socket"));
         assert!(waiting.conns.is_empty(), "a refused join leaves nothing waiting");
+    }
+
+    #[test]
+    fn a_connect_reaches_a_unix_socket_inside() {
+        let dir = std::env::temp_dir().join(format!("berth-init-connect-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let listener = std::os::unix::net::UnixListener::bind(&dir).unwrap();
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        connect(dir.to_str().unwrap(), OwnedFd::from(theirs)).unwrap();
+        let (mut served, _) = listener.accept().unwrap();
+        ours.write_all(b"ask").unwrap();
+        ours.shutdown(Shutdown::Write).unwrap();
+        let mut asked = Vec::new();
+        served.read_to_end(&mut asked).unwrap();
+        assert_eq!(asked, b"ask");
+        served.write_all(b"answer").unwrap();
+        drop(served);
+        let mut answer = Vec::new();
+        ours.read_to_end(&mut answer).unwrap();
+        assert_eq!(answer, b"answer");
+        let _ = std::fs::remove_file(&dir);
+        let (_ours, theirs) = UnixStream::pair().unwrap();
+        assert!(connect("relative", OwnedFd::from(theirs)).unwrap_err().contains("not an absolute path"));
     }
 
     #[test]

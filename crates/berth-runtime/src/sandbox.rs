@@ -414,6 +414,7 @@ impl Sandbox {
             attached,
             join_cgroup: 0,
             tty: false,
+            pty: None,
         };
         protocol::send(self.control.as_fd(), &req, &fds)?;
         Ok(())

@@ -66,48 +66,47 @@ fn log(d: &Daemon, id: &str) -> Vec<Value> {
     serde_json::from_slice::<Value>(&out.stdout).unwrap().as_array().unwrap().clone()
 }
 
-#[test]
-fn only_what_the_policy_names_gets_out_and_every_attempt_is_logged() {
-    let d = Daemon::start();
-    let port = upstream("hello from upstream");
-    let allowed = format!("api.test:{port}");
-    let id = d.create(&[
-        "--allow-net",
-        &format!("{allowed},*.glob.test"),
-        "--deny-net",
-        "bad.glob.test",
-        "--add-host",
-        "api.test:127.0.0.1",
-        "--add-host",
-        "a.glob.test:127.0.0.1",
-        "--add-host",
-        "bad.glob.test:127.0.0.1",
-        "--add-host",
-        "other.test:127.0.0.1",
-    ]);
-    assert_eq!(fetch(&d, &id, &format!("http://api.test:{port}/")), "200 hello from upstream");
-    assert_eq!(fetch(&d, &id, &format!("http://a.glob.test:{port}/")), "200 hello from upstream", "a glob rule");
-    // A rule's port is its only port.
-    let wrong_port = fetch(&d, &id, &format!("http://api.test:{}/", port + 1));
-    assert!(wrong_port.starts_with("403 denied"), "{wrong_port}");
-    // Deny wins over an allow glob.
-    let denied = fetch(&d, &id, &format!("http://bad.glob.test:{port}/"));
-    assert!(denied.starts_with("403 denied") && denied.contains("bad.glob.test"), "{denied}");
-    // Not named at all.
-    let other = fetch(&d, &id, &format!("http://other.test:{port}/"));
-    assert!(other.starts_with("403 denied"), "{other}");
-    // The host's loopback is not reachable by address, through the proxy or around it.
-    let loopback = fetch(&d, &id, &format!("http://127.0.0.1:{port}/"));
-    assert!(loopback.starts_with("error"), "NO_PROXY sends loopback direct, to the sandbox's own: {loopback}");
-    let raw = format!(
-        "import socket\ns=socket.create_connection(('127.0.0.1',3128))\ns.sendall(b'GET http://127.0.0.1:{port}/ HTTP/1.1\\r\\nHost: 127.0.0.1:{port}\\r\\n\\r\\n')\nprint(s.recv(100).split(b' ')[1].decode())"
-    );
-    let via_proxy = d.berth(&["exec", &id, "--", "python3", "-c", &raw]);
-    assert_eq!(text(&via_proxy.stdout).trim(), "403");
+on_each_daemon_isolation! {
+    fn only_what_the_policy_names_gets_out_and_every_attempt_is_logged(d, _iso) {
+        let port = upstream("hello from upstream");
+        let allowed = format!("api.test:{port}");
+        let id = d.create(&[
+            "--allow-net",
+            &format!("{allowed},*.glob.test"),
+            "--deny-net",
+            "bad.glob.test",
+            "--add-host",
+            "api.test:127.0.0.1",
+            "--add-host",
+            "a.glob.test:127.0.0.1",
+            "--add-host",
+            "bad.glob.test:127.0.0.1",
+            "--add-host",
+            "other.test:127.0.0.1",
+        ]);
+        assert_eq!(fetch(d, &id, &format!("http://api.test:{port}/")), "200 hello from upstream");
+        assert_eq!(fetch(d, &id, &format!("http://a.glob.test:{port}/")), "200 hello from upstream", "a glob rule");
+        // A rule's port is its only port.
+        let wrong_port = fetch(d, &id, &format!("http://api.test:{}/", port + 1));
+        assert!(wrong_port.starts_with("403 denied"), "{wrong_port}");
+        // Deny wins over an allow glob.
+        let denied = fetch(d, &id, &format!("http://bad.glob.test:{port}/"));
+        assert!(denied.starts_with("403 denied") && denied.contains("bad.glob.test"), "{denied}");
+        // Not named at all.
+        let other = fetch(d, &id, &format!("http://other.test:{port}/"));
+        assert!(other.starts_with("403 denied"), "{other}");
+        // The host's loopback is not reachable by address, through the proxy or around it.
+        let loopback = fetch(d, &id, &format!("http://127.0.0.1:{port}/"));
+        assert!(loopback.starts_with("error"), "NO_PROXY sends loopback direct, to the sandbox's own: {loopback}");
+        let raw = format!(
+            "import socket\ns=socket.create_connection(('127.0.0.1',3128))\ns.sendall(b'GET http://127.0.0.1:{port}/ HTTP/1.1\\r\\nHost: 127.0.0.1:{port}\\r\\n\\r\\n')\nprint(s.recv(100).split(b' ')[1].decode())"
+        );
+        let via_proxy = d.berth(&["exec", &id, "--", "python3", "-c", &raw]);
+        assert_eq!(text(&via_proxy.stdout).trim(), "403");
 
-    // HTTPS: the TLS server name must be the host the tunnel was opened to.
-    let sni = format!(
-        r#"
+        // HTTPS: the TLS server name must be the host the tunnel was opened to.
+        let sni = format!(
+            r#"
 import socket, ssl
 s = socket.create_connection(("127.0.0.1", 3128))
 s.sendall(b"CONNECT api.test:{port} HTTP/1.1\r\nHost: api.test:{port}\r\n\r\n")
@@ -119,47 +118,47 @@ try:
 except (ssl.SSLError, OSError) as e:
     print("refused")
 "#
-    );
-    let out = d.berth(&["exec", &id, "--", "python3", "-c", &sni]);
-    assert_eq!(text(&out.stdout), "HTTP/1.1 200 Connection Established\nrefused\n", "{}", text(&out.stderr));
+        );
+        let out = d.berth(&["exec", &id, "--", "python3", "-c", &sni]);
+        assert_eq!(text(&out.stdout), "HTTP/1.1 200 Connection Established\nrefused\n", "{}", text(&out.stderr));
 
-    let records = log(&d, &id);
-    assert!(
-        records.iter().any(|r| r["verdict"] == "denied" && r["reason"].as_str().unwrap().contains("exfil.example")),
-        "the SNI mismatch is logged: {records:?}"
-    );
-    let verdicts: Vec<(String, String)> = records
-        .iter()
-        .map(|r| (r["host"].as_str().unwrap().to_string(), r["verdict"].as_str().unwrap().to_string()))
-        .collect();
-    assert!(verdicts.contains(&("api.test".into(), "allowed".into())), "{verdicts:?}");
-    assert!(verdicts.contains(&("bad.glob.test".into(), "denied".into())), "{verdicts:?}");
-    let ok = records.iter().find(|r| r["verdict"] == "allowed").unwrap();
-    assert_eq!(ok["rule"], allowed.as_str());
-    assert_eq!(ok["exec"], "x1", "the attempt names the exec that made it: {ok}");
-    assert!(ok["bytes_down"].as_u64().unwrap() > 0);
-    let bad = records.iter().find(|r| r["host"] == "bad.glob.test").unwrap();
-    assert_eq!(bad["rule"], "bad.glob.test");
+        let records = log(d, &id);
+        assert!(
+            records.iter().any(|r| r["verdict"] == "denied" && r["reason"].as_str().unwrap().contains("exfil.example")),
+            "the SNI mismatch is logged: {records:?}"
+        );
+        let verdicts: Vec<(String, String)> = records
+            .iter()
+            .map(|r| (r["host"].as_str().unwrap().to_string(), r["verdict"].as_str().unwrap().to_string()))
+            .collect();
+        assert!(verdicts.contains(&("api.test".into(), "allowed".into())), "{verdicts:?}");
+        assert!(verdicts.contains(&("bad.glob.test".into(), "denied".into())), "{verdicts:?}");
+        let ok = records.iter().find(|r| r["verdict"] == "allowed").unwrap();
+        assert_eq!(ok["rule"], allowed.as_str());
+        assert_eq!(ok["exec"], "x1", "the attempt names the exec that made it: {ok}");
+        assert!(ok["bytes_down"].as_u64().unwrap() > 0);
+        let bad = records.iter().find(|r| r["host"] == "bad.glob.test").unwrap();
+        assert_eq!(bad["rule"], "bad.glob.test");
+    }
 }
 
-#[test]
-fn raw_sockets_udp_icmp_and_other_sandboxes_are_out_of_reach() {
-    let d = Daemon::start();
-    let a = d.create(&["--dangerously-allow-all-net"]);
-    let b = d.create(&[]);
-    // B serves on its own loopback; A cannot reach it (each sandbox has its own network namespace).
-    let _server =
-        d.cmd(&["exec", "--detach", &b, "--", "python3", "-m", "http.server", "9000", "--bind", "127.0.0.1"]).output();
-    // The server is up when B can reach it (python's start can take seconds on a loaded machine).
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let mut got = fetch(&d, &b, "http://127.0.0.1:9000/");
-    while !got.starts_with("200") && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-        got = fetch(&d, &b, "http://127.0.0.1:9000/");
-    }
-    assert_eq!(got.split(' ').next(), Some("200"), "B reaches its own server: {got}");
-    assert!(fetch(&d, &a, "http://127.0.0.1:9000/").starts_with("error"));
-    let probe = r#"
+on_each_daemon_isolation! {
+    fn raw_sockets_udp_icmp_and_other_sandboxes_are_out_of_reach(d, _iso) {
+        let a = d.create(&["--dangerously-allow-all-net"]);
+        let b = d.create(&[]);
+        // B serves on its own loopback; A cannot reach it (each sandbox has its own network namespace).
+        let _server =
+            d.cmd(&["exec", "--detach", &b, "--", "python3", "-m", "http.server", "9000", "--bind", "127.0.0.1"]).output();
+        // The server is up when B can reach it (python's start can take seconds on a loaded machine).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut got = fetch(d, &b, "http://127.0.0.1:9000/");
+        while !got.starts_with("200") && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            got = fetch(d, &b, "http://127.0.0.1:9000/");
+        }
+        assert_eq!(got.split(' ').next(), Some("200"), "B reaches its own server: {got}");
+        assert!(fetch(d, &a, "http://127.0.0.1:9000/").starts_with("error"));
+        let probe = r#"
 import socket
 for name, make in [("raw", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)),
                    ("icmp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP))]:
@@ -176,24 +175,24 @@ try:
 except OSError as e:
     print("tcp blocked")
 "#;
-    let out = d.berth(&["exec", &a, "--", "python3", "-c", probe]);
-    assert_eq!(text(&out.stdout), "raw blocked\nicmp blocked\nudp blocked\ntcp blocked\n", "{}", text(&out.stderr));
+        let out = d.berth(&["exec", &a, "--", "python3", "-c", probe]);
+        assert_eq!(text(&out.stdout), "raw blocked\nicmp blocked\nudp blocked\ntcp blocked\n", "{}", text(&out.stderr));
+    }
 }
 
-#[test]
-fn live_allow_and_deny_take_effect_and_a_deny_closes_open_connections() {
-    let d = Daemon::start();
-    let port = upstream("live");
-    let rule = format!("live.test:{port}");
-    let id = d.create(&["--add-host", "live.test:127.0.0.1"]);
-    assert!(fetch(&d, &id, &format!("http://live.test:{port}/")).starts_with("403 denied"), "none by default");
-    let allowed = d.berth(&["net", "allow", &id, &rule]);
-    assert!(allowed.status.success(), "{}", text(&allowed.stderr));
-    assert_eq!(fetch(&d, &id, &format!("http://live.test:{port}/")), "200 live");
+on_each_daemon_isolation! {
+    fn live_allow_and_deny_take_effect_and_a_deny_closes_open_connections(d, _iso) {
+        let port = upstream("live");
+        let rule = format!("live.test:{port}");
+        let id = d.create(&["--add-host", "live.test:127.0.0.1"]);
+        assert!(fetch(d, &id, &format!("http://live.test:{port}/")).starts_with("403 denied"), "none by default");
+        let allowed = d.berth(&["net", "allow", &id, &rule]);
+        assert!(allowed.status.success(), "{}", text(&allowed.stderr));
+        assert_eq!(fetch(d, &id, &format!("http://live.test:{port}/")), "200 live");
 
-    // A CONNECT tunnel held open (echoing), then a deny: the tunnel is closed.
-    let tunnel = format!(
-        r#"
+        // A CONNECT tunnel held open (echoing), then a deny: the tunnel is closed.
+        let tunnel = format!(
+            r#"
 import socket, sys, time
 s = socket.create_connection(("127.0.0.1", 3128))
 s.sendall(b"CONNECT live.test:{port} HTTP/1.1\r\nHost: live.test:{port}\r\n\r\n")
@@ -209,50 +208,51 @@ try:
 except Exception as e:
     print("timeout", e, flush=True)
 "#
-    );
-    let child =
-        d.cmd(&["exec", &id, "--", "python3", "-c", &tunnel]).stdout(std::process::Stdio::piped()).spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while d.berth(&["exec", &id, "--", "test", "-e", "/tmp/ready"]).status.code() != Some(0) {
-        assert!(Instant::now() < deadline, "the tunnel did not open");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let denied: Value = serde_json::from_slice(&d.berth(&["net", "deny", &id, &rule, "--json"]).stdout).unwrap();
-    assert_eq!(denied["closed"], 1, "{denied}");
-    let out = common::daemon::wait_output(child, Duration::from_secs(15));
-    assert_eq!(text(&out.stdout), "HTTP/1.1 200 Connection Established\nping\nclosed\n");
-    assert!(fetch(&d, &id, &format!("http://live.test:{port}/")).starts_with("403 denied"));
-    let inspect: Value = serde_json::from_slice(&d.berth(&["inspect", &id, "--json"]).stdout).unwrap();
-    assert_eq!(inspect["network"]["deny"][0], rule.as_str());
+        );
+        let child =
+            d.cmd(&["exec", &id, "--", "python3", "-c", &tunnel]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while d.berth(&["exec", &id, "--", "test", "-e", "/tmp/ready"]).status.code() != Some(0) {
+            assert!(Instant::now() < deadline, "the tunnel did not open");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let denied: Value = serde_json::from_slice(&d.berth(&["net", "deny", &id, &rule, "--json"]).stdout).unwrap();
+        assert_eq!(denied["closed"], 1, "{denied}");
+        let out = common::daemon::wait_output(child, Duration::from_secs(15));
+        assert_eq!(text(&out.stdout), "HTTP/1.1 200 Connection Established\nping\nclosed\n");
+        assert!(fetch(d, &id, &format!("http://live.test:{port}/")).starts_with("403 denied"));
+        let inspect: Value = serde_json::from_slice(&d.berth(&["inspect", &id, "--json"]).stdout).unwrap();
+        assert_eq!(inspect["network"]["deny"][0], rule.as_str());
 
-    let bad = d.berth(&["net", "allow", &id, "not a rule"]);
-    assert_eq!(bad.status.code(), Some(125), "{}", text(&bad.stderr));
-    assert!(text(&bad.stderr).contains("network rule \"not a rule\" contains white space"), "{}", text(&bad.stderr));
-    assert_eq!(d.http("POST", &format!("/v1/sandboxes/{id}/net"), r#"{"allow":[]}"#).0, 400);
+        let bad = d.berth(&["net", "allow", &id, "not a rule"]);
+        assert_eq!(bad.status.code(), Some(125), "{}", text(&bad.stderr));
+        assert!(text(&bad.stderr).contains("network rule \"not a rule\" contains white space"), "{}", text(&bad.stderr));
+        assert_eq!(d.http("POST", &format!("/v1/sandboxes/{id}/net"), r#"{"allow":[]}"#).0, 400);
+    }
 }
 
-#[test]
-fn learn_mode_records_and_suggests_the_allowlist_the_run_needed() {
-    let d = Daemon::start();
-    let port = upstream("learned");
-    let id = d.create(&["--net", "learn", "--add-host", "one.test:127.0.0.1", "--add-host", "two.test:127.0.0.1"]);
-    assert_eq!(fetch(&d, &id, &format!("http://one.test:{port}/")), "200 learned");
-    assert_eq!(fetch(&d, &id, &format!("http://two.test:{port}/a")), "200 learned");
-    assert_eq!(fetch(&d, &id, &format!("http://one.test:{port}/b")), "200 learned");
-    let out = d.berth(&["net", "suggest", &id]);
-    assert_eq!(text(&out.stdout).trim(), format!("one.test:{port},two.test:{port}"));
-    // Enforcing the suggestion lets the same run through and nothing else.
-    let suggested = text(&out.stdout).trim().to_string();
-    let enforced = d.create(&[
-        "--allow-net",
-        &suggested,
-        "--add-host",
-        "one.test:127.0.0.1",
-        "--add-host",
-        "three.test:127.0.0.1",
-    ]);
-    assert_eq!(fetch(&d, &enforced, &format!("http://one.test:{port}/")), "200 learned");
-    assert!(fetch(&d, &enforced, &format!("http://three.test:{port}/")).starts_with("403"));
+on_each_daemon_isolation! {
+    fn learn_mode_records_and_suggests_the_allowlist_the_run_needed(d, _iso) {
+        let port = upstream("learned");
+        let id = d.create(&["--net", "learn", "--add-host", "one.test:127.0.0.1", "--add-host", "two.test:127.0.0.1"]);
+        assert_eq!(fetch(d, &id, &format!("http://one.test:{port}/")), "200 learned");
+        assert_eq!(fetch(d, &id, &format!("http://two.test:{port}/a")), "200 learned");
+        assert_eq!(fetch(d, &id, &format!("http://one.test:{port}/b")), "200 learned");
+        let out = d.berth(&["net", "suggest", &id]);
+        assert_eq!(text(&out.stdout).trim(), format!("one.test:{port},two.test:{port}"));
+        // Enforcing the suggestion lets the same run through and nothing else.
+        let suggested = text(&out.stdout).trim().to_string();
+        let enforced = d.create(&[
+            "--allow-net",
+            &suggested,
+            "--add-host",
+            "one.test:127.0.0.1",
+            "--add-host",
+            "three.test:127.0.0.1",
+        ]);
+        assert_eq!(fetch(d, &enforced, &format!("http://one.test:{port}/")), "200 learned");
+        assert!(fetch(d, &enforced, &format!("http://three.test:{port}/")).starts_with("403"));
+    }
 }
 
 #[test]

@@ -12,31 +12,6 @@ use common::daemon::Daemon;
 use common::text;
 use serde_json::Value;
 
-/// Each test body runs against a daemon whose default isolation is namespaces, and one whose default is
-/// gVisor; `$iso` names it.
-macro_rules! on_each_isolation {
-    ($(#[$m:meta])* fn $name:ident($d:ident, $iso:ident) $body:block) => {
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-
-            fn body($d: &Daemon, $iso: &str) $body
-
-            $(#[$m])*
-            #[test]
-            fn namespaces() {
-                body(&Daemon::start_with(&["--isolation", "namespaces"]), "namespaces")
-            }
-
-            $(#[$m])*
-            #[test]
-            fn gvisor() {
-                body(&Daemon::start_with(&["--isolation", "gvisor"]), "gvisor")
-            }
-        }
-    };
-}
-
 /// Run an exec through the API; its frames.
 fn exec(d: &Daemon, id: &str, req: Value) -> Vec<Value> {
     let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/execs"), &req.to_string());
@@ -62,7 +37,7 @@ fn inspect(d: &Daemon, id: &str) -> Value {
     serde_json::from_str(&body).unwrap()
 }
 
-on_each_isolation! {
+on_each_daemon_isolation! {
     /// The sandbox runs behind the daemon's isolation, says so, and sees the kernel that isolation gives.
     fn a_sandbox_runs_behind_the_daemons_isolation(d, iso) {
         let id = d.create(&[]);
@@ -79,7 +54,7 @@ on_each_isolation! {
     }
 }
 
-on_each_isolation! {
+on_each_daemon_isolation! {
     /// stdout and stderr come apart, stdin arrives, the exit code is the command's.
     fn an_exec_streams_its_output_takes_stdin_and_exits_with_its_code(d, _iso) {
         let id = d.create(&[]);
@@ -97,7 +72,7 @@ on_each_isolation! {
     }
 }
 
-on_each_isolation! {
+on_each_daemon_isolation! {
     /// A timeout kills the command and what it started in the background, server-side.
     fn a_timeout_kills_the_whole_tree(d, _iso) {
         let id = d.create(&[]);
@@ -114,7 +89,7 @@ on_each_isolation! {
     }
 }
 
-on_each_isolation! {
+on_each_daemon_isolation! {
     /// An exec killed from another process ends, with what it started.
     fn an_exec_is_killed_from_another_process(d, _iso) {
         let id = d.create(&[]);
@@ -137,7 +112,7 @@ on_each_isolation! {
     }
 }
 
-on_each_isolation! {
+on_each_daemon_isolation! {
     /// Past the output budget the client gets the head and tail with a marker; the log keeps everything.
     fn the_output_budget_truncates_visibly_and_the_log_keeps_it_all(d, _iso) {
         let id = d.create(&[]);
@@ -155,7 +130,7 @@ on_each_isolation! {
     }
 }
 
-on_each_isolation! {
+on_each_daemon_isolation! {
     /// The files API and the sandbox's commands see the same files, both ways, in the workspace, in /tmp and
     /// in the root.
     fn the_files_api_and_the_sandbox_see_the_same_files(d, _iso) {
@@ -205,7 +180,7 @@ except Exception as e:
     print("error", e)
 "#;
 
-on_each_isolation! {
+on_each_daemon_isolation! {
     /// Egress goes through the sandbox's proxy: what the policy names gets out, the rest is refused, and both
     /// are in the egress log.
     fn egress_is_default_deny_through_the_proxy_and_logged(d, _iso) {
@@ -232,7 +207,7 @@ on_each_isolation! {
     }
 }
 
-on_each_isolation! {
+on_each_daemon_isolation! {
     /// The session token reaches berth's API from inside, sees its own sandbox, and dies with it.
     fn the_session_token_reaches_the_api_from_inside(d, iso) {
         let id = d.create(&[]);
@@ -248,7 +223,7 @@ print(r["id"], r["isolation"])
     }
 }
 
-on_each_isolation! {
+on_each_daemon_isolation! {
     /// A memory limit holds: going over it is an OOM kill (137), named as such.
     fn the_memory_limit_holds(d, iso) {
         let id = d.create(&["--memory", "256M"]);
@@ -271,7 +246,7 @@ on_each_isolation! {
     }
 }
 
-on_each_isolation! {
+on_each_daemon_isolation! {
     /// A pids limit holds: a fork bomb gets no further than it, and the sandbox goes on.
     fn the_pids_limit_holds(d, _iso) {
         let id = d.create(&["--pids", "32"]);
@@ -284,7 +259,7 @@ on_each_isolation! {
     }
 }
 
-on_each_isolation! {
+on_each_daemon_isolation! {
     /// Paused, a sandbox is frozen and says so; resumed, its processes go on where they were.
     fn pause_freezes_and_resume_continues(d, _iso) {
         let id = d.create(&[]);
@@ -309,7 +284,7 @@ on_each_isolation! {
     }
 }
 
-on_each_isolation! {
+on_each_daemon_isolation! {
     /// A persistent sandbox keeps its workspace and root changes through stop and start.
     fn a_persistent_sandbox_keeps_its_files_through_stop_and_start(d, iso) {
         let id = d.create(&["--persistent"]);
@@ -323,7 +298,7 @@ on_each_isolation! {
     }
 }
 
-on_each_isolation! {
+on_each_daemon_isolation! {
     /// A fork of the files copies them, copy-on-write, into a child behind the same isolation.
     fn a_fork_of_files_copies_them_into_a_child_behind_the_same_isolation(d, iso) {
         let id = d.create(&[]);
@@ -337,7 +312,7 @@ on_each_isolation! {
     }
 }
 
-on_each_isolation! {
+on_each_daemon_isolation! {
     /// Removal goes through the same teardown, with a receipt whose leak check is clean.
     fn removal_leaves_a_clean_receipt(d, _iso) {
         let id = d.create(&[]);
@@ -360,17 +335,6 @@ fn gvisor_daemon() -> Daemon {
 fn what_gvisor_sandboxes_do_not_do_yet_says_so_in_one_sentence() {
     let d = gvisor_daemon();
     let id = d.create(&[]);
-    // A shell on a terminal.
-    let (status, body) = d.raw(&format!(
-        "GET /v1/sandboxes/{id}/shell HTTP/1.1\r\nHost: berth\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
-    ));
-    assert_eq!(status, 503, "{body}");
-    assert!(body.contains("runs on gVisor, where shells on a terminal do not run yet"), "{body}");
-    // A code context.
-    let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/contexts"), r#"{"language":"python"}"#);
-    assert_eq!(status, 503, "{body}");
-    assert!(body.contains("where code contexts do not run yet"), "{body}");
     // Hibernation, asked for and as an idle policy.
     let out = d.berth(&["hibernate", &id]);
     assert!(!out.status.success());
@@ -378,6 +342,10 @@ fn what_gvisor_sandboxes_do_not_do_yet_says_so_in_one_sentence() {
     let (status, body) = d.http("POST", "/v1/sandboxes", r#"{"idle_hibernate_seconds": 60}"#);
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("a gVisor sandbox does not hibernate yet"), "{body}");
+    // A fork with its processes (a checkpoint of them).
+    let out = d.berth(&["fork", &id, "--with-processes"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("a gVisor sandbox cannot"), "{}", text(&out.stderr));
     // The sandbox is untouched by all of it.
     assert_eq!(d.sh(&id, "echo fine"), "fine\n");
     assert_eq!(inspect(&d, &id)["state"], "running");

@@ -85,7 +85,7 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
     let started_at = Instant::now();
     let mut fds: Vec<_> = stdin.iter().map(|(r, _)| r.as_fd()).collect();
     fds.extend([out_w.as_fd(), err_w.as_fd()]);
-    let cmd = launch::Command { argv: &plan.argv, env: &plan.env, cwd: &plan.workdir, tty: false };
+    let cmd = launch::Command { argv: &plan.argv, env: &plan.env, cwd: &plan.workdir, tty: false, pty: None };
     let attached = Attached { stdin: plan.stdin.is_some(), stdout: true, stderr: true };
     let launched = match launch::launch(&session, &cmd, attached, &fds, plan.cgroup.as_ref()).await {
         Ok(l) => l,

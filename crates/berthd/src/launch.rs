@@ -18,6 +18,8 @@ pub struct Command<'a> {
     pub cwd: &'a str,
     /// The attached stdin is a terminal that becomes the command's controlling terminal.
     pub tty: bool,
+    /// Init opens the terminal itself, of this size, and copies it to the attached stdin (a stream socket).
+    pub pty: Option<berth_init::protocol::Winsize>,
 }
 
 /// How asking init went.
@@ -61,6 +63,7 @@ pub async fn launch(
         attached,
         join_cgroup: join.len(),
         tty: cmd.tty,
+        pty: cmd.pty,
     };
     // Init reads one message of at most MAX_MESSAGE bytes: a larger command line is the client's error.
     let size = serde_json::to_vec(&req).map(|v| v.len()).unwrap_or(usize::MAX);

@@ -32,7 +32,7 @@ use axum::extract::{Path as UrlPath, Query, State};
 use axum::response::Response;
 use axum::routing::get;
 use berth_api::{ErrorCode, ExecResult, FileKind};
-use berth_init::protocol::Event;
+use berth_init::protocol::{Event, Request, Winsize};
 use serde::Deserialize;
 use tokio::io::unix::AsyncFd;
 
@@ -110,16 +110,9 @@ async fn shell(
         return Err(Failure::new(ErrorCode::Conflict, format!("sandbox {} has no running init", record.id)));
     };
     let (cmd, isolation) = (q.cmd, record.isolation);
-    if isolation == berth_api::Isolation::Gvisor {
-        return Err(Failure::new(
-            ErrorCode::Unavailable,
-            format!(
-                "sandbox {} runs on gVisor, where shells on a terminal do not run yet: a terminal berth opens \
-                 outside is no terminal inside gVisor's kernel. Run commands with exec instead",
-                record.id
-            ),
-        ));
-    }
+    // A terminal opened outside is no terminal to gVisor's kernel: there init opens one inside and copies it
+    // to a socket, which stands for the terminal's master end here.
+    let inside = (isolation == berth_api::Isolation::Gvisor).then_some(Winsize { rows, cols });
     let (argv, pty) = tokio::task::spawn_blocking(move || -> Result<_, FileError> {
         let fs = SandboxFs::open(pid, isolation)?;
         let argv: Vec<String> = match cmd {
@@ -129,6 +122,11 @@ async fn shell(
             }
             None => vec!["/bin/sh".into()],
         };
+        if inside.is_some() {
+            let (master, slave) = std::os::unix::net::UnixStream::pair()
+                .map_err(|e| FileError::Internal(format!("make a terminal's socket: {e}")))?;
+            return Ok((argv, berth_sys::pty::Pty { master: master.into(), slave: slave.into() }));
+        }
         let pty = fs.open_terminal()?;
         berth_sys::pty::set_window_size(&pty.master, rows, cols)
             .map_err(|err| FileError::Internal(berth_runtime::error_chain(&err)))?;
@@ -137,7 +135,7 @@ async fn shell(
     .await
     .map_err(|_| Failure::new(ErrorCode::Internal, "opening a terminal failed".into()))??;
     let env = BTreeMap::from([("TERM".to_string(), term)]);
-    Ok(ws.max_message_size(MAX_MESSAGE).on_upgrade(move |socket| run(e, record.id, argv, env, pty, socket)))
+    Ok(ws.max_message_size(MAX_MESSAGE).on_upgrade(move |socket| run(e, record.id, argv, env, (pty, inside), socket)))
 }
 
 async fn run(
@@ -145,11 +143,14 @@ async fn run(
     sandbox: String,
     argv: Vec<String>,
     env: BTreeMap<String, String>,
-    pty: berth_sys::pty::Pty,
+    (pty, inside): (berth_sys::pty::Pty, Option<Winsize>),
     mut socket: WebSocket,
 ) {
     let berth_sys::pty::Pty { master, slave } = pty;
-    let started = e.exec_attached(&sandbox, argv, env, [slave.as_fd(), slave.as_fd(), slave.as_fd()], true).await;
+    let started = match inside {
+        None => e.exec_attached(&sandbox, argv, env, &[slave.as_fd(), slave.as_fd(), slave.as_fd()], true, None).await,
+        Some(size) => e.exec_attached(&sandbox, argv, env, &[slave.as_fd()], false, Some(size)).await,
+    };
     // Only the command holds the terminal now: when it and its children are done with it, reads of the
     // master end fail, and that is the end of its output.
     drop(slave);
@@ -181,7 +182,7 @@ async fn run(
             None
         }
     };
-    let mut pump = Pump { exit: None, killed: false, total: 0 };
+    let mut pump = Pump { exit: None, killed: false, total: 0, inside: inside.is_some() };
     if let Some(master) = master {
         client = pump.run(&mut x, &master, &mut socket, client, &mut log).await;
     }
@@ -267,6 +268,8 @@ struct Pump {
     exit: Option<(Option<i32>, Option<i32>)>,
     killed: bool,
     total: u64,
+    /// The terminal is init's, inside the sandbox: a resize is asked of init.
+    inside: bool,
 }
 
 impl Pump {
@@ -326,7 +329,12 @@ impl Pump {
                             && size.rows > 0
                             && size.cols > 0
                         {
-                            let _ = berth_sys::pty::set_window_size(master.get_ref(), size.rows, size.cols);
+                            if self.inside {
+                                let resize = Request::Resize { id: x.num, rows: size.rows, cols: size.cols };
+                                let _ = x.session.send(&resize, &[]);
+                            } else {
+                                let _ = berth_sys::pty::set_window_size(master.get_ref(), size.rows, size.cols);
+                            }
                         }
                     }
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}

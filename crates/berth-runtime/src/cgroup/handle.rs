@@ -241,6 +241,9 @@ fn procs_under(dir: &Path, pids: &mut Vec<i32>) -> Result<(), CgroupError> {
             }
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound && !dir.exists() => return Ok(()),
+        // Removed while it was read (an exec's cgroup going at its end): the kernel answers ENODEV for the
+        // files of a cgroup on its way out, which holds no process.
+        Err(e) if Errno::from_io_error(&e) == Some(Errno::NODEV) => return Ok(()),
         Err(source) => return Err(fsio::read_error(&file, source)),
     }
     for child in fsio::subdirs(dir)? {

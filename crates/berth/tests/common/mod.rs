@@ -100,6 +100,34 @@ impl Drop for Berth {
     }
 }
 
+/// A test run against a daemon of each default isolation: `on_each_daemon_isolation! { fn name(d, iso) { ... } }`
+/// makes the tests `name::namespaces` and `name::gvisor`, each with a daemon (`d`) started with
+/// `--isolation ISO` (`iso`: its name), so its sandboxes are that isolation's unless a test asks otherwise.
+#[macro_export]
+macro_rules! on_each_daemon_isolation {
+    ($(#[$m:meta])* fn $name:ident($d:ident, $iso:ident) $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[allow(dead_code)]
+            fn body($d: &mut common::daemon::Daemon, $iso: &str) $body
+
+            $(#[$m])*
+            #[test]
+            fn namespaces() {
+                body(&mut common::daemon::Daemon::start_with(&["--isolation", "namespaces"]), "namespaces")
+            }
+
+            $(#[$m])*
+            #[test]
+            fn gvisor() {
+                body(&mut common::daemon::Daemon::start_with(&["--isolation", "gvisor"]), "gvisor")
+            }
+        }
+    };
+}
+
 /// A test run once behind each isolation: `on_each_isolation! { fn name(b) { ... } }` makes the tests
 /// `name::namespaces` and `name::gvisor`, each with a `Berth` (`b`) whose runs use that isolation.
 #[macro_export]

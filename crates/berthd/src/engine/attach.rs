@@ -45,13 +45,16 @@ pub struct AttachedExec {
 impl Engine {
     /// Start `argv` in sandbox `id` with `stdio` as its stdin, stdout and stderr (`tty`: a terminal, which
     /// becomes its controlling terminal), in /workspace, with the sandbox's environment and `env` on top.
+    /// With `pty`, init opens the terminal inside, of that size, and `stdio` is one stream socket it copies
+    /// the terminal to.
     pub(crate) async fn exec_attached(
         &self,
         id: &str,
         argv: Vec<String>,
         env: BTreeMap<String, String>,
-        stdio: [BorrowedFd<'_>; 3],
+        stdio: &[BorrowedFd<'_>],
         tty: bool,
+        pty: Option<berth_init::protocol::Winsize>,
     ) -> Result<AttachedExec, EngineError> {
         if argv.first().is_none_or(String::is_empty) {
             return Err(EngineError::invalid("argv must name a command"));
@@ -79,9 +82,9 @@ impl Engine {
         let cgroup = self.command_cgroup(&sid, &exec_id, isolation)?;
         let oom = self.oom_count(&sid, cgroup.as_ref(), isolation);
         let started_at = std::time::Instant::now();
-        let cmd = launch::Command { argv: &argv, env: &env_list, cwd: &workdir, tty };
-        let attached = Attached { stdin: true, stdout: true, stderr: true };
-        let launched = launch::launch(&live.session, &cmd, attached, &stdio, cgroup.as_ref()).await?;
+        let cmd = launch::Command { argv: &argv, env: &env_list, cwd: &workdir, tty, pty };
+        let attached = Attached { stdin: true, stdout: pty.is_none(), stderr: pty.is_none() };
+        let launched = launch::launch(&live.session, &cmd, attached, stdio, cgroup.as_ref()).await?;
         let env_names: Vec<&String> = live.env.keys().chain(env.keys()).collect();
         live.note(
             "exec",

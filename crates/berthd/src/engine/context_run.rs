@@ -8,7 +8,7 @@ use berth_api::{RunCode, RunEnd, RunFrame, Stream};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use super::contexts::{Ctx, connect, control};
+use super::contexts::{Ctx, Reach, connect, control};
 use super::{Engine, Live, now_ms};
 use crate::EngineError;
 use crate::budget::Budget;
@@ -57,7 +57,7 @@ impl Engine {
         })?;
         let r = c.snapshot();
         self.journal_room(&r.sandbox_id, live.journal_bytes(), "no code is run")?;
-        let mut conn = connect(r.init_pid, &r.id, "sock").await?;
+        let mut conn = connect(&Reach::of(&live, r.init_pid).await, &r.id, "sock").await?;
         let body = serde_json::json!({"code": req.code}).to_string() + "\n";
         conn.write_all(body.as_bytes())
             .await
@@ -157,7 +157,7 @@ impl Run {
                     } else {
                         timed_out = true;
                         grace = Some(tokio::time::Instant::now() + GRACE);
-                        let _ = control(r.init_pid, &r.id, "interrupt").await;
+                        let _ = control(&Reach::of(&self.live, r.init_pid).await, &r.id, "interrupt").await;
                     }
                     None
                 }

@@ -98,14 +98,6 @@ impl Engine {
             state: "not running".into(),
             hint: "start it first (berth start)".into(),
         })?;
-        if r.isolation == berth_api::Isolation::Gvisor {
-            return Err(EngineError::Unsupported(format!(
-                "sandbox {} runs on gVisor, where code contexts do not run yet: berth reaches an interpreter \
-                 through a socket among the sandbox's files, and a socket made under gVisor stays inside its \
-                 kernel. Run code with an exec instead",
-                r.id
-            )));
-        }
         let sid = r.id.clone();
         drop(r);
         Ok((live, sid, pid))
@@ -272,8 +264,7 @@ impl Engine {
     pub async fn interrupt_context(&self, id: &str, ctx: &str) -> Result<Interrupted, EngineError> {
         let (live, c) = self.context(id, ctx).await?;
         let r = c.snapshot();
-        let pid = r.init_pid;
-        let reply = control(pid, &r.id, "interrupt").await?;
+        let reply = control(&Reach::of(&live, r.init_pid).await, &r.id, "interrupt").await?;
         let interrupted = reply.get("interrupted").and_then(serde_json::Value::as_bool).unwrap_or(false);
         if interrupted {
             live.note("context_interrupt", serde_json::json!({"context": r.id}), serde_json::json!({}));
@@ -318,7 +309,7 @@ impl Engine {
         let done = self.exec_done(&r.sandbox_id, &info.exec_id).await?;
         let deadline = Instant::now() + START_WAIT;
         loop {
-            if control(r.init_pid, &r.id, "info").await.is_ok() {
+            if control(&self.reach(r).await, &r.id, "info").await.is_ok() {
                 return Ok(info.exec_id);
             }
             let ended = done.borrow().clone();
@@ -347,7 +338,8 @@ impl Engine {
     /// End an interpreter: ask it to exit, then kill its exec's whole cgroup (which also ends whatever it
     /// started), whether or not this daemon started it.
     pub(crate) async fn stop_interpreter(&self, r: &ContextRecord) {
-        let _ = tokio::time::timeout(Duration::from_secs(1), control(r.init_pid, &r.id, "exit")).await;
+        let reach = self.reach(r).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), control(&reach, &r.id, "exit")).await;
         let _ = self.kill_exec(&r.sandbox_id, &r.exec_id).await;
         if let Some(h) = &self.cgroups
             && let Ok(cg) = h.open(&r.sandbox_id).child(&r.exec_id)
@@ -357,9 +349,46 @@ impl Engine {
     }
 }
 
-/// Connect to one of a context's sockets (`sock`: runs, `ctl`: control) inside the sandbox of init `pid`.
-pub(crate) async fn connect(pid: i32, ctx: &str, kind: &str) -> Result<UnixStream, EngineError> {
+/// How the daemon reaches a socket inside a sandbox: through its files, from the host (the sandbox whose
+/// init has this pid), or through its init, which connects inside and copies (gVisor, whose kernel keeps a
+/// socket its processes make).
+pub(crate) enum Reach {
+    Files(i32),
+    Init(Arc<crate::session::Session>),
+}
+
+impl Reach {
+    pub(super) async fn of(live: &Live, pid: i32) -> Self {
+        match live.record.lock().await.isolation {
+            berth_api::Isolation::Gvisor => Reach::Init(Arc::clone(&live.session)),
+            berth_api::Isolation::Namespaces => Reach::Files(pid),
+        }
+    }
+}
+
+impl Engine {
+    /// How to reach the sockets of context `r`.
+    pub(crate) async fn reach(&self, r: &ContextRecord) -> Reach {
+        match self.live(&r.sandbox_id).await {
+            Ok(live) => Reach::of(&live, r.init_pid).await,
+            Err(_) => Reach::Files(r.init_pid),
+        }
+    }
+}
+
+/// Connect to one of a context's sockets (`sock`: runs, `ctl`: control) inside its sandbox.
+pub(crate) async fn connect(reach: &Reach, ctx: &str, kind: &str) -> Result<UnixStream, EngineError> {
     let path = format!("{SOCKET_DIR}/{ctx}.{kind}");
+    let pid = match reach {
+        Reach::Files(pid) => *pid,
+        Reach::Init(session) => {
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+                .map_err(|e| berth_sys::SysError::new("make a socket pair", e))?;
+            session.send(&berth_init::protocol::Request::Connect { path }, &[std::os::fd::AsFd::as_fd(&theirs)])?;
+            ours.set_nonblocking(true).map_err(|e| berth_sys::SysError::new("set a socket non-blocking", e))?;
+            return UnixStream::from_std(ours).map_err(|e| berth_sys::SysError::new("watch a socket", e).into());
+        }
+    };
     let stream = tokio::task::spawn_blocking(move || -> Result<_, EngineError> {
         let fs = crate::files::SandboxFs::open(pid, berth_api::Isolation::Namespaces)
             .map_err(|e| EngineError::Conflict(e.to_string()))?;
@@ -375,8 +404,8 @@ pub(crate) async fn connect(pid: i32, ctx: &str, kind: &str) -> Result<UnixStrea
 }
 
 /// One control request to a context's driver, and its answer.
-pub(crate) async fn control(pid: i32, ctx: &str, op: &str) -> Result<serde_json::Value, EngineError> {
-    let mut s = connect(pid, ctx, "ctl").await?;
+pub(crate) async fn control(reach: &Reach, ctx: &str, op: &str) -> Result<serde_json::Value, EngineError> {
+    let mut s = connect(reach, ctx, "ctl").await?;
     let unreachable =
         |e: std::io::Error| EngineError::Conflict(format!("the context's interpreter did not answer: {e}"));
     s.write_all(format!("{{\"op\":\"{op}\"}}\n").as_bytes()).await.map_err(unreachable)?;

@@ -67,6 +67,8 @@ pub struct SandboxFs {
     /// `/proc/<init>/root`, O_PATH.
     root: OwnedFd,
     ids: Ids,
+    /// Its root is gVisor's: `/proc`, `/sys` and `/dev` are its kernel's.
+    gvisor: bool,
 }
 
 impl SandboxFs {
@@ -91,11 +93,24 @@ impl SandboxFs {
             let root =
                 rustix::fs::openat(&root, inner, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
                     .map_err(gone)?;
-            return Ok(SandboxFs { root, ids: Ids { uid: 0, gid: 0, count: DEFAULT_ID_COUNT } });
+            return Ok(SandboxFs { root, ids: Ids { uid: 0, gid: 0, count: DEFAULT_ID_COUNT }, gvisor: true });
         }
         let (uid, count) = id_map(&proc, "uid_map")?;
         let (gid, _) = id_map(&proc, "gid_map")?;
-        Ok(SandboxFs { root, ids: Ids { uid, gid, count } })
+        Ok(SandboxFs { root, ids: Ids { uid, gid, count }, gvisor: false })
+    }
+
+    /// `path`'s components, refused when they name a file system of gVisor's own kernel (`/proc`, `/sys`,
+    /// `/dev`): the host holds only the empty directories they are mounted on.
+    fn parts<'a>(&self, path: &'a str) -> Result<Vec<&'a str>> {
+        let parts = parse_path(path)?;
+        if self.gvisor && parts.first().is_some_and(|p| ["proc", "sys", "dev"].contains(p)) {
+            return Err(FileError::Conflict(format!(
+                "{path} is in a file system of the sandbox's gVisor kernel, which the files API cannot reach: \
+                 read it with an exec"
+            )));
+        }
+        Ok(parts)
     }
 
     /// Act as the sandbox's root on this thread until the guard drops.
@@ -124,7 +139,7 @@ impl SandboxFs {
 
     /// A file's bytes, or a directory's entries.
     pub fn get(&self, path: &str) -> Result<Got> {
-        let parts = parse_path(path)?;
+        let parts = self.parts(path)?;
         let _ids = self.act()?;
         let fd = self.resolve(&parts, OFlags::PATH).map_err(|e| sys("open", path, e))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| sys("stat", path, e))?;
@@ -155,7 +170,7 @@ impl SandboxFs {
 
     /// What a path is (following symbolic links inside the sandbox).
     pub fn stat(&self, path: &str) -> Result<FileEntry> {
-        let parts = parse_path(path)?;
+        let parts = self.parts(path)?;
         let _ids = self.act()?;
         let fd = self.resolve(&parts, OFlags::PATH).map_err(|e| sys("open", path, e))?;
         check_fs(&fd, path)?;
@@ -167,7 +182,7 @@ impl SandboxFs {
     /// other, the socket is opened `O_PATH` and connected to through `/proc/self/fd`, so that a link planted
     /// inside cannot point the daemon at a socket of the host's.
     pub fn connect(&self, path: &str) -> Result<std::os::unix::net::UnixStream> {
-        let parts = parse_path(path)?;
+        let parts = self.parts(path)?;
         let _ids = self.act()?;
         let fd = self.resolve(&parts, OFlags::PATH).map_err(|e| sys("open", path, e))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| sys("stat", path, e))?;
@@ -187,7 +202,7 @@ impl SandboxFs {
 
     /// Create or truncate a regular file. Returns it, and whether it was created.
     pub fn write(&self, path: &str, data: &[u8], mode: Option<u32>, parents: bool) -> Result<(FileEntry, bool)> {
-        let parts = parse_path(path)?;
+        let parts = self.parts(path)?;
         let Some((name, dir_parts)) = parts.split_last() else {
             return Err(FileError::Conflict("/ is a directory".into()));
         };
@@ -237,7 +252,7 @@ impl SandboxFs {
     /// Make a directory (and, with `parents`, the missing ones above it; an existing directory is then fine).
     /// Returns it, and whether it was created.
     pub fn mkdir(&self, path: &str, parents: bool, mode: Option<u32>) -> Result<(FileEntry, bool)> {
-        let parts = parse_path(path)?;
+        let parts = self.parts(path)?;
         let Some((name, dir_parts)) = parts.split_last() else {
             return if parents {
                 self.stat(path).map(|e| (e, false))
@@ -305,7 +320,7 @@ impl SandboxFs {
     /// Remove a file, a symbolic link (not what it points to), an empty directory, or (with `recursive`) a
     /// directory tree.
     pub fn remove(&self, path: &str, recursive: bool) -> Result<()> {
-        let parts = parse_path(path)?;
+        let parts = self.parts(path)?;
         let Some((name, dir_parts)) = parts.split_last() else {
             return Err(FileError::Invalid("the files API does not remove /".into()));
         };
@@ -317,7 +332,7 @@ impl SandboxFs {
 
     /// A directory, O_PATH, for `write_tar`.
     pub fn open_dir(&self, path: &str) -> Result<OwnedFd> {
-        let parts = parse_path(path)?;
+        let parts = self.parts(path)?;
         let _ids = self.act()?;
         let fd = self.resolve(&parts, OFlags::PATH).map_err(|e| sys("open", path, e))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| sys("stat", path, e))?;
@@ -337,7 +352,7 @@ impl SandboxFs {
     /// Unpack the tar `data` into the directory `path` (made when missing; with `parents`, its parents too).
     pub fn extract_tar(&self, path: &str, data: &[u8], parents: bool) -> Result<u64> {
         validate_tar(data)?;
-        let parts = parse_path(path)?;
+        let parts = self.parts(path)?;
         let _ids = self.act()?;
         let dir = match self.resolve(&parts, OFlags::PATH | OFlags::DIRECTORY) {
             Ok(fd) => fd,
