@@ -8,7 +8,7 @@
 
 mod agent;
 pub mod protocol;
-mod relay;
+pub mod relay;
 mod terminal;
 
 pub use agent::run as main;

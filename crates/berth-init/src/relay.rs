@@ -85,9 +85,10 @@ where
         .map_err(|_| "no thread to copy it".to_string())
 }
 
-/// Copy from `from` to `to` until the end of `from` or an error, then finish `to`'s writing side (the other
-/// direction may go on: a request half-closed still gets its answer).
-fn copy<R: Read, W>(mut from: R, mut to: &W, finish: impl FnOnce(&W) -> std::io::Result<()>)
+/// Copy from `from` to `to` until the end of `from` or an error, then `finish(to)` (for a socket, finish its
+/// writing side: the other direction may go on, and a request half-closed still gets its answer). Plain reads
+/// and writes, never a splice: each write moves an offset `to` shares with others at once.
+pub fn copy<R: Read, W>(mut from: R, mut to: &W, finish: impl FnOnce(&W) -> std::io::Result<()>)
 where
     for<'a> &'a W: Write,
 {

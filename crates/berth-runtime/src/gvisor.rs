@@ -504,19 +504,6 @@ pub(crate) fn through_pipes(
 /// Copy until the end of `from` with plain reads and writes. (`std::io::copy` splices between a pipe and a
 /// file, and two splices into one open file, such as a caller's stdout and stderr after `2>&1`, can both
 /// take the same offset and write over each other; each `write` moves the offset it shares at once.)
-fn copy_plain(mut from: fs::File, mut to: fs::File) {
-    use std::io::{Read, Write};
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match from.read(&mut buf) {
-            Ok(0) => return,
-            Ok(n) => {
-                if to.write_all(&buf[..n]).is_err() {
-                    return;
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return,
-        }
-    }
+fn copy_plain(from: fs::File, to: fs::File) {
+    berth_init::relay::copy(from, &to, |_| Ok(()));
 }

@@ -43,21 +43,8 @@ fn upstream(body: &'static str) -> u16 {
     port
 }
 
-/// Fetch URL inside the sandbox through its proxy (as any HTTP client honouring HTTP_PROXY does); prints the
-/// status and body, or the proxy's refusal header.
-const FETCH: &str = r#"
-import sys, urllib.request, urllib.error
-try:
-    r = urllib.request.urlopen(sys.argv[1], timeout=10)
-    print(r.status, r.read().decode())
-except urllib.error.HTTPError as e:
-    print(e.code, e.headers.get("X-Berth-Egress"))
-except Exception as e:
-    print("error", e)
-"#;
-
 fn fetch(d: &Daemon, id: &str, url: &str) -> String {
-    let out = d.berth(&["exec", id, "--", "python3", "-c", FETCH, url]);
+    let out = d.berth(&["exec", id, "--", "python3", "-c", common::FETCH, url]);
     text(&out.stdout).trim().to_string()
 }
 

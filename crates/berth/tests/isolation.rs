@@ -169,17 +169,6 @@ fn upstream(body: &'static str) -> u16 {
     port
 }
 
-const FETCH: &str = r#"
-import sys, urllib.request, urllib.error
-try:
-    r = urllib.request.urlopen(sys.argv[1], timeout=10)
-    print(r.status, r.read().decode())
-except urllib.error.HTTPError as e:
-    print(e.code, e.headers.get("X-Berth-Egress"))
-except Exception as e:
-    print("error", e)
-"#;
-
 on_each_daemon_isolation! {
     /// Egress goes through the sandbox's proxy: what the policy names gets out, the rest is refused, and both
     /// are in the egress log.
@@ -187,7 +176,7 @@ on_each_daemon_isolation! {
         let port = upstream("hello from upstream");
         let rule = format!("allowed.test:{port}");
         let id = d.create(&["--allow-net", &rule, "--add-host", "allowed.test:127.0.0.1", "--add-host", "other.test:127.0.0.1"]);
-        let fetch = |url: String| text(&d.berth(&["exec", &id, "--", "python3", "-c", FETCH, &url]).stdout).trim().to_string();
+        let fetch = |url: String| text(&d.berth(&["exec", &id, "--", "python3", "-c", common::FETCH, &url]).stdout).trim().to_string();
         assert_eq!(fetch(format!("http://allowed.test:{port}/")), "200 hello from upstream");
         assert!(fetch(format!("http://other.test:{port}/")).starts_with("403"), "a host the policy does not name");
         let out = d.berth(&["net", "log", &id, "--json"]);
@@ -243,6 +232,21 @@ on_each_daemon_isolation! {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
         }
+    }
+}
+
+on_each_daemon_isolation! {
+    /// A disk quota holds: a write past it fails inside, and the sandbox works again once it frees space.
+    fn the_disk_quota_holds(d, _iso) {
+        let id = d.create(&["--disk", "64M"]);
+        let out = d.berth(&["exec", &id, "--", "sh", "-c", "head -c 100M /dev/zero > /workspace/big; echo rc=$?"]);
+        let err = text(&out.stderr);
+        assert!(text(&out.stdout).contains("rc=1"), "{} {err}", text(&out.stdout));
+        assert!(err.contains("quota") || err.contains("No space"), "{err}");
+        let written = d.sh(&id, "stat -c %s /workspace/big");
+        assert!(written.trim().parse::<u64>().unwrap() <= 64 << 20, "{written}");
+        d.sh(&id, "rm /workspace/big && echo fine > /workspace/ok");
+        assert_eq!(d.sh(&id, "cat /workspace/ok"), "fine\n");
     }
 }
 

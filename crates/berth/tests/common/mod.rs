@@ -155,6 +155,19 @@ macro_rules! on_each_isolation {
     };
 }
 
+/// Fetch URL inside the sandbox through its proxy (as any HTTP client honouring HTTP_PROXY does); prints the
+/// status and body, or the proxy's refusal header.
+pub const FETCH: &str = r#"
+import sys, urllib.request, urllib.error
+try:
+    r = urllib.request.urlopen(sys.argv[1], timeout=10)
+    print(r.status, r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.headers.get("X-Berth-Egress"))
+except Exception as e:
+    print("error", e)
+"#;
+
 /// Python that tries to start 200 sleepers (a bounded fork bomb) and prints how many it started and how many
 /// processes it then saw: at most a pids limit can exist at once.
 pub const FORK_BOMB: &str = "import os, time\nstarted = 0\nfor i in range(200):\n    try:\n        pid = os.fork()\n    except OSError:\n        continue\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    started += 1\nprint(started, len([p for p in os.listdir('/proc') if p.isdigit()]))\n";
