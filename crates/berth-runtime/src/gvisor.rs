@@ -245,24 +245,26 @@ fn state(layout: &Layout) -> PathBuf {
     layout.dir.join("runsc")
 }
 
+/// The flags berth runs runsc with (before the command). `--platform=systrap`: no KVM or ptrace needed;
+/// `--network=none`: loopback only; `--ignore-cgroups`: the cgroup is berth's, made with the limits before
+/// runsc starts and removed after it ends; `--overlay2=none`: writes go through to the root berth built (its
+/// overlays), as for the namespaces backend, rather than into a file store of gVisor's own; `--host-uds=none`:
+/// no host sockets; `--file-access=shared`: the root is not gVisor's alone (the files API writes it from the
+/// host, and a mounted host directory changes under it), so gVisor checks what it cached against the host's
+/// files instead of trusting its cache.
+pub const FLAGS: [&str; 6] = [
+    "--platform=systrap",
+    "--network=none",
+    "--ignore-cgroups",
+    "--overlay2=none",
+    "--host-uds=none",
+    "--file-access=shared",
+];
+
 /// The argument vector of `runsc run` for sandbox `id`.
 pub(crate) fn argv(layout: &Layout, id: &str) -> Vec<String> {
-    let mut argv = vec![
-        "runsc".to_string(),
-        format!("--root={}", state(layout).display()),
-        "--platform=systrap".into(),
-        "--network=none".into(),
-        // The cgroup is berth's: made with the limits before runsc starts, removed after it ends.
-        "--ignore-cgroups".into(),
-        // Writes go through to the root berth built (its overlays), as for the namespaces backend, rather
-        // than into a file store of gVisor's own.
-        "--overlay2=none".into(),
-        "--host-uds=none".into(),
-        // The root berth built is not gVisor's alone: the files API writes it from the host, and a mounted
-        // host directory changes under it. Shared, gVisor checks its cached files against the host's instead
-        // of trusting its cache.
-        "--file-access=shared".into(),
-    ];
+    let mut argv = vec!["runsc".to_string(), format!("--root={}", state(layout).display())];
+    argv.extend(FLAGS.map(String::from));
     argv.extend(["run".into(), format!("--bundle={}", bundle(layout).display()), id.to_string()]);
     argv
 }
@@ -350,6 +352,7 @@ pub(crate) fn start(
         Attrs { readonly: true, nosuid: true, nodev: true, noexec: false },
         false,
     )?;
+    crate::trace::mark("gvisor trees");
     let config = config(plan, layout, spec);
     let argv = argv(layout, id);
     // runsc's own messages (and whatever init writes to its standard error), read if the start fails.
@@ -380,8 +383,12 @@ pub(crate) fn start(
     };
     drop(child_sock);
     drop((trees, init_tree));
+    crate::trace::mark("gvisor spawn");
     match wait_ready(parent_sock.as_fd(), log.as_fd()) {
-        Ok(landlock) => Ok((pid, pidfd, parent_sock, landlock)),
+        Ok(landlock) => {
+            crate::trace::mark("gvisor ready");
+            Ok((pid, pidfd, parent_sock, landlock))
+        }
         Err(e) => {
             let _ = process::pidfd_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
             let _ = process::pidfd_wait(pidfd.as_fd());

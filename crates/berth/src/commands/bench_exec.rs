@@ -112,15 +112,25 @@ fn measure(socket: &Path, sandbox: &Sandbox, args: &BenchArgs) -> anyhow::Result
     let mut cli = Vec::new();
     let mut nsenter = Vec::new();
     for round in 0..args.warmup + args.runs {
-        let t = Instant::now();
-        super::bench_first::exec_true(socket, &sandbox.id)?;
-        let api_ms = t.elapsed().as_secs_f64() * 1000.0;
-        let cli_ms = time(Command::new(&exe).arg("--socket").arg(socket).args(["exec", &sandbox.id, "--", "true"]))?;
-        let ns_ms = peer(&mut Command::new("nsenter"))?;
+        // Each case goes first in a third of the rounds: what one leaves behind (a process still being reaped
+        // inside gVisor after runsc exec returns) is not always the same one's cost.
+        let mut took = [0.0f64; 3];
+        for k in 0..3 {
+            let case = (round + k) % 3;
+            took[case] = match case {
+                0 => {
+                    let t = Instant::now();
+                    super::bench_first::exec_true(socket, &sandbox.id)?;
+                    t.elapsed().as_secs_f64() * 1000.0
+                }
+                1 => time(Command::new(&exe).arg("--socket").arg(socket).args(["exec", &sandbox.id, "--", "true"]))?,
+                _ => peer(&mut Command::new("nsenter"))?,
+            };
+        }
         if round >= args.warmup {
-            api.push(api_ms);
-            cli.push(cli_ms);
-            nsenter.push(ns_ms);
+            api.push(took[0]);
+            cli.push(took[1]);
+            nsenter.push(took[2]);
         }
     }
     let (a, c, n) = (median(&mut api), median(&mut cli), median(&mut nsenter));

@@ -46,19 +46,9 @@ pub fn bench_gvisor(root: &Path, args: BenchArgs) -> anyhow::Result<i32> {
         "linux": {"namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}]}
     });
     std::fs::write(dir.path().join("config.json"), config.to_string())?;
-    let peer: Vec<String> = [
-        runsc.path.display().to_string(),
-        format!("--root={}", dir.path().join("state").display()),
-        "--platform=systrap".into(),
-        "--network=none".into(),
-        "--ignore-cgroups".into(),
-        "--overlay2=none".into(),
-        "--host-uds=none".into(),
-        "run".into(),
-        format!("--bundle={}", dir.path().display()),
-        "berth-bench-peer".into(),
-    ]
-    .to_vec();
+    let mut peer = vec![runsc.path.display().to_string(), format!("--root={}", dir.path().join("state").display())];
+    peer.extend(berth_runtime::gvisor::FLAGS.map(String::from));
+    peer.extend(["run".into(), format!("--bundle={}", dir.path().display()), "berth-bench-peer".into()]);
     let mut cases = vec![
         Case { name: "berth run --isolation gvisor", argv: berth("gvisor"), times: vec![] },
         Case { name: "runsc run", argv: peer, times: vec![] },
