@@ -38,6 +38,8 @@ struct Init {
     relays: Option<crate::relay::Waiting>,
     /// The master ends of the terminals init opened for commands (request id → master), for their resizes.
     terminals: HashMap<u64, crate::terminal::Terminal>,
+    /// A cgroup of the sandbox's kernel per command, where there is no host one (gVisor).
+    trees: Option<crate::trees::Trees>,
 }
 
 /// Run as PID 1 until the supervisor hangs up. Returns the process exit code.
@@ -205,7 +207,7 @@ impl Init {
     fn fresh(control: OwnedFd, ready: &Event) -> Option<Init> {
         let listeners = bind_ports();
         let control = hand_over_control(control, ready)?;
-        Some(Init { control, listeners, running: HashMap::new(), relays: None, terminals: HashMap::new() })
+        Some(Init { control, listeners, running: HashMap::new(), relays: None, terminals: HashMap::new(), trees: None })
     }
 
     /// Init on a control socket it keeps (see [`protocol::CONTROL_ON_STDIN`]). The connections it accepts
@@ -220,6 +222,7 @@ impl Init {
             running: HashMap::new(),
             relays: Some(Default::default()),
             terminals: HashMap::new(),
+            trees: crate::trees::Trees::open(),
         })
     }
 
@@ -233,7 +236,7 @@ impl Init {
             listeners.push((port, std::net::TcpListener::from(fd)));
         }
         let control = hand_over_control(control, ready)?;
-        Some(Init { control, listeners, running: state.running, relays: None, terminals: HashMap::new() })
+        Some(Init { control, listeners, running: state.running, relays: None, terminals: HashMap::new(), trees: None })
     }
 
     /// Execute init's own binary again in place, keeping the control socket, the listeners and the
@@ -341,7 +344,12 @@ impl Init {
 
     fn handle(&mut self, req: Request, fds: Vec<OwnedFd>) {
         match req {
-            Request::Exec { id, argv, env, cwd, uid, gid, attached, join_cgroup, tty, pty } => {
+            Request::Exec { id, argv, env, cwd, uid, gid, attached, mut join_cgroup, tty, pty } => {
+                let mut fds = fds;
+                if let Some(join) = self.trees.as_mut().and_then(|t| t.join_file(id)) {
+                    fds.push(join);
+                    join_cgroup += 1;
+                }
                 let spawned = match pty {
                     Some(size) => {
                         self.spawn_on_terminal(id, &argv, &env, &cwd, (uid, gid), attached, join_cgroup, size, fds)
@@ -353,7 +361,12 @@ impl Init {
                         self.running.insert(pid, id);
                         Event::Started { id, pid }
                     }
-                    Err((code, message)) => Event::Failed { id, code, message },
+                    Err((code, message)) => {
+                        if let Some(t) = self.trees.as_mut() {
+                            t.release(id);
+                        }
+                        Event::Failed { id, code, message }
+                    }
                 };
                 let _ = self.report(&ev);
             }
@@ -399,6 +412,9 @@ impl Init {
                 }
                 for (pid, _) in self.running.iter().filter(|(_, i)| **i == id) {
                     proc::kill_group(*pid, signal);
+                }
+                if let Some(t) = &self.trees {
+                    t.kill(id, signal);
                 }
             }
         }
@@ -517,6 +533,9 @@ impl Init {
         while let Some((pid, exit)) = proc::reap_any() {
             if let Some(id) = self.running.remove(&pid) {
                 self.terminals.remove(&id);
+                if let Some(t) = self.trees.as_mut() {
+                    t.release(id);
+                }
                 let (code, signal) = match exit {
                     Exit::Code(c) => (Some(c), None),
                     Exit::Signal(s) => (None, Some(s)),

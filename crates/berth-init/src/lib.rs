@@ -10,5 +10,6 @@ mod agent;
 pub mod protocol;
 pub mod relay;
 mod terminal;
+mod trees;
 
 pub use agent::run as main;

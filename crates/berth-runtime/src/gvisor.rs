@@ -216,6 +216,8 @@ pub(crate) fn config(plan: &Plan, layout: &Layout, spec: &Spec) -> serde_json::V
             {"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]},
             {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777"]},
             {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+            // gVisor's own cgroups (not the host's), where init keeps each command's tree.
+            {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["nosuid", "noexec", "nodev"]},
             // Named, or runsc would cover the root's empty /tmp with a tmpfs of its own.
             {"destination": "/tmp", "type": "bind", "source": plan.root.join("tmp"), "options": ["rbind", "rw", "nosuid", "nodev"]},
             {"destination": INIT_PATH, "type": "bind", "source": init_copy(layout), "options": ["bind", "ro"]}

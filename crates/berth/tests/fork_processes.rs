@@ -148,7 +148,8 @@ fn what_cannot_be_forked_with_processes_is_named_and_the_parent_runs_on() {
     }
     // A hibernated one is not running.
     let asleep = d.create(&[]);
-    assert!(d.berth(&["hibernate", &asleep]).status.success());
+    let out = d.berth(&["hibernate", &asleep]);
+    assert!(out.status.success(), "hibernate: {}", text(&out.stderr));
     let (status, body) = d.http("POST", &format!("/v1/sandboxes/{asleep}/fork"), r#"{"with_processes": true}"#);
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("hibernated") && body.contains("only a running sandbox"), "{body}");

@@ -90,6 +90,22 @@ on_each_daemon_isolation! {
 }
 
 on_each_daemon_isolation! {
+    /// A timeout reaches what left the command's process group too (setsid), seen from inside the sandbox.
+    fn a_timeout_kills_what_left_the_process_group(d, _iso) {
+        let id = d.create(&[]);
+        let script = "setsid sleep 301 & setsid sh -c 'sleep 302 & wait' & sleep 303";
+        let out = d.berth(&["exec", &id, "--timeout", "1s", "--", "sh", "-c", script]);
+        assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+        let left = || d.sh(&id, "ps -e -o args= | grep -c '^sleep 30[123]' || true").trim().to_string();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while left() != "0" {
+            assert!(std::time::Instant::now() < deadline, "sleepers outlived the timeout: {}", d.sh(&id, "ps -e -o pid,args"));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+on_each_daemon_isolation! {
     /// An exec killed from another process ends, with what it started.
     fn an_exec_is_killed_from_another_process(d, _iso) {
         let id = d.create(&[]);
