@@ -506,11 +506,12 @@ impl Engine {
             "exec_id": exec_id, "argv": req.argv, "workdir": plan.workdir, "env_names": env_names,
             "timeout_seconds": req.timeout_seconds, "max_output_bytes": max_output, "max_log_bytes": max_log, "detach": req.detach, "stdin_bytes": req.stdin.as_ref().map(String::len),
         });
+        // Taken before the command starts: what it does at once (a proxy connection) is after its start.
+        let started_at_ms = now_ms();
         let running = exec::start(Arc::clone(&live.session), plan).await?;
         live.note("exec", args, serde_json::json!({"started": true}));
         self.events.emit(&sid, EventKind::ExecStarted, Some(exec_id.clone()), None);
         let recorder = self.record_end(&live, &sid, &exec_id, log_path, actor(), running.done.clone());
-        let started_at_ms = now_ms();
         // One read of the watch: two guards held at once deadlock against the exec's end sending its result
         // between them (the lock lets a waiting writer in first).
         let result = running.done.borrow().clone();

@@ -82,6 +82,7 @@ impl Engine {
         let cgroup = self.command_cgroup(&sid, &exec_id, isolation)?;
         let oom = self.oom_count(&sid, cgroup.as_ref(), isolation);
         let started_at = std::time::Instant::now();
+        let started_at_ms = now_ms();
         let cmd = launch::Command { argv: &argv, env: &env_list, cwd: &workdir, tty, pty };
         let attached = Attached { stdin: true, stdout: pty.is_none(), stderr: pty.is_none() };
         let launched = launch::launch(&live.session, &cmd, attached, stdio, cgroup.as_ref()).await?;
@@ -115,7 +116,7 @@ impl Engine {
         });
         live.execs.lock().await.insert(
             exec_id.clone(),
-            ExecEntry { argv, started_at_ms: now_ms(), kill: kill_tx, done: done_rx, park: None, recorder: None },
+            ExecEntry { argv, started_at_ms, kill: kill_tx, done: done_rx, park: None, recorder: None },
         );
         // Listed: counted as running by its entry from here.
         drop(starting);

@@ -149,6 +149,9 @@ fn name_exec(live: &Live, stream: &tokio::net::TcpStream) {
     }
 }
 
+/// How much later than its start and duration say an exec may still have made a connection.
+const END_SLACK_MS: u64 = 100;
+
 /// The only exec of `live` that was running at `time_ms` (none when several were, or none).
 async fn running_at(live: &Live, time_ms: u64) -> Option<String> {
     let execs = live.execs.lock().await;
@@ -156,7 +159,10 @@ async fn running_at(live: &Live, time_ms: u64) -> Option<String> {
         .iter()
         .filter(|(_, e)| {
             e.started_at_ms <= time_ms
-                && e.done.borrow().as_ref().is_none_or(|r| e.started_at_ms.saturating_add(r.duration_ms) >= time_ms)
+                && e.done.borrow().as_ref().is_none_or(|r| {
+                    // Its end as its duration puts it, a little late rather than early (milliseconds rounded).
+                    e.started_at_ms.saturating_add(r.duration_ms).saturating_add(END_SLACK_MS) >= time_ms
+                })
         })
         .map(|(id, _)| id.clone());
     match (running.next(), running.next()) {
