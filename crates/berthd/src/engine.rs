@@ -238,38 +238,6 @@ impl Engine {
         young_left
     }
 
-    /// The cgroup of command `exec_id` of sandbox `sid`, inside the sandbox's: its whole tree, to be killed at
-    /// once. None under gVisor, whose processes are not the host's: there a command's tree is its process
-    /// group (what leaves it with setsid ends with the sandbox).
-    fn command_cgroup(
-        &self,
-        sid: &str,
-        exec_id: &str,
-        isolation: berth_api::Isolation,
-    ) -> Result<Option<berth_runtime::cgroup::Cgroup>, EngineError> {
-        match &self.cgroups {
-            Some(h) if isolation == berth_api::Isolation::Namespaces => {
-                h.open(sid).child(exec_id).map(Some).map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// Start counting the OOM kills of a command of sandbox `sid` whose own cgroup is `own` (under gVisor, the
-    /// kills of the whole sandbox, which one ends).
-    fn oom_count(
-        &self,
-        sid: &str,
-        own: Option<&berth_runtime::cgroup::Cgroup>,
-        isolation: berth_api::Isolation,
-    ) -> Option<crate::launch::OomCount> {
-        let sandbox = self.cgroups.as_ref()?.open(sid);
-        match isolation {
-            berth_api::Isolation::Gvisor => crate::launch::OomCount::whole(sandbox),
-            berth_api::Isolation::Namespaces => crate::launch::OomCount::start(sandbox, own?),
-        }
-    }
-
     async fn live(&self, id_or_name: &str) -> Result<Arc<Live>, EngineError> {
         let all = self.sandboxes.lock().await;
         if let Some(l) = all.get(id_or_name) {
@@ -573,7 +541,7 @@ impl Engine {
                 .collect(),
             warm: self.warm_info(),
             isolation: self.bounds.isolation,
-            isolations: isolations(),
+            isolations: create::isolations(),
         }
     }
 
@@ -583,26 +551,6 @@ impl Engine {
         let recent = self.events.recent.lock().map(|r| r.iter().cloned().collect()).unwrap_or_default();
         (recent, rx)
     }
-}
-
-/// Each isolation and whether this host offers it.
-pub fn isolations() -> Vec<berth_api::IsolationInfo> {
-    let gvisor = berth_runtime::gvisor::runsc();
-    vec![
-        berth_api::IsolationInfo {
-            isolation: berth_api::Isolation::Namespaces,
-            available: true,
-            detail: "the host kernel's namespaces, cgroups, seccomp and landlock".into(),
-        },
-        berth_api::IsolationInfo {
-            isolation: berth_api::Isolation::Gvisor,
-            available: gvisor.is_ok(),
-            detail: match gvisor {
-                Ok(r) => format!("runsc {} at {}", r.version, r.path.display()),
-                Err(why) => why,
-            },
-        },
-    ]
 }
 
 /// Connect to a shim, fetch its sandbox's record and take over its init's control socket.

@@ -203,6 +203,20 @@ impl Daemon {
         text(&out.stdout)
     }
 
+    /// Sandbox `id`, made with `--disk 64M`, cannot write 100 MiB (the write fails inside with the quota's or a
+    /// full disk's error, and what it wrote stays within the quota); once it frees the space it works again.
+    /// The host and the rest of the pool are untouched.
+    pub fn assert_quota_holds(&self, id: &str) {
+        let out = self.berth(&["exec", id, "--", "sh", "-c", "head -c 100M /dev/zero > /workspace/big; echo rc=$?"]);
+        let err = text(&out.stderr);
+        assert!(text(&out.stdout).contains("rc=1"), "{} {err}", text(&out.stdout));
+        assert!(err.contains("quota") || err.contains("No space"), "{err}");
+        let written = self.sh(id, "stat -c %s /workspace/big");
+        assert!(written.trim().parse::<u64>().unwrap() <= 64 << 20, "{written}");
+        self.sh(id, "rm /workspace/big && echo fine > /workspace/ok");
+        assert_eq!(self.sh(id, "cat /workspace/ok"), "fine\n");
+    }
+
     /// `berth shell ARGS...` with `input` as its (piped) stdin.
     pub fn shell(&self, args: &[&str], input: &str) -> Output {
         let mut all = vec!["shell"];

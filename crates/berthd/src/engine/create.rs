@@ -397,3 +397,23 @@ fn check_gvisor(req: &CreateSandbox) -> Result<(), EngineError> {
     }
     Ok(())
 }
+
+/// Each isolation and whether this host offers it.
+pub(super) fn isolations() -> Vec<berth_api::IsolationInfo> {
+    let gvisor = berth_runtime::gvisor::runsc();
+    vec![
+        berth_api::IsolationInfo {
+            isolation: berth_api::Isolation::Namespaces,
+            available: true,
+            detail: "the host kernel's namespaces, cgroups, seccomp and landlock".into(),
+        },
+        berth_api::IsolationInfo {
+            isolation: berth_api::Isolation::Gvisor,
+            available: gvisor.is_ok(),
+            detail: match gvisor {
+                Ok(r) => format!("runsc {} at {}", r.version, r.path.display()),
+                Err(why) => why,
+            },
+        },
+    ]
+}

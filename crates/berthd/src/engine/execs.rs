@@ -1,4 +1,5 @@
-//! A sandbox's execs after they started: list them, their logs, their end, killing one.
+//! A sandbox's execs: the cgroup and OOM count each starts with, and after they started: list them, their
+//! logs, their end, killing one.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,6 +13,38 @@ use crate::EngineError;
 use crate::journal;
 
 impl Engine {
+    /// The cgroup of command `exec_id` of sandbox `sid`, inside the sandbox's: its whole tree, to be killed at
+    /// once. None under gVisor, whose processes are not the host's: there a command's tree is its process
+    /// group (what leaves it with setsid ends with the sandbox).
+    pub(super) fn command_cgroup(
+        &self,
+        sid: &str,
+        exec_id: &str,
+        isolation: berth_api::Isolation,
+    ) -> Result<Option<berth_runtime::cgroup::Cgroup>, EngineError> {
+        match &self.cgroups {
+            Some(h) if isolation == berth_api::Isolation::Namespaces => {
+                h.open(sid).child(exec_id).map(Some).map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Start counting the OOM kills of a command of sandbox `sid` whose own cgroup is `own` (under gVisor, the
+    /// kills of the whole sandbox, which one ends).
+    pub(super) fn oom_count(
+        &self,
+        sid: &str,
+        own: Option<&berth_runtime::cgroup::Cgroup>,
+        isolation: berth_api::Isolation,
+    ) -> Option<crate::launch::OomCount> {
+        let sandbox = self.cgroups.as_ref()?.open(sid);
+        match isolation {
+            berth_api::Isolation::Gvisor => crate::launch::OomCount::whole(sandbox),
+            berth_api::Isolation::Namespaces => crate::launch::OomCount::start(sandbox, own?),
+        }
+    }
+
     pub async fn execs(&self, id: &str) -> Result<Vec<ExecInfo>, EngineError> {
         let live = self.live(id).await?;
         let execs = live.execs.lock().await;
