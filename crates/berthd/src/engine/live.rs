@@ -25,8 +25,6 @@ pub(super) struct Live {
     pub(super) egress: Arc<berth_egress::Proxy>,
     /// Its secrets' values, kept out of what berth shows of it.
     pub(super) redactor: Option<berth_secrets::Redactor>,
-    /// Which exec opened each open proxy connection (if it could be told), by the client's port.
-    pub(super) connecting: std::sync::Mutex<std::collections::HashMap<u16, Option<String>>>,
     /// What the daemon meters of it (see `usage`).
     pub(super) meter: std::sync::Mutex<super::usage::Meter>,
     /// Tasks that serve the sandbox (its connections, its egress log); ended with it.
@@ -84,7 +82,6 @@ impl Live {
             starting: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             egress,
             redactor,
-            connecting: std::sync::Mutex::new(std::collections::HashMap::new()),
             meter: std::sync::Mutex::new(super::usage::Meter::load(root, &sid)),
             tasks: std::sync::Mutex::new(Vec::new()),
             pause: Arc::default(),

@@ -119,7 +119,6 @@ impl Engine {
                 }
                 PROXY_PORT => {
                     let Some(live) = weak.upgrade() else { return };
-                    name_exec(&live, &stream);
                     let egress = Arc::clone(&live.egress);
                     tokio::spawn(async move {
                         egress.serve(stream).await;
@@ -129,23 +128,6 @@ impl Engine {
                 _ => {}
             }
         }));
-    }
-}
-
-/// Note which exec made a proxy connection, for its egress record: the one running, when exactly one runs
-/// (told without waiting: with the exec table busy, or several execs at once, or only processes an ended
-/// exec left behind, it is left unnamed).
-fn name_exec(live: &Live, stream: &tokio::net::TcpStream) {
-    let Ok(peer) = stream.peer_addr() else { return };
-    let exec = live.execs.try_lock().ok().and_then(|execs| {
-        let mut running = execs.iter().filter(|(_, e)| e.done.borrow().is_none()).map(|(id, _)| id.clone());
-        match (running.next(), running.next()) {
-            (Some(only), None) => Some(only),
-            _ => None,
-        }
-    });
-    if let Ok(mut c) = live.connecting.lock() {
-        c.insert(peer.port(), exec);
     }
 }
 
@@ -228,13 +210,10 @@ impl Engine {
             while let Some(a) = attempts.recv().await {
                 let Some(live) = weak.upgrade() else { return };
                 let id = live.record.lock().await.id.clone();
-                let exec = live.connecting.lock().ok().and_then(|mut c| c.remove(&a.client_port)).flatten();
-                // Not told at connect time (the exec not yet in the table, or a relayed connection without a
-                // port): the one exec that was running when the attempt began, if only one was.
-                let exec = match exec {
-                    Some(e) => Some(e),
-                    None => running_at(&live, a.time_ms).await,
-                };
+                // Which exec made it: the one that was running when the attempt began, if only one was (told
+                // from the exec table's times, so neither a table busy at connect time nor a relayed connection
+                // without a TCP port leaves it unnamed).
+                let exec = running_at(&live, a.time_ms).await;
                 if let Ok(mut m) = live.meter.lock() {
                     m.add_egress(a.bytes_up, a.bytes_down);
                 }
