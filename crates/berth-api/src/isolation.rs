@@ -2,18 +2,21 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The boundary between a sandbox and the host.
+/// The boundary between a sandbox and the host kernel: the API's, the CLI's and the runtime's one type.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Isolation {
-    /// Linux namespaces, cgroups, seccomp and landlock on the host's kernel.
+    /// The host kernel's namespaces, cgroups, seccomp and landlock: the sandbox's processes are the host's.
     #[default]
     Namespaces,
-    /// gVisor: a kernel of the sandbox's own (runsc), on top of the same namespaces and cgroups.
+    /// gVisor (`runsc`): the sandbox's processes run on a kernel of their own in user space, and only that
+    /// kernel talks to the host's, through a narrow set of system calls.
     Gvisor,
 }
 
 impl Isolation {
+    pub const ALL: [Isolation; 2] = [Isolation::Namespaces, Isolation::Gvisor];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Isolation::Namespaces => "namespaces",
@@ -31,11 +34,10 @@ impl std::fmt::Display for Isolation {
 impl std::str::FromStr for Isolation {
     type Err = String;
     fn from_str(s: &str) -> Result<Isolation, String> {
-        match s {
-            "namespaces" => Ok(Isolation::Namespaces),
-            "gvisor" => Ok(Isolation::Gvisor),
-            _ => Err(format!("{s:?} is not an isolation: namespaces or gvisor")),
-        }
+        Isolation::ALL
+            .into_iter()
+            .find(|i| i.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not an isolation: use namespaces (the default) or gvisor"))
     }
 }
 

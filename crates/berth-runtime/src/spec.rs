@@ -50,42 +50,8 @@ pub struct Spec {
     pub isolation: Isolation,
 }
 
-/// The boundary between a sandbox and the host kernel.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Isolation {
-    /// The host kernel's namespaces, cgroups, seccomp and landlock: the sandbox's processes are the host's.
-    #[default]
-    Namespaces,
-    /// gVisor (`runsc`): the sandbox's processes run on a kernel of their own in user space, and only that
-    /// kernel talks to the host's, through a narrow set of system calls.
-    Gvisor,
-}
+pub use berth_api::Isolation;
 
-impl Isolation {
-    pub const ALL: [Isolation; 2] = [Isolation::Namespaces, Isolation::Gvisor];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Isolation::Namespaces => "namespaces",
-            Isolation::Gvisor => "gvisor",
-        }
-    }
-}
-
-impl std::fmt::Display for Isolation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Isolation {
-    type Err = SpecError;
-
-    fn from_str(s: &str) -> Result<Isolation, SpecError> {
-        Isolation::ALL.into_iter().find(|i| i.name() == s).ok_or_else(|| SpecError::Isolation(s.to_string()))
-    }
-}
 
 /// A value given on the command line or in a request that berth cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -112,8 +78,6 @@ pub enum SpecError {
     Name(String),
     #[error("{0:?} is not a sandbox id: ids are twelve lower-case hex digits")]
     Id(String),
-    #[error("{0:?} is not an isolation: use namespaces (the default) or gvisor")]
-    Isolation(String),
     #[error("the memory limit of {0} bytes is too small: a sandbox needs at least 4M")]
     MemoryTooSmall(u64),
 }

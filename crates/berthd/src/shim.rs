@@ -376,10 +376,7 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
         // Pooled, it may yet be claimed by a persistent sandbox.
         volatile: !start.record.persistent && !start.pooled,
         files: start.files.clone(),
-        isolation: match start.isolation {
-            berth_api::Isolation::Namespaces => berth_runtime::spec::Isolation::Namespaces,
-            berth_api::Isolation::Gvisor => berth_runtime::spec::Isolation::Gvisor,
-        },
+        isolation: start.isolation,
         volumes: start
             .volumes
             .iter()

@@ -116,7 +116,7 @@ pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
             peak_memory_bytes: usage.peak_memory_bytes,
             oom_killed: usage.oom_kills > 0,
             timed_out,
-            isolation: args.isolation.name(),
+            isolation: args.isolation.as_str(),
             landlock,
         };
         println!("{}", serde_json::to_string(&summary)?);
