@@ -52,7 +52,6 @@ pub struct Spec {
 
 pub use berth_api::Isolation;
 
-
 /// A value given on the command line or in a request that berth cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
