@@ -40,6 +40,13 @@ struct Init {
     terminals: HashMap<u64, crate::terminal::Terminal>,
     /// A cgroup of the sandbox's kernel per command, where there is no host one (gVisor).
     trees: Option<crate::trees::Trees>,
+    /// Commands' streams go through pipes of the sandbox's own (see [`crate::streams`]): where the
+    /// supervisor's pipes could not be written to disk with the sandbox (gVisor).
+    own_pipes: bool,
+    /// The copies of running commands' streams (pid → copies), finished when the command ends.
+    copies: HashMap<i32, Vec<crate::streams::Copy>>,
+    /// What init said when it came up, said again to a supervisor that asks (see [`Request::Hello`]).
+    ready: Event,
 }
 
 /// Run as PID 1 until the supervisor hangs up. Returns the process exit code.
@@ -207,7 +214,26 @@ impl Init {
     fn fresh(control: OwnedFd, ready: &Event) -> Option<Init> {
         let listeners = bind_ports();
         let control = hand_over_control(control, ready)?;
-        Some(Init { control, listeners, running: HashMap::new(), relays: None, terminals: HashMap::new(), trees: None })
+        Some(Init::with(control, listeners, HashMap::new(), ready))
+    }
+
+    fn with(
+        control: OwnedFd,
+        listeners: Vec<(u16, std::net::TcpListener)>,
+        running: HashMap<i32, u64>,
+        ready: &Event,
+    ) -> Init {
+        Init {
+            control,
+            listeners,
+            running,
+            relays: None,
+            terminals: HashMap::new(),
+            trees: None,
+            own_pipes: false,
+            copies: HashMap::new(),
+            ready: ready.clone(),
+        }
     }
 
     /// Init on a control socket it keeps (see [`protocol::CONTROL_ON_STDIN`]). The connections it accepts
@@ -217,12 +243,10 @@ impl Init {
         let listeners = bind_ports();
         protocol::send(control.as_fd(), ready, &[]).ok()?;
         Some(Init {
-            control,
-            listeners,
-            running: HashMap::new(),
             relays: Some(Default::default()),
-            terminals: HashMap::new(),
             trees: crate::trees::Trees::open(),
+            own_pipes: true,
+            ..Init::with(control, listeners, HashMap::new(), ready)
         })
     }
 
@@ -236,7 +260,7 @@ impl Init {
             listeners.push((port, std::net::TcpListener::from(fd)));
         }
         let control = hand_over_control(control, ready)?;
-        Some(Init { control, listeners, running: state.running, relays: None, terminals: HashMap::new(), trees: None })
+        Some(Init::with(control, listeners, state.running, ready))
     }
 
     /// Execute init's own binary again in place, keeping the control socket, the listeners and the
@@ -350,18 +374,26 @@ impl Init {
                     fds.push(join);
                     join_cgroup += 1;
                 }
+                let mut copies = Vec::new();
                 let spawned = match pty {
                     Some(size) => {
                         self.spawn_on_terminal(id, &argv, &env, &cwd, (uid, gid), attached, join_cgroup, size, fds)
                     }
-                    None => self.spawn(&argv, &env, &cwd, uid, gid, attached, join_cgroup, tty, fds),
+                    None => match self.own_streams(attached, tty, fds, &mut copies) {
+                        Ok(fds) => self.spawn(&argv, &env, &cwd, uid, gid, attached, join_cgroup, tty, fds),
+                        Err(message) => Err((125, message)),
+                    },
                 };
                 let ev = match spawned {
                     Ok(pid) => {
                         self.running.insert(pid, id);
+                        if !copies.is_empty() {
+                            self.copies.insert(pid, copies);
+                        }
                         Event::Started { id, pid }
                     }
                     Err((code, message)) => {
+                        copies.into_iter().for_each(crate::streams::Copy::finish);
                         if let Some(t) = self.trees.as_mut() {
                             t.release(id);
                         }
@@ -401,6 +433,9 @@ impl Init {
                     let _ = self.report(&Event::Rejected { message });
                 }
             }
+            Request::Hello => {
+                let _ = self.report(&self.ready.clone());
+            }
             Request::Reexec => {
                 let message = self.reexec();
                 let _ = self.report(&Event::Rejected { message });
@@ -418,6 +453,43 @@ impl Init {
                 }
             }
         }
+    }
+
+    /// The command's attached streams (the first of `fds`) as it gets them: where init gives commands pipes
+    /// of the sandbox's own, each pipe of the supervisor's is put behind one (its copy added to `copies`).
+    fn own_streams(
+        &self,
+        attached: Attached,
+        tty: bool,
+        fds: Vec<OwnedFd>,
+        copies: &mut Vec<crate::streams::Copy>,
+    ) -> Result<Vec<OwnedFd>, String> {
+        if !self.own_pipes || tty {
+            return Ok(fds);
+        }
+        let inputs = [attached.stdin, attached.stdout, attached.stderr]
+            .iter()
+            .enumerate()
+            .filter(|(_, on)| **on)
+            .map(|(i, _)| i == 0)
+            .collect::<Vec<bool>>();
+        let mut out = Vec::with_capacity(fds.len());
+        for (n, fd) in fds.into_iter().enumerate() {
+            match inputs.get(n) {
+                Some(input) if crate::streams::is_pipe(&fd) => match crate::streams::wrap(fd, *input) {
+                    Ok((theirs, copy)) => {
+                        out.push(theirs);
+                        copies.push(copy);
+                    }
+                    Err(message) => {
+                        std::mem::take(copies).into_iter().for_each(crate::streams::Copy::finish);
+                        return Err(message);
+                    }
+                },
+                _ => out.push(fd),
+            }
+        }
+        Ok(out)
     }
 
     /// Start a command on a terminal init opens (see `pty`): `fds` are the supervisor's stream socket and
@@ -531,6 +603,10 @@ impl Init {
     /// Reap every child that has ended; report the ones that were commands.
     fn reap(&mut self) {
         while let Some((pid, exit)) = proc::reap_any() {
+            // Its output is all handed on before its end is reported.
+            if let Some(copies) = self.copies.remove(&pid) {
+                copies.into_iter().for_each(crate::streams::Copy::finish);
+            }
             if let Some(id) = self.running.remove(&pid) {
                 self.terminals.remove(&id);
                 if let Some(t) = self.trees.as_mut() {

@@ -9,6 +9,7 @@
 mod agent;
 pub mod protocol;
 pub mod relay;
+mod streams;
 mod terminal;
 mod trees;
 

@@ -90,6 +90,9 @@ pub enum Request {
     /// made inside the sandbox as at start (the supervisor uses it from then on). The restore made init's memory outside the sandbox's user namespace, where no later
     /// checkpoint could reach it, and left it without its landlock domain: the new program has both back.
     Reexec,
+    /// Say `ready` again, as at start: for a supervisor that has just been given init's control socket anew
+    /// (a gVisor sandbox restored from its checkpoint, whose init knows nothing of it).
+    Hello,
     /// The other end of connection `relay` (see [`Event::Connection`]): one stream socket travels with it.
     /// Init copies between the two until both sides have finished, then closes both.
     Relay { relay: u64 },

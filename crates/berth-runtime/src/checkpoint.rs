@@ -54,6 +54,13 @@ pub struct Manifest {
     /// synced (an ephemeral one's) is not restored after the host restarted.
     #[serde(default)]
     pub boot_id: String,
+    /// The backend that wrote it: CRIU's image of a namespaces sandbox, or gVisor's checkpoint (which has no
+    /// host id block, mounts or control socket of CRIU's to name).
+    #[serde(default)]
+    pub isolation: crate::spec::Isolation,
+    /// The runsc that wrote a gVisor checkpoint (`runsc --version`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub runsc_version: String,
 }
 
 /// This boot of the host's kernel, as the kernel names it.
@@ -250,6 +257,8 @@ pub(crate) fn dump(
         bound_sockets,
         bytes: dir_bytes(dir),
         boot_id: boot_id(),
+        isolation: crate::spec::Isolation::Namespaces,
+        runsc_version: String::new(),
     };
     let text = serde_json::to_vec_pretty(&manifest).map_err(|e| fail(e.to_string()))?;
     fs::write(dir.join(MANIFEST), text).map_err(|e| fail(format!("write the manifest: {e}")))?;
@@ -271,7 +280,7 @@ fn bound_paths(table: &str) -> Vec<String> {
 
 /// Put a copy of the binary at `exe` (init's) in `dir`: a link to the one copy kept beside the images for
 /// that binary (`../.init/`), made on its first hibernation, so that each image does not copy it again.
-fn keep_init(exe: &str, dir: &Path) -> std::io::Result<()> {
+pub(crate) fn keep_init(exe: &str, dir: &Path) -> std::io::Result<()> {
     let meta = fs::metadata(exe)?;
     let key = format!("{:x}-{:x}-{:x}-{:x}", meta.dev(), meta.ino(), meta.len(), meta.mtime_nsec() ^ meta.mtime());
     let target = dir.join(INIT_COPY);

@@ -69,6 +69,13 @@ pub struct Runsc {
     exe: OwnedFd,
 }
 
+impl Runsc {
+    /// The binary, opened once (executed by descriptor).
+    pub(crate) fn exe(&self) -> BorrowedFd<'_> {
+        self.exe.as_fd()
+    }
+}
+
 /// The runsc berth uses (`BERTH_RUNSC`, else the first `runsc` on `PATH` or in /usr/bin and
 /// /usr/local/bin), looked for once; why there is none otherwise.
 pub fn runsc() -> Result<&'static Runsc, String> {
@@ -235,7 +242,7 @@ pub fn root_in_supervisor() -> PathBuf {
 }
 
 /// Where the berth binary is bound for runsc to hand to the sandbox, on the scratch tmpfs.
-fn init_copy(layout: &Layout) -> PathBuf {
+pub(crate) fn init_copy(layout: &Layout) -> PathBuf {
     layout.dir.join("init")
 }
 
@@ -263,11 +270,22 @@ pub const FLAGS: [&str; 6] = [
     "--file-access=shared",
 ];
 
-/// The argument vector of `runsc run` for sandbox `id`.
-pub(crate) fn argv(layout: &Layout, id: &str) -> Vec<String> {
+/// runsc with berth's flags and its state for this sandbox, up to the command.
+pub(crate) fn runsc_prefix(layout: &Layout) -> Vec<String> {
     let mut argv = vec!["runsc".to_string(), format!("--root={}", state(layout).display())];
     argv.extend(FLAGS.map(String::from));
-    argv.extend(["run".into(), format!("--bundle={}", bundle(layout).display()), id.to_string()]);
+    argv
+}
+
+/// The argument vector of `runsc run` for sandbox `id`, or of `runsc restore` from the checkpoint in `image`.
+pub(crate) fn argv(layout: &Layout, id: &str, image: Option<&Path>) -> Vec<String> {
+    let mut argv = runsc_prefix(layout);
+    if let Some(image) = image {
+        argv.extend(["restore".into(), format!("--image-path={}", image.display())]);
+    } else {
+        argv.push("run".into());
+    }
+    argv.extend([format!("--bundle={}", bundle(layout).display()), id.to_string()]);
     argv
 }
 
@@ -285,6 +303,8 @@ pub(crate) struct Child<'a> {
     pub init_exe: BorrowedFd<'a>,
     pub log: BorrowedFd<'a>,
     pub runsc: &'a Runsc,
+    /// A restore: the files of the sandbox's `/tmp` kept beside its checkpoint, put back first.
+    pub tmp_from: Option<&'a Path>,
 }
 
 impl Child<'_> {
@@ -308,6 +328,9 @@ impl Child<'_> {
         mount::make_private_recursive()?;
         for step in &self.plan.steps {
             crate::child::run_step(step, &self.plan.root, self.trees)?;
+        }
+        if let Some(kept) = self.tmp_from {
+            crate::gvisor_sleep::put_back(kept, &self.plan.root.join("tmp"))?;
         }
         let init = init_copy(self.layout);
         fs::write(&init, b"").map_err(|e| SysError::new("make init's mount point", e))?;
@@ -334,9 +357,10 @@ pub(crate) fn check() -> Result<&'static Runsc, RuntimeError> {
 /// How long runsc may take to boot the sandbox and have init report ready.
 const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Start the sandbox's first process, which builds `plan`'s root and becomes `runsc run`, in the cgroup
-/// `entry` opens; wait for init's `ready`. Returns runsc's pid, a pidfd for it, the control socket, and
-/// what init said of landlock (gVisor's kernel has none: `unavailable`).
+/// Start the sandbox's first process, which builds `plan`'s root and becomes `runsc run` (or, with `image`,
+/// `runsc restore` from the checkpoint there), in the cgroup `entry` opens; wait for init's `ready`. Returns
+/// runsc's pid, a pidfd for it, the control socket, and what init said of landlock (gVisor's kernel has
+/// none: `unavailable`).
 pub(crate) fn start(
     plan: &Plan,
     layout: &Layout,
@@ -344,6 +368,7 @@ pub(crate) fn start(
     id: &str,
     entry: &Entry,
     init_exe: BorrowedFd<'_>,
+    image: Option<&Path>,
 ) -> Result<(i32, OwnedFd, OwnedFd, String), RuntimeError> {
     let runsc = check()?;
     let trees = trees(plan)?;
@@ -356,11 +381,16 @@ pub(crate) fn start(
     )?;
     crate::trace::mark("gvisor trees");
     let config = config(plan, layout, spec);
-    let argv = argv(layout, id);
+    let argv = argv(layout, id, image);
     // runsc's own messages (and whatever init writes to its standard error), read if the start fails.
     let log = rustix::fs::memfd_create("berth-runsc", rustix::fs::MemfdFlags::CLOEXEC)
         .map_err(|e| SysError::new("make runsc's log", e))?;
     let (parent_sock, child_sock) = berth_sys::fd::seqpacket_pair()?;
+    // A restored init knows nothing of its new control socket: asked first, it says ready again.
+    if image.is_some() {
+        berth_init::protocol::send(parent_sock.as_fd(), &berth_init::protocol::Request::Hello, &[])?;
+    }
+    let tmp_kept = image.map(crate::gvisor_sleep::tmp_dir);
     let into_cgroup = match entry {
         Entry::Dir(dir) => Some(dir.as_fd()),
         Entry::Tasks(_) => None,
@@ -378,6 +408,7 @@ pub(crate) fn start(
                 init_exe: init_tree.as_fd(),
                 log: log.as_fd(),
                 runsc,
+                tmp_from: tmp_kept.as_deref(),
             };
             child.run(child_sock)
         }
@@ -435,7 +466,7 @@ fn wait_ready(control: BorrowedFd<'_>, log: BorrowedFd<'_>) -> Result<String, Ru
 }
 
 /// The last lines runsc wrote, on one line.
-fn log_tail(log: BorrowedFd<'_>) -> String {
+pub(crate) fn log_tail(log: BorrowedFd<'_>) -> String {
     let mut buf = vec![0u8; 64 * 1024];
     let n = rustix::io::pread(log, &mut buf, 0).unwrap_or(0);
     let text = String::from_utf8_lossy(&buf[..n]);

@@ -10,6 +10,7 @@ pub mod checkpoint;
 mod child;
 mod claims;
 pub mod gvisor;
+mod gvisor_sleep;
 pub mod ids;
 pub mod image;
 pub mod plan;

@@ -207,31 +207,8 @@ impl Runtime {
         let layout = Layout { dir: PathBuf::from(SCRATCH_MOUNT_POINT), state: spec.state.is_some() };
         let plan = plan::compile(spec, &layers, &layout, &owners);
         if spec.isolation == Isolation::Gvisor {
-            // gVisor's kernel maps the sandbox's ids itself: no host id block is needed.
-            partial.cgroup = Some(self.hierarchy.create(&id, &crate::gvisor::host_limits(&spec.limits))?);
-            let entry = partial.cgroup.as_ref().ok_or(RuntimeError::InitGone)?.entry()?;
-            let (pid, pidfd, control, landlock) =
-                crate::gvisor::start(&crate::gvisor::plan(plan), &layout, spec, &id, &entry, self.exe.as_fd())?;
-            let cgroup = partial.cgroup.take().ok_or(RuntimeError::InitGone)?;
-            partial.claim_path = None;
-            partial.live_path = None;
-            return Ok(Sandbox {
-                id,
-                claim_path,
-                _claim: claim_file,
-                live_path,
-                _live: live,
-                _ids: None,
-                cgroup,
-                pid,
-                pidfd,
-                control,
-                isolation: Isolation::Gvisor,
-                copiers: Default::default(),
-                landlock,
-                checkpointable: false,
-                destroyed: false,
-            });
+            let claims = ((claim_file, claim_path), (live, live_path));
+            return self.boot_gvisor(spec, &id, claims, &mut partial, plan, &layout, self.exe.as_fd(), None);
         }
         let ids = IdBlock::claim(Path::new(crate::ids::CLAIMS_DIR))?;
         crate::trace::mark("claim");
@@ -541,6 +518,49 @@ impl Sandbox {
         }
         crate::trace::mark("verify");
         t
+    }
+}
+
+impl Runtime {
+    /// Start gVisor sandbox `id` (its claims held, `partial` to undo on failure) on `plan`, with `init_exe`
+    /// as its init: a new one, or with `image`, the one restored from the checkpoint there.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn boot_gvisor(
+        &self,
+        spec: &Spec,
+        id: &str,
+        ((claim_file, claim_path), (live, live_path)): ((File, PathBuf), (File, PathBuf)),
+        partial: &mut Partial,
+        plan: plan::Plan,
+        layout: &Layout,
+        init_exe: BorrowedFd<'_>,
+        image: Option<&Path>,
+    ) -> Result<Sandbox, RuntimeError> {
+        // gVisor's kernel maps the sandbox's ids itself: no host id block is needed.
+        partial.cgroup = Some(self.hierarchy.create(id, &crate::gvisor::host_limits(&spec.limits))?);
+        let entry = partial.cgroup.as_ref().ok_or(RuntimeError::InitGone)?.entry()?;
+        let (pid, pidfd, control, landlock) =
+            crate::gvisor::start(&crate::gvisor::plan(plan), layout, spec, id, &entry, init_exe, image)?;
+        let cgroup = partial.cgroup.take().ok_or(RuntimeError::InitGone)?;
+        partial.claim_path = None;
+        partial.live_path = None;
+        Ok(Sandbox {
+            id: id.to_string(),
+            claim_path,
+            _claim: claim_file,
+            live_path,
+            _live: live,
+            _ids: None,
+            cgroup,
+            pid,
+            pidfd,
+            control,
+            isolation: Isolation::Gvisor,
+            copiers: Default::default(),
+            landlock,
+            checkpointable: false,
+            destroyed: false,
+        })
     }
 }
 

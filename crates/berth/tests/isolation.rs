@@ -348,13 +348,6 @@ fn gvisor_daemon() -> Daemon {
 fn what_gvisor_sandboxes_do_not_do_yet_says_so_in_one_sentence() {
     let d = gvisor_daemon();
     let id = d.create(&[]);
-    // Hibernation, asked for and as an idle policy.
-    let out = d.berth(&["hibernate", &id]);
-    assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("a gVisor sandbox cannot"), "{}", text(&out.stderr));
-    let (status, body) = d.http("POST", "/v1/sandboxes", r#"{"idle_hibernate_seconds": 60}"#);
-    assert_eq!(status, 409, "{body}");
-    assert!(body.contains("a gVisor sandbox does not hibernate yet"), "{body}");
     // A fork with its processes (a checkpoint of them).
     let out = d.berth(&["fork", &id, "--with-processes"]);
     assert!(!out.status.success());

@@ -288,9 +288,16 @@ impl Held {
         criu: Option<&Path>,
         version: Option<&str>,
     ) -> Result<(u64, berth_api::Teardown), String> {
-        let criu = self.dumpable(sandbox, criu, version, "hibernate again")?;
-        let owner = berth_runtime::reservation_owner(&self.root, &self.record.id);
-        let (manifest, t) = sandbox.hibernate(dir, &criu, &owner).map_err(|e| berth_runtime::error_chain(&e))?;
+        let (manifest, t) = if sandbox.isolation() == berth_runtime::spec::Isolation::Gvisor {
+            if self.pooled {
+                return Err("a sandbox of the warm pool is not dumped".into());
+            }
+            sandbox.hibernate_gvisor(dir).map_err(|e| berth_runtime::error_chain(&e))?
+        } else {
+            let criu = self.dumpable(sandbox, criu, version, "hibernate again")?;
+            let owner = berth_runtime::reservation_owner(&self.root, &self.record.id);
+            sandbox.hibernate(dir, &criu, &owner).map_err(|e| berth_runtime::error_chain(&e))?
+        };
         let teardown = berth_api::Teardown {
             id: self.record.id.clone(),
             steps: t.steps,
@@ -323,7 +330,7 @@ impl Held {
         if sandbox.isolation() == berth_runtime::spec::Isolation::Gvisor {
             return Err(format!(
                 "a gVisor sandbox cannot {what} yet: CRIU cannot write the processes of a gVisor kernel, and \
-                 berth does not use gVisor's own checkpoints yet"
+                 berth uses gVisor's own checkpoints only to hibernate"
             ));
         }
         let criu = checked_criu(criu, version)?;
@@ -389,6 +396,10 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
     };
     let runtime = Runtime::open(root).map_err(|e| (berth_runtime::error_chain(&e), false))?;
     let built = match &start.restore {
+        Some(_) if start.fork && start.isolation == berth_api::Isolation::Gvisor => {
+            return Err(("a gVisor sandbox cannot be forked with its processes yet".into(), true));
+        }
+        Some(dir) if start.isolation == berth_api::Isolation::Gvisor => runtime.restore_gvisor(&spec, dir),
         Some(dir) => {
             let criu = checked_criu(start.criu.as_deref(), start.criu_version.as_deref()).map_err(|m| (m, false))?;
             match start.fork {

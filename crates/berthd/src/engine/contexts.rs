@@ -177,6 +177,8 @@ impl Engine {
         for (k, v) in &req.env {
             berth_runtime::spec::parse_env(&format!("{k}={v}")).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
+        // Making a context is activity: a hibernated sandbox wakes for it, as for a run.
+        self.live_or_wake(id, "context").await?;
         let (live, sid, pid) = self.context_host(id).await?;
         let count = self.contexts_of(&sid, pid).await.len();
         if count >= MAX_CONTEXTS {

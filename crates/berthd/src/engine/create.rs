@@ -13,7 +13,8 @@ use crate::shim::{self, ShimReady, ShimStart};
 /// its processes) rather than its own from a hibernation.
 pub(super) struct Restore {
     pub dir: std::path::PathBuf,
-    pub criu: berth_runtime::checkpoint::Criu,
+    /// None for a gVisor sandbox's checkpoint, which runsc restores.
+    pub criu: Option<berth_runtime::checkpoint::Criu>,
     pub pipes: Vec<(String, std::os::fd::OwnedFd)>,
     pub fork: bool,
 }
@@ -47,7 +48,7 @@ impl Engine {
         super::usage::check_budget(&req.budget)?;
         let isolation = *req.isolation.get_or_insert(self.bounds.isolation);
         if isolation == berth_api::Isolation::Gvisor {
-            check_gvisor(&req)?;
+            check_gvisor()?;
         }
         for (k, v) in &req.env {
             berth_runtime::spec::parse_env(&format!("{k}={v}")).map_err(|e| EngineError::invalid(e.to_string()))?;
@@ -273,8 +274,8 @@ impl Engine {
             files,
             authority: authority.clone(),
             pooled: false,
-            criu: restore.as_ref().map(|r| r.criu.path.clone()),
-            criu_version: restore.as_ref().map(|r| r.criu.version.clone()),
+            criu: restore.as_ref().and_then(|r| r.criu.as_ref()).map(|c| c.path.clone()),
+            criu_version: restore.as_ref().and_then(|r| r.criu.as_ref()).map(|c| c.version.clone()),
             pipes: restore.as_ref().map(|r| r.pipes.iter().map(|(name, _)| name.clone()).collect()).unwrap_or_default(),
             fork: restore.as_ref().is_some_and(|r| r.fork),
             restore: restore.as_ref().map(|r| r.dir.clone()),
@@ -385,16 +386,9 @@ impl Engine {
     }
 }
 
-/// Refuse a gVisor sandbox this host cannot run, or one asking for what gVisor sandboxes do not do yet.
-fn check_gvisor(req: &CreateSandbox) -> Result<(), EngineError> {
+/// Refuse a gVisor sandbox this host cannot run.
+fn check_gvisor() -> Result<(), EngineError> {
     berth_runtime::gvisor::runsc().map_err(|why| EngineError::Unsupported(format!("isolation gvisor: {why}")))?;
-    if req.idle_hibernate_seconds.is_some() {
-        return Err(EngineError::Conflict(
-            "idle_hibernate_seconds: a gVisor sandbox does not hibernate yet (berth hibernates with CRIU, which \
-             cannot write a gVisor kernel's processes); use idle_pause_seconds"
-                .into(),
-        ));
-    }
     Ok(())
 }
 

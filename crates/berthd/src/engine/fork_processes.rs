@@ -160,7 +160,7 @@ impl Engine {
             .await
             .map_err(|_| EngineError::Create("preparing a fork's image panicked".into()))?
             .map_err(|e| EngineError::Create(format!("prepare the image of fork {id}: {e}")))?;
-        Ok(Restore { dir, criu: cp.criu.clone(), pipes: Vec::new(), fork: true })
+        Ok(Restore { dir, criu: Some(cp.criu.clone()), pipes: Vec::new(), fork: true })
     }
 
     /// The checkpoint's image gone, once its children are made. The kept copy of init's binary stays for

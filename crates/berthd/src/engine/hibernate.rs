@@ -31,12 +31,29 @@ impl Engine {
                 _ => return Err(e),
             },
         };
-        let sid = live.record.lock().await.id.clone();
-        let criu = self.criu.clone().map_err(EngineError::Unsupported)?;
+        let (sid, isolation) = {
+            let r = live.record.lock().await;
+            (r.id.clone(), r.isolation)
+        };
+        // gVisor's own checkpoint writes a gVisor sandbox; CRIU the others.
+        let gvisor = isolation == berth_api::Isolation::Gvisor;
+        let criu = match gvisor {
+            true => None,
+            false => Some(self.criu.clone().map_err(EngineError::Unsupported)?),
+        };
         let _busy = self.busy(&sid, "hibernating")?;
-        self.check_hibernatable(&live, &sid, "hibernate", true).await?;
-        // Its detached execs sleep with it (see `sleep`); any other running exec refuses. Released if it fails.
-        let held = self.hold_execs(&live, &sid).await?;
+        let held = match gvisor {
+            true => {
+                self.check_gvisor_hibernatable(&live, &sid).await?;
+                super::sleep::Held::default()
+            }
+            false => {
+                self.check_hibernatable(&live, &sid, "hibernate", true).await?;
+                // Its detached execs sleep with it (see `sleep`); any other running exec refuses. Released if
+                // it fails.
+                self.hold_execs(&live, &sid).await?
+            }
+        };
         let init_pid = live.record.lock().await.pid.unwrap_or(0);
         // CRIU seizes the processes itself; frozen by a pause, they are thawed first.
         let was_paused = live.pause.is_paused();
@@ -58,8 +75,8 @@ impl Engine {
         let started = std::time::Instant::now();
         let req = ShimRequest::Hibernate {
             dir: dir.clone(),
-            criu: Some(criu.path.clone()),
-            criu_version: Some(criu.version.clone()),
+            criu: criu.as_ref().map(|c| c.path.clone()),
+            criu_version: criu.as_ref().map(|c| c.version.clone()),
         };
         // Its init ends with the dump: the reaper must not take that for a sandbox that died.
         if let Ok(mut r) = self.removing.lock() {
@@ -184,6 +201,44 @@ impl Engine {
         Ok(())
     }
 
+    /// Why a gVisor sandbox cannot be checkpointed now, if it cannot: a descriptor of the host's that a
+    /// process inside holds (a running command's streams, a code context's connection) cannot be written to
+    /// disk by gVisor, so nothing that berth is talking to may be running.
+    async fn check_gvisor_hibernatable(&self, live: &Arc<Live>, sid: &str) -> Result<(), EngineError> {
+        let pid = live.record.lock().await.pid.unwrap_or(0);
+        let contexts: Vec<String> = self
+            .contexts_of(sid, pid)
+            .await
+            .iter()
+            .filter_map(|c| c.record.lock().ok().map(|r| r.id.clone()))
+            .collect();
+        if !contexts.is_empty() {
+            return Err(EngineError::Conflict(format!(
+                "gVisor sandbox {sid} cannot hibernate while it has code contexts ({}): their interpreters talk to \
+                 berth through streams of the host's, which gVisor's checkpoint cannot write to disk; remove them \
+                 (berth context rm) and try again",
+                contexts.join(", ")
+            )));
+        }
+        let running: Vec<String> = live
+            .execs
+            .lock()
+            .await
+            .iter()
+            .filter(|(_, e)| e.done.borrow().is_none())
+            .map(|(id, e)| format!("{id} ({})", e.argv.join(" ")))
+            .collect();
+        if !running.is_empty() || live.starting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            return Err(EngineError::Conflict(format!(
+                "gVisor sandbox {sid} cannot hibernate while execs or shells are running ({}), detached ones \
+                 included: their streams are the host's, which gVisor's checkpoint cannot write to disk; wait for \
+                 them or kill them, and try again (processes they left in the background are fine)",
+                if running.is_empty() { "one starting".into() } else { running.join(", ") }
+            )));
+        }
+        Ok(())
+    }
+
     /// Bring a hibernated sandbox back; an awake one is returned as it is. `cause` becomes its last activity.
     pub async fn wake(&self, id: &str, cause: &str) -> Result<Sandbox, EngineError> {
         if let Ok(l) = self.live(id).await {
@@ -199,7 +254,10 @@ impl Engine {
                 None => EngineError::NoSandbox(id.to_string()),
             });
         };
-        let criu = self.criu.clone().map_err(EngineError::Unsupported)?;
+        let criu = match hib.isolation {
+            berth_api::Isolation::Gvisor => None,
+            berth_api::Isolation::Namespaces => Some(self.criu.clone().map_err(EngineError::Unsupported)?),
+        };
         let _busy = self.busy(&hib.id, "waking")?;
         // Someone else woke it while this call waited for its turn.
         if let Ok(l) = self.live(&hib.id).await {
@@ -285,7 +343,10 @@ impl Engine {
         if !dir.exists() {
             return;
         }
-        if let Ok(m) = berth_runtime::checkpoint::read_manifest(&dir) {
+        // A gVisor checkpoint holds no host id block.
+        if let Ok(m) = berth_runtime::checkpoint::read_manifest(&dir)
+            && m.isolation == berth_api::Isolation::Namespaces
+        {
             let owner = berth_runtime::reservation_owner(&self.root, id);
             berth_runtime::ids::unreserve(std::path::Path::new(berth_runtime::ids::CLAIMS_DIR), m.slot, &owner);
         }
@@ -319,6 +380,9 @@ impl Engine {
                 let why = "the host restarted while it hibernated, and an ephemeral sandbox's hibernation does not \
                            outlive its host";
                 self.supervisor_gone(&s.id, why, "lost").await;
+                continue;
+            }
+            if m.isolation == berth_api::Isolation::Gvisor {
                 continue;
             }
             let owner = berth_runtime::reservation_owner(&self.root, &s.id);
