@@ -536,12 +536,22 @@ impl Runtime {
         init_exe: BorrowedFd<'_>,
         image: Option<&Path>,
     ) -> Result<Sandbox, RuntimeError> {
-        // gVisor's kernel maps the sandbox's ids itself: no host id block is needed.
-        partial.cgroup = Some(self.hierarchy.create(id, &crate::gvisor::host_limits(&spec.limits))?);
+        // gVisor's kernel maps the sandbox's ids itself: no host id block is needed. Its CPU limit is set once
+        // it is up: gVisor's own start (a Go program's, about 0.2 s of CPU, more for a restore) is not the
+        // sandbox's work, and at a hundredth of a core it would take tens of seconds. Nothing of the sandbox's
+        // own has run before init says ready (after a restore, only for the moments until this line).
+        let limits = crate::gvisor::host_limits(&spec.limits);
+        partial.cgroup = Some(self.hierarchy.create(id, &crate::cgroup::Limits { cpu_millis: None, ..limits })?);
         let entry = partial.cgroup.as_ref().ok_or(RuntimeError::InitGone)?.entry()?;
         let (pid, pidfd, control, landlock) =
             crate::gvisor::start(&crate::gvisor::plan(plan), layout, spec, id, &entry, init_exe, image)?;
         let cgroup = partial.cgroup.take().ok_or(RuntimeError::InitGone)?;
+        if let Some(millis) = limits.cpu_millis
+            && let Err(e) = cgroup.limit_cpu(millis)
+        {
+            partial.cgroup = Some(cgroup);
+            return Err(e.into());
+        }
         partial.claim_path = None;
         partial.live_path = None;
         Ok(Sandbox {

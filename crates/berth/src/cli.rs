@@ -310,9 +310,11 @@ pub struct BenchArgs {
     /// against `nsenter` into the same sandbox.
     #[arg(long)]
     pub exec: bool,
-    /// With --exec: the isolation of the sandbox it times. Behind gvisor the peer is `runsc exec` of the same
-    /// sandbox (entered in runsc's mount namespace, where its state is) instead of nsenter.
-    #[arg(long, requires = "exec", default_value = "namespaces", value_name = "KIND")]
+    /// With --exec or --hibernate: the isolation of the sandbox it times. Behind gvisor the peer of --exec is
+    /// `runsc exec` of the same sandbox (entered in runsc's mount namespace, where its state is) instead of
+    /// nsenter, and that of --hibernate is `runsc checkpoint` and `runsc restore` of the same program in a
+    /// bundle of the host's /usr, instead of CRIU.
+    #[arg(long, default_value = "namespaces", value_name = "KIND")]
     pub isolation: berth_api::Isolation,
     /// With --exec: output size for the throughput case (head -c SIZE /dev/zero; default 2G). With --egress:
     /// bytes pushed through each throughput round (default 1G).

@@ -209,6 +209,17 @@ impl Cgroup {
         }
     }
 
+    /// Set (or change) the CPU limit of a cgroup that exists, in thousandths of a core.
+    pub fn limit_cpu(&self, millis: u64) -> Result<(), CgroupError> {
+        let limits = super::Limits { cpu_millis: Some(millis), ..super::Limits::default() };
+        limits.check()?;
+        match &self.kind {
+            Kind::V1(dirs) => v1::configure(dirs, &limits).map(|_| ()),
+            Kind::V2(dir) => v2::configure(dir, &limits).map(|_| ()),
+            Kind::Invalid { .. } => self.check(),
+        }
+    }
+
     /// SIGKILL everything in the cgroup (nested cgroups included) and wait until it is empty.
     pub fn kill_all(&self) -> Result<(), CgroupError> {
         self.check()?;

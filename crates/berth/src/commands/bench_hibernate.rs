@@ -12,15 +12,18 @@ use crate::cli::BenchArgs;
 use crate::client::Client;
 
 /// 256 MiB of memory, every page written, then a marker file, then nothing.
-const HOLDER: &str =
+pub(super) const HOLDER: &str =
     "import os, sys, time\nb = bytearray(os.urandom(1 << 20)) * 256\nopen(sys.argv[1], 'w').close()\ntime.sleep(1e9)\n";
 
 pub fn bench_hibernate(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
+    if args.isolation == berth_api::Isolation::Gvisor {
+        return super::bench_hibernate_gvisor::bench(socket, args);
+    }
     let criu = berth_runtime::checkpoint::Criu::find(None).map_err(anyhow::Error::msg)?;
     let rounds = args.runs.clamp(1, 50);
     let (mut hib, mut wake, mut first, mut dump, mut restore) = (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..rounds {
-        let (h, w, f) = api_round(socket)?;
+        let (h, w, f) = api_round(socket, berth_api::Isolation::Namespaces)?;
         hib.push(h);
         wake.push(w);
         first.push(f);
@@ -59,6 +62,10 @@ fn median(v: &mut [f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
+pub(super) fn median_of(v: &mut [f64]) -> f64 {
+    median(v)
+}
+
 pub(super) fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
@@ -91,9 +98,11 @@ pub(super) fn start_holder(socket: &Path, id: &str, holder: &str) -> anyhow::Res
     Ok(())
 }
 
-/// One sandbox: hibernate, wake, first exec (ms each).
-fn api_round(socket: &Path) -> anyhow::Result<(f64, f64, f64)> {
-    let (_, body) = Client::connect(socket)?.post_json("/v1/sandboxes", &CreateSandbox::default())?;
+/// One sandbox behind `isolation`: hibernate, wake, first exec (ms each).
+pub(super) fn api_round(socket: &Path, isolation: berth_api::Isolation) -> anyhow::Result<(f64, f64, f64)> {
+    let create = CreateSandbox { isolation: Some(isolation), ..CreateSandbox::default() };
+    let (status, body) = Client::connect(socket)?.post_json("/v1/sandboxes", &create)?;
+    anyhow::ensure!(status == 201 || status == 200, "create: {}", String::from_utf8_lossy(&body));
     let sb: Sandbox = serde_json::from_slice(&body)?;
     let id = sb.id;
     let result = (|| {

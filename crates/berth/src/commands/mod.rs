@@ -10,6 +10,7 @@ mod bench_first;
 mod bench_fork_processes;
 mod bench_gvisor;
 mod bench_hibernate;
+mod bench_hibernate_gvisor;
 mod bench_meter;
 mod bench_pause;
 mod bench_soak;

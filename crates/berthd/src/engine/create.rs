@@ -29,6 +29,11 @@ impl Engine {
                 )));
             }
         }
+        if req.pids == Some(0) {
+            return Err(EngineError::invalid(
+                "pids must be at least 1: the sandbox's init is a process of its own".to_string(),
+            ));
+        }
         if let Some(c) = req.cpus.filter(|c| !(0.01..=1024.0).contains(c)) {
             return Err(EngineError::invalid(format!("{c} is not a CPU count: use a positive number of cores")));
         }
