@@ -296,18 +296,30 @@ impl Init {
     /// then connections and signals.
     fn serve(mut self, sigfd: &OwnedFd) -> i32 {
         loop {
-            let (control_ready, signal_ready, listeners_ready) = {
+            let (control_ready, signal_ready, listeners_ready, copies_ready) = {
                 let mut fds = vec![PollFd::new(&self.control, PollFlags::IN), PollFd::new(sigfd, PollFlags::IN)];
                 for (_, l) in &self.listeners {
                     fds.push(PollFd::new(l, PollFlags::IN));
+                }
+                let first_copy = fds.len();
+                let mut copies = Vec::new();
+                for (pid, list) in &self.copies {
+                    for (i, copy) in list.iter().enumerate() {
+                        let (fd, flags) = copy.interest();
+                        fds.push(PollFd::from_borrowed_fd(fd, flags));
+                        copies.push((*pid, i));
+                    }
                 }
                 match rustix::event::poll(&mut fds, None) {
                     Ok(_) | Err(rustix::io::Errno::INTR) => {}
                     Err(_) => return 125,
                 }
                 let ready = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
-                (ready(0), ready(1), (2..fds.len()).any(ready))
+                let copies_ready: Vec<(i32, usize)> =
+                    copies.into_iter().enumerate().filter(|(n, _)| ready(first_copy + n)).map(|(_, c)| c).collect();
+                (ready(0), ready(1), (2..first_copy).any(ready), copies_ready)
             };
+            self.copy_streams(copies_ready);
             if control_ready {
                 match protocol::recv::<Request>(self.control.as_fd()) {
                     Ok((req, fds)) => self.handle(req, fds),
@@ -339,6 +351,29 @@ impl Init {
 }
 
 impl Init {
+    /// Step each copy of a command's stream whose descriptor is ready; one that is over goes (closing the
+    /// supervisor's end).
+    fn copy_streams(&mut self, ready: Vec<(i32, usize)>) {
+        let mut over: Vec<(i32, usize)> = Vec::new();
+        for (pid, i) in ready {
+            if let Some(copy) = self.copies.get_mut(&pid).and_then(|l| l.get_mut(i))
+                && !copy.step()
+            {
+                over.push((pid, i));
+            }
+        }
+        // Highest index first, so that the others keep theirs.
+        over.sort_by(|a, b| b.cmp(a));
+        for (pid, i) in over {
+            if let Some(list) = self.copies.get_mut(&pid) {
+                list.remove(i);
+                if list.is_empty() {
+                    self.copies.remove(&pid);
+                }
+            }
+        }
+    }
+
     fn report(&self, ev: &Event) -> Result<(), ProtocolError> {
         protocol::send(self.control.as_fd(), ev, &[])
     }
