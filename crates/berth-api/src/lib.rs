@@ -556,11 +556,13 @@ impl ErrorCode {
 mod contexts;
 mod isolation;
 mod network;
+mod previews;
 mod storage;
 mod usage;
 pub use contexts::*;
 pub use isolation::*;
 pub use network::*;
+pub use previews::*;
 pub use storage::*;
 pub use usage::*;
 

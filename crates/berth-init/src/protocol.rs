@@ -80,6 +80,11 @@ pub enum Request {
     /// through its files (gVisor keeps a socket its processes make in its kernel). A failed connect closes
     /// the supervisor's socket and is reported as `rejected`.
     Connect { path: String },
+    /// Connect to `127.0.0.1:port` of the sandbox's own loopback and copy between it and the stream socket
+    /// that travels with the request (a preview of what the sandbox serves: the sandbox has no other network
+    /// interface, so berth reaches in through init). A failed connect closes the supervisor's socket and is
+    /// reported as `rejected`.
+    ConnectPort { port: u16 },
     /// Set the window size of the terminal init opened for command `id` (see `pty`); the process groups of
     /// its session get SIGWINCH.
     Resize { id: u64, rows: u16, cols: u16 },

@@ -70,6 +70,23 @@ pub fn connect(path: &str, outside: OwnedFd) -> Result<(), String> {
     spawn_copy(inside, outside, |o| o.shutdown(Shutdown::Write))
 }
 
+/// Connect to `127.0.0.1:port` inside the sandbox and copy between it and `outside` (see
+/// `Request::ConnectPort`).
+pub fn connect_port(port: u16, outside: OwnedFd) -> Result<(), String> {
+    if port == 0 {
+        return Err("port 0 is not a port to connect to".into());
+    }
+    let inside = TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port))
+        .map_err(|e| format!("connect to 127.0.0.1:{port} inside the sandbox: {e}"))?;
+    let outside = UnixStream::from(outside);
+    let (inside_in, outside_in) = match (inside.try_clone(), outside.try_clone()) {
+        (Ok(i), Ok(o)) => (i, o),
+        _ => return Err(format!("connect to port {port}: out of descriptors")),
+    };
+    spawn_copy(outside_in, inside_in, |i| i.shutdown(Shutdown::Write))?;
+    spawn_copy(inside, outside, |o| o.shutdown(Shutdown::Write))
+}
+
 /// Copy from `from` to `to` on a thread of its own until the end of `from` or an error; then `finish(to)`.
 pub fn spawn_copy<R, W, F>(from: R, to: W, finish: F) -> Result<(), String>
 where
@@ -112,6 +129,26 @@ where
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_connect_reaches_a_loopback_listener_and_a_closed_port_is_refused() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        connect_port(port, OwnedFd::from(theirs)).unwrap();
+        let (mut conn, _) = listener.accept().unwrap();
+        ours.write_all(b"ping").unwrap();
+        let mut buf = [0u8; 4];
+        conn.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"ping");
+        conn.write_all(b"pong").unwrap();
+        ours.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"pong");
+        drop(listener);
+        let (_ours, theirs) = UnixStream::pair().unwrap();
+        let refused = connect_port(port, OwnedFd::from(theirs)).unwrap_err();
+        assert!(refused.contains(&format!("127.0.0.1:{port}")), "{refused}");
+    }
 
     #[test]
     fn a_joined_connection_carries_bytes_both_ways_and_half_closes() {

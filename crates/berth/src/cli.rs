@@ -9,10 +9,12 @@ use clap::{Args, Parser, Subcommand};
 
 mod api;
 mod contexts;
+mod previews;
 mod projects;
 mod usage;
 pub use api::*;
 pub use contexts::*;
+pub use previews::*;
 pub use projects::*;
 pub use usage::*;
 
@@ -80,6 +82,9 @@ pub enum Command {
     /// Live code contexts: interpreters whose variables and imports survive from one run to the next.
     #[command(subcommand)]
     Context(ContextCommand),
+    /// Print a URL (through the daemon's --listen) that reaches what a sandbox serves on its own
+    /// 127.0.0.1:PORT, with a token for that port only unless --public; `expose ls|rm` list and remove them.
+    Expose(ExposeArgs),
     /// Stop a sandbox's processes and keep its files (berth start brings it back).
     Stop(IdArgs),
     /// Freeze every process of a sandbox, keeping their memory (no CPU used); berth resume, or any exec,

@@ -29,6 +29,8 @@ mod hibernate;
 mod images;
 mod live;
 mod network;
+mod previews;
+pub use previews::Refusal as PreviewRefusal;
 pub(crate) mod pause;
 mod projects;
 mod reap;
@@ -94,6 +96,8 @@ pub struct Engine {
     reap_wake: Arc<tokio::sync::Notify>,
     /// The execs asleep in hibernated sandboxes, as far as this daemon holds them (see `sleep`).
     asleep: sleep::Kept,
+    /// Preview URLs of sandboxes' ports (see `previews`).
+    previews: previews::Previews,
 }
 
 pub fn now_ms() -> u64 {
@@ -149,6 +153,7 @@ impl Engine {
             warm: warm::Warm::new(bounds.warm),
             reap_wake: Arc::default(),
             asleep: sleep::Kept::default(),
+            previews: previews::Previews::default(),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
@@ -159,6 +164,7 @@ impl Engine {
         engine.private_dirs();
         engine.log_storage();
         engine.log_criu();
+        engine.load_previews();
         engine.take_up_hibernated().await;
         engine.sweep_fork_images();
         engine.adopt_all().await;
@@ -323,8 +329,13 @@ impl Engine {
         // 1: what it leaves behind.
         let globs = spec.as_ref().map(|s| s.outputs.clone()).unwrap_or_default();
         self.collect_outputs(sid, &globs, &mut receipt).await;
-        // 2: its credentials.
+        // 2: its credentials, and the previews of its ports.
         self.revoke_credentials(sid, &mut receipt).await;
+        let closed = self.close_previews(sid);
+        if closed > 0 {
+            receipt.revoked.push(format!("{closed} preview URL(s)"));
+            receipt.steps.push(format!("closed {closed} preview(s)"));
+        }
         // 3: its records.
         let live = self.live(sid).await.ok();
         match &live {

@@ -20,6 +20,8 @@ pub enum EngineError {
     Busy { id: String, op: &'static str },
     #[error("sandbox {id} is {state}: {hint}")]
     WrongState { id: String, state: String, hint: String },
+    #[error("sandbox {sandbox} has no preview {preview:?}: see GET /v1/sandboxes/{sandbox}/previews")]
+    NoPreview { sandbox: String, preview: String },
     #[error("there is no snapshot {0:?}")]
     NoSnapshot(String),
     #[error("there is no volume {0:?}")]
@@ -57,9 +59,10 @@ impl EngineError {
     pub fn code(&self) -> ErrorCode {
         match self {
             EngineError::InvalidRequest { .. } => ErrorCode::InvalidRequest,
-            EngineError::NoSandbox(_) | EngineError::NoExec { .. } | EngineError::NoContext { .. } => {
-                ErrorCode::NotFound
-            }
+            EngineError::NoSandbox(_)
+            | EngineError::NoExec { .. }
+            | EngineError::NoContext { .. }
+            | EngineError::NoPreview { .. } => ErrorCode::NotFound,
             EngineError::NameTaken { .. }
             | EngineError::NameBeingTaken(_)
             | EngineError::Busy { .. }

@@ -172,6 +172,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/sandboxes/{id}/contexts/{ctx}/restart"),
     ("POST", "/v1/sandboxes/{id}/contexts/{ctx}/interrupt"),
     ("POST", "/v1/sandboxes/{id}/contexts/{ctx}/run"),
+    ("GET", "/v1/sandboxes/{id}/previews"),
+    ("POST", "/v1/sandboxes/{id}/previews"),
+    ("DELETE", "/v1/sandboxes/{id}/previews/{preview}"),
     ("GET", "/v1/sandboxes/{id}/usage"),
     ("POST", "/v1/sandboxes/{id}/budget"),
     ("GET", "/v1/usage"),
@@ -185,6 +188,7 @@ pub fn app(engine: Arc<Engine>) -> Router {
         .route("/v1/tokens", post(mint_token).get(list_tokens))
         .route("/v1/tokens/{token}", delete(revoke_token))
         .layer(axum::middleware::from_fn(log_request))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&engine), crate::preview_http::preview_or_api))
         .layer(axum::middleware::from_fn(crate::listen::limit_head))
         .with_state(engine);
     crate::mcp::mount(api, |mcp| {
@@ -217,6 +221,8 @@ pub fn tcp_app(engine: Arc<Engine>) -> Router {
         .route("/v1/tokens/{token}", delete(unix_only))
         .layer(axum::middleware::from_fn(log_request))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&engine), require_token))
+        // A preview has a token of its own, not the API's: it is served before the API's check.
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&engine), crate::preview_http::preview_or_api))
         .layer(axum::middleware::from_fn(crate::listen::limit_head))
         .with_state(Arc::clone(&engine));
     crate::mcp::mount(api, |mcp| {
@@ -301,6 +307,7 @@ fn routes() -> Router<Arc<Engine>> {
         .merge(crate::shell::routes())
         .merge(crate::projects_http::routes())
         .merge(crate::contexts_http::routes())
+        .merge(crate::preview_http::routes())
         .merge(crate::usage_http::routes())
         .fallback(|| async { Failure(ErrorCode::NotFound, "no such route".into()) })
         .layer(DefaultBodyLimit::max(crate::listen::bounds().max_body_bytes))
@@ -557,6 +564,7 @@ pub async fn serve(
         let tcp = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| berth_sys::SysError::new(format!("listen on {addr}"), e))?;
+        engine.set_listen_addr(tcp.local_addr().unwrap_or(addr));
         tokio::spawn(crate::listen::serve(tcp, tcp_app(Arc::clone(&engine)), "tcp", None));
     }
     crate::log::info(

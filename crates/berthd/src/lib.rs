@@ -24,6 +24,7 @@ pub mod listen;
 pub mod log;
 mod mcp;
 mod memory;
+mod preview_http;
 mod projects_http;
 mod session;
 mod shell;

@@ -313,7 +313,24 @@ fn full_samples() -> Vec<(&'static str, Value)> {
     samples.extend(storage_full_samples());
     samples.extend(network_full_samples());
     samples.extend(contexts_full_samples());
+    samples.extend(preview_samples(true));
     samples
+}
+
+/// A preview and its request, with every optional value set (`full`) or left out.
+fn preview_samples(full: bool) -> Vec<(&'static str, Value)> {
+    let preview = Preview {
+        id: "a1b2c3".into(),
+        sandbox_id: "0123456789ab".into(),
+        port: 8080,
+        public: !full,
+        url: "http://127.0.0.1:7777/preview/0123456789ab/8080/".into(),
+        token: full.then(|| "bpv_00ff".into()),
+        created_at_ms: 1_795_945_351_531,
+        expires_at_ms: full.then_some(1_795_945_411_531),
+    };
+    let create = CreatePreview { port: 8080, public: full, ttl_seconds: full.then_some(60.0) };
+    vec![("Preview", to_value(&preview)), ("CreatePreview", to_value(&create))]
 }
 
 /// Samples with every optional value left out, which must validate too.
@@ -382,6 +399,7 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
     samples.extend(storage_sparse_samples());
     samples.extend(network_sparse_samples());
     samples.extend(contexts_sparse_samples());
+    samples.extend(preview_samples(false));
     samples
 }
 
@@ -513,8 +531,9 @@ fn check_request<T: Serialize + DeserializeOwned>(spec: &Value, name: &str, full
 }
 
 /// The request schemas: exactly those that refuse unknown fields.
-const REQUESTS: [&str; 18] = [
+const REQUESTS: [&str; 19] = [
     "Budget",
+    "CreatePreview",
     "CreateContext",
     "RunCode",
     "CreateSandbox",
@@ -560,6 +579,7 @@ fn request_schemas_match_deserialization() {
     check::<CreateContext>(&spec, &samples, "CreateContext");
     check::<RunCode>(&spec, &samples, "RunCode");
     check::<Budget>(&spec, &samples, "Budget");
+    check::<CreatePreview>(&spec, &samples, "CreatePreview");
     let closed: BTreeSet<&str> = spec["components"]["schemas"]
         .as_object()
         .unwrap()

@@ -22,6 +22,7 @@ mod create;
 mod daemon;
 mod events;
 mod exec;
+mod expose;
 mod image;
 mod info;
 mod inspect;
@@ -84,6 +85,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Cp(args) => cp::cp(&cli.socket, args),
         Command::Shell(args) => shell::shell(&cli.socket, args),
         Command::Context(cmd) => context::context(&cli.socket, cmd),
+        Command::Expose(args) => expose::expose(&cli.socket, args),
         Command::Pause(args) => projects::lifecycle(&cli.socket, "pause", args),
         Command::Resume(args) => projects::lifecycle(&cli.socket, "resume", args),
         Command::Hibernate(args) => projects::lifecycle(&cli.socket, "hibernate", args),

@@ -1,0 +1,240 @@
+//! Previews over HTTP: the API that makes, lists and removes them, and `/preview/<sandbox>/<port>/…`, which
+//! carries a request (a WebSocket upgrade included) to the server the sandbox runs on `127.0.0.1:<port>`,
+//! through its init, and streams the answer back.
+//!
+//! The preview path is served before the API's token check: a preview has a token of its own (in the URL as
+//! `berth_preview_token`, then in a cookie for that path, or in `X-Berth-Preview-Token`), or none if public.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use berth_api::{CreatePreview, ErrorCode};
+use hyper_util::rt::TokioIo;
+
+use crate::engine::{Engine, PreviewRefusal};
+use crate::http::{ApiJson, Failure};
+
+type Api = State<Arc<Engine>>;
+
+pub fn routes() -> axum::Router<Arc<Engine>> {
+    use axum::routing::{delete, get};
+    axum::Router::new()
+        .route("/v1/sandboxes/{id}/previews", get(list).post(create))
+        .route("/v1/sandboxes/{id}/previews/{preview}", delete(remove))
+}
+
+/// Where previews are served.
+const PREFIX: &str = "/preview/";
+/// The query parameter and the header a preview's token comes in.
+const TOKEN_PARAM: &str = "berth_preview_token";
+const TOKEN_HEADER: &str = "x-berth-preview-token";
+
+pub(crate) async fn create(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    ApiJson(req): ApiJson<CreatePreview>,
+) -> Result<Response, Failure> {
+    Ok((StatusCode::CREATED, Json(e.create_preview(&id, req).await?)).into_response())
+}
+
+pub(crate) async fn list(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
+    Ok(Json(e.list_previews(&id).await?).into_response())
+}
+
+pub(crate) async fn remove(
+    State(e): Api,
+    UrlPath((id, preview)): UrlPath<(String, String)>,
+) -> Result<Response, Failure> {
+    e.remove_preview(&id, &preview).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// A request under `/preview/` is a preview's; any other goes on to the API.
+pub(crate) async fn preview_or_api(State(e): Api, req: Request, next: axum::middleware::Next) -> Response {
+    if !req.uri().path().starts_with(PREFIX) {
+        return next.run(req).await;
+    }
+    match serve(&e, req).await {
+        Ok(r) => r,
+        Err(f) => f.into_response(),
+    }
+}
+
+/// The sandbox, the port and the rest of the path (with its leading `/`, if any) of a preview's path.
+fn parse(path: &str) -> Option<(&str, u16, &str)> {
+    let rest = path.strip_prefix(PREFIX)?;
+    let (id, rest) = rest.split_once('/').unwrap_or((rest, ""));
+    let (port, tail) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    Some((id, port.parse().ok().filter(|p| *p > 0)?, tail))
+}
+
+/// The query without the preview's token, and the token if it was there.
+fn split_query(query: Option<&str>) -> (Option<String>, Option<String>) {
+    let Some(q) = query else { return (None, None) };
+    let mut token = None;
+    let kept: Vec<&str> = q
+        .split('&')
+        .filter(|kv| match kv.strip_prefix(TOKEN_PARAM).and_then(|r| r.strip_prefix('=')) {
+            Some(t) => {
+                token = Some(t.to_string());
+                false
+            }
+            None => !kv.is_empty(),
+        })
+        .collect();
+    ((!kept.is_empty()).then(|| kept.join("&")), token)
+}
+
+fn cookie_name(id: &str, port: u16) -> String {
+    format!("berth_preview_{id}_{port}")
+}
+
+/// The preview's token from the request's cookie for it.
+fn cookie_token(req: &Request, name: &str) -> Option<String> {
+    req.headers().get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).find_map(|c| {
+        c.split(';').map(str::trim).find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=').map(str::to_string))
+    })
+}
+
+/// Headers that are the hop's own, not the request's (RFC 9110 7.6.1); an upgrade keeps `connection` and
+/// `upgrade`, which it needs.
+fn hop_by_hop(name: &header::HeaderName, upgrade: bool) -> bool {
+    let n = name.as_str();
+    matches!(n, "keep-alive" | "proxy-connection" | "te" | "trailer" | "transfer-encoding")
+        || (!upgrade && matches!(n, "connection" | "upgrade"))
+        || n == TOKEN_HEADER
+}
+
+async fn serve(e: &Arc<Engine>, mut req: Request) -> Result<Response, Failure> {
+    let path = req.uri().path().to_string();
+    let Some((id, port, tail)) = parse(&path) else {
+        return Err(Failure(
+            ErrorCode::NotFound,
+            "a preview's path is /preview/<sandbox>/<port>/…: see berth expose ls <sandbox>".into(),
+        ));
+    };
+    let (query, query_token) = split_query(req.uri().query());
+    // The bare preview path goes to its root, so that the page's relative links resolve under it.
+    if tail.is_empty() {
+        let to = format!("{path}/{}", req.uri().query().map(|q| format!("?{q}")).unwrap_or_default());
+        return Ok((StatusCode::PERMANENT_REDIRECT, [(header::LOCATION, to)]).into_response());
+    }
+    let sid = e.get(id).await.map_err(|_| not_found(id, port))?.id;
+    let cookie = cookie_name(&sid, port);
+    let header_token = req.headers().get(TOKEN_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let token = query_token.clone().or(header_token).or_else(|| cookie_token(&req, &cookie));
+    let preview = match e.check_preview(&sid, port, token.as_deref()) {
+        Ok(p) => p,
+        Err(PreviewRefusal::NotFound) => return Err(not_found(&sid, port)),
+        Err(PreviewRefusal::Token) => {
+            return Err(Failure(
+                ErrorCode::Unauthorized,
+                format!(
+                    "port {port} of sandbox {sid} is previewed with a token of its own: open the URL berth expose \
+                     printed (its {TOKEN_PARAM}), or send the token as X-Berth-Preview-Token"
+                ),
+            ));
+        }
+    };
+    let method = req.method().to_string();
+    let upgrade = req.headers().contains_key(header::UPGRADE);
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let stream = e.connect_port(&sid, port).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|err| unreachable_port(&sid, port, &err.to_string()))?;
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    let host = req.headers().get(header::HOST).cloned();
+    let target = format!("{tail}{}", query.map(|q| format!("?{q}")).unwrap_or_default());
+    let (parts, body) = req.into_parts();
+    let mut out = hyper::Request::builder().method(parts.method).uri(&target).version(hyper::Version::HTTP_11);
+    for (name, value) in parts.headers.iter().filter(|(n, _)| !hop_by_hop(n, upgrade) && *n != header::HOST) {
+        out = out.header(name, value);
+    }
+    // The server inside is told it is on its own loopback (dev servers check the host), and where it was asked.
+    out = out.header(header::HOST, format!("127.0.0.1:{port}"));
+    if let Some(h) = host {
+        out = out.header("x-forwarded-host", h);
+    }
+    out = out.header("x-forwarded-prefix", format!("/preview/{sid}/{port}"));
+    let out = out.body(body).map_err(|err| Failure(ErrorCode::InvalidRequest, err.to_string()))?;
+    let mut answer = sender.send_request(out).await.map_err(|err| unreachable_port(&sid, port, &err.to_string()))?;
+    let status = answer.status();
+    e.journal_preview(&sid, &preview, &method, tail, status.as_u16()).await;
+    if status == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(client) = client_upgrade
+    {
+        let inside = hyper::upgrade::on(&mut answer);
+        tokio::spawn(async move {
+            if let (Ok(a), Ok(b)) = (client.await, inside.await) {
+                let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(a), &mut TokioIo::new(b)).await;
+            }
+        });
+    }
+    let (mut parts, body) = answer.into_parts();
+    // Answered as this listener speaks (an HTTP/1.0 server inside would otherwise close the client's
+    // connection).
+    parts.version = hyper::Version::HTTP_11;
+    // A switch of protocols has no body: the connection is the two sides' from here on.
+    let body = match status == StatusCode::SWITCHING_PROTOCOLS {
+        true => Body::empty(),
+        false => Body::new(body),
+    };
+    let mut response = Response::from_parts(parts, body);
+    if let Some(t) = query_token
+        && let Ok(v) =
+            HeaderValue::from_str(&format!("{cookie}={t}; Path=/preview/{sid}/{port}/; HttpOnly; SameSite=Lax"))
+    {
+        response.headers_mut().append(header::SET_COOKIE, v);
+    }
+    Ok(response)
+}
+
+fn not_found(id: &str, port: u16) -> Failure {
+    Failure(
+        ErrorCode::NotFound,
+        format!(
+            "there is no preview of port {port} of sandbox {id} (it may have expired or been removed, or the \
+             sandbox was): make one with berth expose {id} {port}"
+        ),
+    )
+}
+
+fn unreachable_port(id: &str, port: u16, why: &str) -> Failure {
+    Failure(
+        ErrorCode::Unavailable,
+        format!("nothing answered on 127.0.0.1:{port} inside sandbox {id} ({why}): is its server running?"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preview_paths_name_a_sandbox_a_port_and_the_rest() {
+        assert_eq!(parse("/preview/abc/8080/x/y"), Some(("abc", 8080, "/x/y")));
+        assert_eq!(parse("/preview/abc/8080/"), Some(("abc", 8080, "/")));
+        assert_eq!(parse("/preview/abc/8080"), Some(("abc", 8080, "")));
+        assert_eq!(parse("/preview/abc/0/"), None);
+        assert_eq!(parse("/preview/abc/http/"), None);
+        assert_eq!(parse("/v1/sandboxes"), None);
+    }
+
+    #[test]
+    fn the_token_is_taken_out_of_the_query() {
+        assert_eq!(split_query(Some("a=1&berth_preview_token=t&b=2")), (Some("a=1&b=2".into()), Some("t".into())));
+        assert_eq!(split_query(Some("berth_preview_token=t")), (None, Some("t".into())));
+        assert_eq!(split_query(Some("q=x")), (Some("q=x".into()), None));
+        assert_eq!(split_query(None), (None, None));
+    }
+}
