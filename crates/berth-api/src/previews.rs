@@ -26,6 +26,8 @@ pub struct Preview {
     /// The URL to open, its token in it unless public (the token is shown only when the preview is made; a
     /// listing gives the URL without it).
     pub url: String,
+    /// The same as a host of its own (`http://<port>-<id>.<domain>/`), when the daemon has a `--domain`.
+    pub host_url: Option<String>,
     /// The preview's own token (only in the answer that made it; `null` for a public one and in listings).
     pub token: Option<String>,
     pub created_at_ms: u64,

@@ -186,11 +186,32 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
+/// A DNS name for preview hosts: labels of letters, digits and `-`, dot-separated.
+fn parse_domain(s: &str) -> Result<String, String> {
+    let s = s.trim_end_matches('.').to_ascii_lowercase();
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if s.len() > 200 || !s.split('.').all(label_ok) {
+        return Err(format!("{s:?} is not a domain name (such as preview.example.com)"));
+    }
+    Ok(s)
+}
+
 #[derive(Debug, Args)]
 pub struct DaemonArgs {
-    /// Also serve the API over TCP at ADDR:PORT; every request there needs a bearer token.
+    /// Also serve the API over TCP at ADDR:PORT; every request there needs a bearer token. Preview URLs
+    /// (berth expose) go through it.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<std::net::SocketAddr>,
+    /// Serve previews host-based too: port P of sandbox ID is the host P-ID.DOMAIN on the --listen port
+    /// (point a wildcard DNS name at the listener).
+    #[arg(long, value_name = "DOMAIN", requires = "listen", value_parser = parse_domain)]
+    pub domain: Option<String>,
     /// Most output one exec or shell keeps in its log: head and tail, the middle dropped with a marker.
     #[arg(long, value_parser = parse_size, value_name = "SIZE", default_value = "16M")]
     pub max_log_bytes: u64,

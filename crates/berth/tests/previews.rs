@@ -53,9 +53,14 @@ while True:
 
 /// One raw HTTP/1.1 GET to the listener at `addr` with extra header lines: (status, head, body).
 fn get(addr: &str, path: &str, headers: &str) -> (u16, String, String) {
+    get_as(addr, addr, path, headers)
+}
+
+/// The same, naming `host` as the host asked for.
+fn get_as(addr: &str, host: &str, path: &str, headers: &str) -> (u16, String, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n").unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n").unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).unwrap();
     let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
@@ -96,7 +101,7 @@ fn serve(d: &Daemon, id: &str) {
 }
 
 fn previews_behind(iso: &str) {
-    let (d, addr) = Daemon::start_with_tcp(&["--isolation", iso]);
+    let (d, addr) = Daemon::start_with_tcp(&["--isolation", iso, "--domain", "preview.test"]);
     let id = d.create(&[]);
     serve(&d, &id);
 
@@ -120,6 +125,22 @@ fn previews_behind(iso: &str) {
     // The bare path goes to the preview's root.
     let (status, head, _) = get(&addr, &format!("/preview/{id}/8000"), "");
     assert_eq!(status, 308, "{head}");
+
+    // The same preview as a host of its own under the daemon's domain (what a wildcard DNS name points at).
+    let made: serde_json::Value = serde_json::from_str(&expose(&d, &[&id, "8000", "--json"])).unwrap();
+    let port = addr.rsplit(':').next().unwrap();
+    let host = format!("8000-{id}.preview.test:{port}");
+    let host_url = made["host_url"].as_str().unwrap();
+    assert!(host_url.starts_with(&format!("http://{host}/?berth_preview_token=bpv_")), "{made}");
+    let (status, _, body) = get_as(&addr, &host, &path_of(host_url), "");
+    assert_eq!((status, body.as_str()), (200, "hello-preview\n"));
+    let (status, _, _) = get_as(&addr, &host, "/index.html", "");
+    assert_eq!(status, 401, "by host, as by path, a token is needed");
+    let (status, _, body) = get_as(&addr, &format!("8001-{id}.preview.test"), "/", "");
+    assert_eq!(status, 404, "a port with no preview: {body}");
+    // A host outside the domain is the API's, which wants its own token.
+    let (status, _, _) = get_as(&addr, &format!("8000-{id}.elsewhere.test"), "/v1/sandboxes", "");
+    assert_eq!(status, 401);
 
     // A token opens its own port only.
     let echo_url = expose(&d, &[&id, "9000"]);
@@ -154,7 +175,7 @@ fn previews_behind(iso: &str) {
     let out = d.berth(&["expose", "rm", &id, &first]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let (status, _, _) = get(&addr, &path_of(&url), "");
-    assert_eq!(status, 404, "the removed preview was port 8000's only one");
+    assert_eq!(status, 401, "the removed preview's token opens nothing (port 8000 has another preview)");
 
     // Every request through a preview is in the sandbox's journal.
     let journal = text(&d.berth(&["journal", &id]).stdout);
@@ -163,7 +184,7 @@ fn previews_behind(iso: &str) {
     // Removing the sandbox closes its previews, and says so in its receipt.
     let out = d.berth(&["rm", &id]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("closed 2 preview(s)"), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("closed 3 preview(s)"), "{}", text(&out.stdout));
     assert_eq!(get(&addr, &path_of(&public), "").0, 404);
 }
 

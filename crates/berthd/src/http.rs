@@ -538,7 +538,7 @@ async fn log(
 pub async fn serve(
     root: &Path,
     socket: &Path,
-    listen: Option<std::net::SocketAddr>,
+    tcp: crate::Tcp,
     bounds: crate::Bounds,
     storage: crate::StorageOptions,
     listeners: crate::listen::Bounds,
@@ -560,6 +560,10 @@ pub async fn serve(
     engine.spawn_meter();
     engine.spawn_warm();
     engine.spawn_reaper();
+    let listen = tcp.listen;
+    if let Some(domain) = tcp.domain {
+        engine.set_preview_domain(domain);
+    }
     if let Some(addr) = listen {
         let tcp = tokio::net::TcpListener::bind(addr)
             .await

@@ -38,3 +38,11 @@ pub use engine::{DEFAULT_DISK, Engine, StorageChoice, StorageOptions};
 pub use error::EngineError;
 pub use http::ROUTES;
 pub use http::{app, serve, tcp_app};
+
+/// The daemon's TCP listener: where (none: the unix socket only), and the domain under which each previewed
+/// port of a sandbox is a host of its own (`<port>-<id>.<domain>`).
+#[derive(Debug, Clone, Default)]
+pub struct Tcp {
+    pub listen: Option<std::net::SocketAddr>,
+    pub domain: Option<String>,
+}

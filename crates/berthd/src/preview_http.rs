@@ -53,15 +53,50 @@ pub(crate) async fn remove(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// A request under `/preview/` is a preview's; any other goes on to the API.
+/// A request under `/preview/`, or to a host `<port>-<id>.<domain>` when the daemon has a domain, is a
+/// preview's; any other goes on to the API.
 pub(crate) async fn preview_or_api(State(e): Api, req: Request, next: axum::middleware::Next) -> Response {
-    if !req.uri().path().starts_with(PREFIX) {
+    let served = if req.uri().path().starts_with(PREFIX) {
+        let path = req.uri().path().to_string();
+        match parse(&path) {
+            // The bare preview path goes to its root, so that the page's relative links resolve under it.
+            Some((_, _, "")) => {
+                let to = format!("{path}/{}", req.uri().query().map(|q| format!("?{q}")).unwrap_or_default());
+                return (StatusCode::PERMANENT_REDIRECT, [(header::LOCATION, to)]).into_response();
+            }
+            Some((id, port, tail)) => {
+                serve(&e, req, Target { id: id.into(), port, tail: tail.into(), by_host: false }).await
+            }
+            None => Err(Failure(
+                ErrorCode::NotFound,
+                "a preview's path is /preview/<sandbox>/<port>/…: see berth expose ls <sandbox>".into(),
+            )),
+        }
+    } else if let Some((port, id)) = e.preview_domain().and_then(|d| host_target(&req, d)) {
+        let tail = req.uri().path().to_string();
+        serve(&e, req, Target { id, port, tail, by_host: true }).await
+    } else {
         return next.run(req).await;
-    }
-    match serve(&e, req).await {
-        Ok(r) => r,
-        Err(f) => f.into_response(),
-    }
+    };
+    served.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// What a preview request is for: sandbox `id`'s `port`, the path there, and whether it came by its host.
+struct Target {
+    id: String,
+    port: u16,
+    tail: String,
+    by_host: bool,
+}
+
+/// The port and sandbox a request's host names under `domain` (`<port>-<id>.<domain>`).
+fn host_target(req: &Request, domain: &str) -> Option<(u16, String)> {
+    let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).or(req.uri().host())?;
+    let host = host.rsplit_once(':').filter(|(_, p)| p.chars().all(|c| c.is_ascii_digit())).map_or(host, |(h, _)| h);
+    let label = host.to_ascii_lowercase().strip_suffix(&format!(".{domain}"))?.to_string();
+    let (port, id) = label.split_once('-')?;
+    let port: u16 = port.parse().ok().filter(|p| *p > 0)?;
+    (!id.is_empty() && !id.contains('.')).then(|| (port, id.to_string()))
 }
 
 /// The sandbox, the port and the rest of the path (with its leading `/`, if any) of a preview's path.
@@ -112,20 +147,9 @@ fn hop_by_hop(name: &header::HeaderName, upgrade: bool) -> bool {
         || n == TOKEN_HEADER
 }
 
-async fn serve(e: &Arc<Engine>, mut req: Request) -> Result<Response, Failure> {
-    let path = req.uri().path().to_string();
-    let Some((id, port, tail)) = parse(&path) else {
-        return Err(Failure(
-            ErrorCode::NotFound,
-            "a preview's path is /preview/<sandbox>/<port>/…: see berth expose ls <sandbox>".into(),
-        ));
-    };
+async fn serve(e: &Arc<Engine>, mut req: Request, target: Target) -> Result<Response, Failure> {
+    let (id, port, tail, by_host) = (target.id.as_str(), target.port, target.tail.as_str(), target.by_host);
     let (query, query_token) = split_query(req.uri().query());
-    // The bare preview path goes to its root, so that the page's relative links resolve under it.
-    if tail.is_empty() {
-        let to = format!("{path}/{}", req.uri().query().map(|q| format!("?{q}")).unwrap_or_default());
-        return Ok((StatusCode::PERMANENT_REDIRECT, [(header::LOCATION, to)]).into_response());
-    }
     let sid = e.get(id).await.map_err(|_| not_found(id, port))?.id;
     let cookie = cookie_name(&sid, port);
     let header_token = req.headers().get(TOKEN_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
@@ -154,9 +178,9 @@ async fn serve(e: &Arc<Engine>, mut req: Request) -> Result<Response, Failure> {
         let _ = conn.with_upgrades().await;
     });
     let host = req.headers().get(header::HOST).cloned();
-    let target = format!("{tail}{}", query.map(|q| format!("?{q}")).unwrap_or_default());
+    let uri = format!("{tail}{}", query.map(|q| format!("?{q}")).unwrap_or_default());
     let (parts, body) = req.into_parts();
-    let mut out = hyper::Request::builder().method(parts.method).uri(&target).version(hyper::Version::HTTP_11);
+    let mut out = hyper::Request::builder().method(parts.method).uri(&uri).version(hyper::Version::HTTP_11);
     for (name, value) in parts.headers.iter().filter(|(n, _)| !hop_by_hop(n, upgrade) && *n != header::HOST) {
         out = out.header(name, value);
     }
@@ -165,7 +189,10 @@ async fn serve(e: &Arc<Engine>, mut req: Request) -> Result<Response, Failure> {
     if let Some(h) = host {
         out = out.header("x-forwarded-host", h);
     }
-    out = out.header("x-forwarded-prefix", format!("/preview/{sid}/{port}"));
+    let base = if by_host { String::new() } else { format!("/preview/{sid}/{port}") };
+    if !by_host {
+        out = out.header("x-forwarded-prefix", base.clone());
+    }
     let out = out.body(body).map_err(|err| Failure(ErrorCode::InvalidRequest, err.to_string()))?;
     let mut answer = sender.send_request(out).await.map_err(|err| unreachable_port(&sid, port, &err.to_string()))?;
     let status = answer.status();

@@ -325,6 +325,7 @@ fn preview_samples(full: bool) -> Vec<(&'static str, Value)> {
         port: 8080,
         public: !full,
         url: "http://127.0.0.1:7777/preview/0123456789ab/8080/".into(),
+        host_url: full.then(|| "http://8080-0123456789ab.preview.test:7777/".into()),
         token: full.then(|| "bpv_00ff".into()),
         created_at_ms: 1_795_945_351_531,
         expires_at_ms: full.then_some(1_795_945_411_531),

@@ -43,9 +43,8 @@ pub fn daemon(root: &Path, socket: &Path, args: crate::cli::DaemonArgs) -> anyho
                 _ = term.recv() => {}
             }
         };
-        berthd::serve(root, socket, args.listen, bounds, storage, listeners, shutdown)
-            .await
-            .map_err(anyhow::Error::from)
+        let tcp = berthd::Tcp { listen: args.listen, domain: args.domain.clone() };
+        berthd::serve(root, socket, tcp, bounds, storage, listeners, shutdown).await.map_err(anyhow::Error::from)
     })?;
     Ok(0)
 }

@@ -32,6 +32,12 @@ pub(crate) struct Previews {
     kept: std::sync::Mutex<Vec<Kept>>,
     /// The daemon's TCP listener, which the URLs name.
     listen: std::sync::OnceLock<std::net::SocketAddr>,
+    /// The domain under which each previewed port is a host (`<port>-<id>.<domain>`).
+    domain: std::sync::OnceLock<String>,
+}
+
+fn token_query(token: Option<&str>) -> String {
+    token.map(|t| format!("?berth_preview_token={t}")).unwrap_or_default()
 }
 
 fn digest(token: &str) -> String {
@@ -84,13 +90,27 @@ impl Engine {
         let _ = self.previews.listen.set(addr);
     }
 
+    /// Previews are hosts of their own under `domain` too.
+    pub fn set_preview_domain(&self, domain: String) {
+        let _ = self.previews.domain.set(domain);
+    }
+
+    /// The domain previews are hosts under, if any.
+    pub(crate) fn preview_domain(&self) -> Option<&str> {
+        self.previews.domain.get().map(String::as_str)
+    }
+
     fn preview_url(&self, k: &Kept, token: Option<&str>) -> String {
         let base = self.previews.listen.get().map(|a| format!("http://{a}")).unwrap_or_default();
-        let mut url = format!("{base}/preview/{}/{}/", k.sandbox_id, k.port);
-        if let Some(t) = token {
-            url.push_str(&format!("?berth_preview_token={t}"));
-        }
-        url
+        format!("{base}/preview/{}/{}/{}", k.sandbox_id, k.port, token_query(token))
+    }
+
+    /// `http://<port>-<id>.<domain>[:<listener's port>]/`, when the daemon has a domain.
+    fn preview_host_url(&self, k: &Kept, token: Option<&str>) -> Option<String> {
+        let domain = self.previews.domain.get()?;
+        let port = self.previews.listen.get().map(|a| a.port()).filter(|p| *p != 80);
+        let port = port.map(|p| format!(":{p}")).unwrap_or_default();
+        Some(format!("http://{}-{}.{domain}{port}/{}", k.port, k.sandbox_id, token_query(token)))
     }
 
     fn shown(&self, k: &Kept, token: Option<String>) -> Preview {
@@ -100,6 +120,7 @@ impl Engine {
             port: k.port,
             public: k.public,
             url: self.preview_url(k, token.as_deref()),
+            host_url: self.preview_host_url(k, token.as_deref()),
             token,
             created_at_ms: k.created_at_ms,
             expires_at_ms: k.expires_at_ms,
