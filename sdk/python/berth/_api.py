@@ -362,6 +362,21 @@ class SandboxAPI:
     def wake(self) -> m.SandboxInfo:
         return self._lifecycle("wake")
 
+    def expose(self, port: int, *, public: bool = False, ttl: float | None = None) -> m.Preview:
+        """A URL through the daemon's TCP listener that reaches what this sandbox serves on its own
+        ``127.0.0.1:port`` (HTTP and WebSockets), its token in it unless ``public``; it works until ``ttl``
+        seconds have passed, it is removed (``unexpose``), or the sandbox is."""
+        body = drop_none({"port": port, "public": public, "ttl_seconds": ttl})
+        return self._do(Op("POST", f"{self._base}/previews", json=body, parse=model(m.Preview)))
+
+    def previews(self) -> list[m.Preview]:
+        """Its previews, their URLs without tokens."""
+        return self._do(Op("GET", f"{self._base}/previews", parse=models(m.Preview)))
+
+    def unexpose(self, preview_id: str) -> None:
+        """Remove a preview: its URL stops working at once."""
+        return self._do(Op("DELETE", f"{self._base}/previews/{seg(preview_id)}", parse=lambda r: None))
+
     def rebuild(self) -> m.SandboxInfo:
         return self._lifecycle("rebuild")
 

@@ -326,6 +326,22 @@ class MintedToken(Model):
 
 
 @dataclass
+class Preview(Model):
+    """A preview URL of one port of a sandbox (``Sandbox.expose``): ``token`` is shown only when it is made."""
+
+    __schema__ = "Preview"
+    id: str
+    sandbox_id: str
+    port: int
+    public: bool
+    url: str
+    host_url: Optional[str]
+    token: Optional[str]
+    created_at_ms: int
+    expires_at_ms: Optional[int]
+
+
+@dataclass
 class TokenInfo(Model):
     __schema__ = "TokenInfo"
     id: str

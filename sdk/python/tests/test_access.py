@@ -123,3 +123,30 @@ def test_inside_a_sandbox_the_sdk_uses_berth_api_and_its_session_token(sandbox):
     assert out["child_stdout"] == "from the child\n" and out["file"] == "x"
     assert out["list"] == "unauthorized"
     assert os.environ.get("BERTH_API") is None
+
+
+def test_a_port_is_previewed_through_the_listener_with_its_own_token(client):
+    import urllib.error
+    import urllib.request
+
+    with berth.Sandbox.create(client=client, ttl=300) as sb:
+        sb.exec(["sh", "-c", "cd /workspace && echo previewed > index.html && (python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &)"])
+        sb.exec(["python3", "-c", "import socket, time\nfor _ in range(300):\n    try:\n        socket.create_connection(('127.0.0.1', 8000)).close(); break\n    except OSError:\n        time.sleep(0.1)"])
+        preview = sb.expose(8000, ttl=600)
+        assert preview.port == 8000 and not preview.public and preview.token and preview.token in preview.url
+        assert preview.expires_at_ms and preview.expires_at_ms > preview.created_at_ms
+        with urllib.request.urlopen(preview.url, timeout=30) as r:
+            assert r.read() == b"previewed\n"
+        listed = sb.previews()
+        assert [p.id for p in listed] == [preview.id] and listed[0].token is None
+        bare = preview.url.split("?")[0]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(bare, timeout=30)
+        assert refused.value.code == 401
+        sb.unexpose(preview.id)
+        assert sb.previews() == []
+        with pytest.raises(urllib.error.HTTPError) as gone:
+            urllib.request.urlopen(preview.url, timeout=30)
+        assert gone.value.code == 404
+        with pytest.raises(berth.NotFound):
+            sb.unexpose(preview.id)
