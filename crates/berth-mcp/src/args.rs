@@ -57,6 +57,19 @@ pub struct SandboxArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct ExposeArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// The port a server in the sandbox listens on, on its own 127.0.0.1.
+    pub port: u16,
+    /// Reachable without a token (default false: the URL carries a token for this port only).
+    pub public: Option<bool>,
+    /// How long the URL works (default: until the sandbox is removed).
+    pub ttl_seconds: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ExecArgs {
     /// The sandbox's id or name.
     pub sandbox: String,

@@ -111,6 +111,25 @@ impl Berth {
     }
 
     #[tool(
+        description = "Make a URL a person can open in a browser (or fetch with curl) that reaches a server \
+                       the sandbox runs on its own 127.0.0.1:port (HTTP and WebSockets), such as the web app \
+                       you are building; it carries a token for that port only unless public. Returns the \
+                       preview with its url. Needs the daemon's TCP listener (berth daemon --listen).",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn sandbox_expose(
+        &self,
+        Parameters(a): Parameters<ExposeArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let mut body = Map::new();
+        put(&mut body, "port", Some(a.port));
+        put(&mut body, "public", a.public);
+        put(&mut body, "ttl_seconds", a.ttl_seconds);
+        self.json_tool(&ctx, "POST", sandbox_path(&a.sandbox, "/previews"), Some(Value::Object(body)), None).await
+    }
+
+    #[tool(
         description = "Resume a paused sandbox: its processes continue exactly where they were.",
         annotations(read_only_hint = false, destructive_hint = false)
     )]

@@ -21,9 +21,9 @@ from mcp.client.streamable_http import streamable_http_client
 ALL_TOOLS = {
     "sandbox_create", "sandbox_list", "sandbox_inspect", "sandbox_remove", "exec", "run_code", "file_read",
     "file_write", "file_list", "snapshot", "restore", "fork", "diff", "net_allow", "net_deny", "net_log",
-    "net_suggest", "sandbox_pause", "sandbox_resume",
+    "net_suggest", "sandbox_pause", "sandbox_resume", "sandbox_expose",
 }
-BEYOND_A_SESSION = {"sandbox_list", "snapshot", "restore", "fork", "net_allow", "net_deny", "net_suggest"}
+BEYOND_A_SESSION = {"sandbox_list", "snapshot", "restore", "fork", "net_allow", "net_deny", "net_suggest", "sandbox_expose"}
 
 
 def text(result):
@@ -104,6 +104,14 @@ async def session(client, report):
     log = (await call(client, "net_log", {"sandbox": sid})).structured_content["attempts"]
     assert [(a["host"], a["verdict"], a["rule"]) for a in log] == [("example.com", "denied", "example.com")], log
     assert (await call(client, "net_suggest", {"sandbox": sid})).structured_content == {"allow": []}
+    # A preview URL: through the daemon's TCP listener when it has one (the HTTP session's), else refused in
+    # a sentence that says what is missing (the stdio session's daemon has none).
+    exposed = await client.call_tool("sandbox_expose", {"sandbox": sid, "port": 8000, "ttl_seconds": 60})
+    if exposed.is_error:
+        assert "berth daemon --listen" in text(exposed), text(exposed)
+    else:
+        preview = exposed.structured_content
+        assert f"/preview/{preview['sandbox_id']}/8000/?berth_preview_token=" in preview["url"], preview
 
     # Code in a live context: state persists between runs, errors and figures come back.
     first = (await call(client, "run_code", {"sandbox": sid, "code": "x = 21\nprint('set')"})).structured_content
