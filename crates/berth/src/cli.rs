@@ -415,6 +415,11 @@ pub struct BenchArgs {
     /// is charged.
     #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause", "density", "first_exec"])]
     pub gvisor: bool,
+    /// Instead: a request through a preview URL of a sandbox of the daemon at --socket (which needs --listen)
+    /// against the same request to the same server program run on the host's loopback, interleaved: a small
+    /// page (a new connection each), and --bytes of one file.
+    #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause", "density", "first_exec", "gvisor"])]
+    pub preview: bool,
     /// With --soak: clients looping at once, each on its own connections.
     #[arg(long, default_value = "20", value_parser = parse_count_usize, value_name = "N")]
     pub clients: usize,

@@ -13,6 +13,7 @@ mod bench_hibernate;
 mod bench_hibernate_gvisor;
 mod bench_meter;
 mod bench_pause;
+mod bench_preview;
 mod bench_soak;
 mod bench_soak_check;
 mod bench_storage;
@@ -62,6 +63,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench(args) if args.first_exec => bench_first::bench_first_exec(args),
         Command::Bench(args) if args.exec => bench_exec::bench_exec(&cli.socket, args),
         Command::Bench(args) if args.gvisor => bench_gvisor::bench_gvisor(&cli.root, args),
+        Command::Bench(args) if args.preview => bench_preview::bench_preview(&cli.socket, args),
         Command::Bench(args) => bench::bench(&cli.root, args),
         Command::Daemon(args) => daemon::daemon(&cli.root, &cli.socket, args),
         Command::Token(crate::cli::TokenCommand::Create { name, json }) => {
