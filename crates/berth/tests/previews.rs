@@ -158,7 +158,25 @@ fn previews_behind(iso: &str) {
     assert_eq!(answer.status(), 101);
     ws.send(tungstenite::Message::Text("over the preview".into())).unwrap();
     assert_eq!(ws.read().unwrap().into_text().unwrap().as_str(), "over the preview");
+    // An open connection through a preview leads out of the sandbox: it cannot hibernate meanwhile, and says
+    // why; closed, it can, and the next request through the preview wakes it.
+    let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/hibernate"), "");
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("1 connection(s) through its preview URLs are open"), "{body}");
     let _ = ws.close(None);
+    drop(ws);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/hibernate"), "");
+        if status == 200 {
+            break;
+        }
+        assert!(body.contains("preview URLs are open"), "{body}");
+        assert!(Instant::now() < deadline, "the closed connection still counted: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, _, body) = get(&addr, &format!("/preview/{id}/8000/"), &format!("Cookie: {cookie}\r\n"));
+    assert_eq!((status, body.as_str()), (200, "hello-preview\n"), "a preview request wakes it");
 
     // One that expires stops working; one removed stops at once.
     let short = expose(&d, &[&id, "8000", "--ttl", "1s"]);

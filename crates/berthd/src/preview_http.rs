@@ -170,12 +170,15 @@ async fn serve(e: &Arc<Engine>, mut req: Request, target: Target) -> Result<Resp
     let method = req.method().to_string();
     let upgrade = req.headers().contains_key(header::UPGRADE);
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-    let stream = e.connect_port(&sid, port).await?;
+    let (stream, open) = e.connect_port(&sid, port).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|err| unreachable_port(&sid, port, &err.to_string()))?;
+    // Open while the connection serves, or, upgraded, while its two sides are joined.
+    let open_while_serving = Arc::clone(&open);
     tokio::spawn(async move {
         let _ = conn.with_upgrades().await;
+        drop(open_while_serving);
     });
     let host = req.headers().get(header::HOST).cloned();
     let uri = format!("{tail}{}", query.map(|q| format!("?{q}")).unwrap_or_default());
@@ -205,6 +208,7 @@ async fn serve(e: &Arc<Engine>, mut req: Request, target: Target) -> Result<Resp
             if let (Ok(a), Ok(b)) = (client.await, inside.await) {
                 let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(a), &mut TokioIo::new(b)).await;
             }
+            drop(open);
         });
     }
     let (mut parts, body) = answer.into_parts();

@@ -144,6 +144,17 @@ impl Engine {
         Ok(record)
     }
 
+    /// Connections open through its previews lead out of the sandbox: neither CRIU nor gVisor can write them.
+    fn check_previews_closed(live: &Live, sid: &str, doing: &str) -> Result<(), EngineError> {
+        match live.previews_open.load(std::sync::atomic::Ordering::Acquire) {
+            0 => Ok(()),
+            n => Err(EngineError::Conflict(format!(
+                "sandbox {sid} cannot {doing} while {n} connection(s) through its preview URLs are open: their \
+                 sockets lead out of the sandbox and cannot be written to disk; try again once they are closed"
+            ))),
+        }
+    }
+
     /// Why `live` cannot be checkpointed now, if it cannot (`doing`: what was asked, as a verb). With `holds`
     /// (hibernation) its detached execs and idle contexts sleep with it; the copies a fork makes could not take
     /// them over, so without it any running exec or code context refuses.
@@ -154,6 +165,7 @@ impl Engine {
         doing: &str,
         holds: bool,
     ) -> Result<(), EngineError> {
+        Self::check_previews_closed(live, sid, doing)?;
         let pid = live.record.lock().await.pid.unwrap_or(0);
         // An idle context sleeps with the sandbox (its interpreter is a detached exec); one running code has
         // a connection from berth open, which cannot be written to disk.
@@ -205,6 +217,7 @@ impl Engine {
     /// process inside holds (a running command's streams, a code context's connection) cannot be written to
     /// disk by gVisor, so nothing that berth is talking to may be running.
     async fn check_gvisor_hibernatable(&self, live: &Arc<Live>, sid: &str) -> Result<(), EngineError> {
+        Self::check_previews_closed(live, sid, "hibernate")?;
         let pid = live.record.lock().await.pid.unwrap_or(0);
         let contexts: Vec<String> = self
             .contexts_of(sid, pid)

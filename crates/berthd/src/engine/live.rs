@@ -21,6 +21,9 @@ pub(super) struct Live {
     pub(super) first_exec: u64,
     /// Execs and shells admitted and not yet in `execs` (see [`Starting`]).
     pub(super) starting: Arc<std::sync::atomic::AtomicUsize>,
+    /// Connections open through its previews: like a running exec, they hold its idle clock and keep it from
+    /// being written to disk (their sockets lead out of it).
+    pub(super) previews_open: Arc<std::sync::atomic::AtomicUsize>,
     /// The sandbox's egress proxy, with its policy.
     pub(super) egress: Arc<berth_egress::Proxy>,
     /// Its secrets' values, kept out of what berth shows of it.
@@ -80,6 +83,7 @@ impl Live {
             next_exec: std::sync::atomic::AtomicU64::new(first_exec),
             first_exec,
             starting: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            previews_open: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             egress,
             redactor,
             meter: std::sync::Mutex::new(super::usage::Meter::load(root, &sid)),

@@ -3,6 +3,8 @@
 //! expiry, and an end when it is removed or its sandbox is. The previews are kept in `<root>/previews.json`
 //! (their tokens as SHA-256 digests), so that they outlive a daemon restart as their sandboxes do.
 
+use std::sync::Arc;
+
 use berth_api::{CreatePreview, Preview};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -49,6 +51,28 @@ fn random_hex(bytes: usize) -> Result<String, EngineError> {
     rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty())
         .map_err(|e| berth_sys::SysError::new("draw a preview token", e))?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A connection open through a preview, counted on its sandbox while it lives; the last one to close brings
+/// the reaper's next pass (the sandbox may be idle from then on).
+pub(crate) struct OpenConnection {
+    count: Arc<std::sync::atomic::AtomicUsize>,
+    reaper: Arc<tokio::sync::Notify>,
+}
+
+impl OpenConnection {
+    fn new(count: &Arc<std::sync::atomic::AtomicUsize>, reaper: &Arc<tokio::sync::Notify>) -> OpenConnection {
+        count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        OpenConnection { count: Arc::clone(count), reaper: Arc::clone(reaper) }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        if self.count.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+            self.reaper.notify_one();
+        }
+    }
 }
 
 /// Why a request for a preview is refused.
@@ -254,10 +278,15 @@ impl Engine {
     }
 
     /// A stream socket connected to `127.0.0.1:port` inside sandbox `id` (woken or resumed first, as any
-    /// activity does), through its init.
-    pub(crate) async fn connect_port(&self, id: &str, port: u16) -> Result<tokio::net::UnixStream, EngineError> {
+    /// activity does), through its init, and what counts it as open until it is dropped.
+    pub(crate) async fn connect_port(
+        &self,
+        id: &str,
+        port: u16,
+    ) -> Result<(tokio::net::UnixStream, Arc<OpenConnection>), EngineError> {
         let live = self.live_or_wake(id, "preview").await?;
         self.touch(&live, "preview").await?;
+        let open = Arc::new(OpenConnection::new(&live.previews_open, &self.reap_wake));
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()
             .map_err(|e| berth_sys::SysError::new("make a socket pair for a preview", e))?;
         ours.set_nonblocking(true).map_err(|e| berth_sys::SysError::new("make a socket pair for a preview", e))?;
@@ -266,7 +295,7 @@ impl Engine {
         drop(theirs);
         let stream = tokio::net::UnixStream::from_std(ours)
             .map_err(|e| berth_sys::SysError::new("watch a preview's socket", e))?;
-        Ok(stream)
+        Ok((stream, open))
     }
 
     /// Journal one request through preview `preview` of sandbox `sid`.

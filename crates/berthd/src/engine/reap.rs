@@ -159,6 +159,7 @@ impl Engine {
             // A context's interpreter runs between runs too: only a run going on is activity.
             let (context_busy, interpreters) = self.context_activity(&r.id).await;
             let running = context_busy
+                || l.previews_open.load(std::sync::atomic::Ordering::Acquire) > 0
                 || l.execs.lock().await.iter().any(|(id, e)| e.done.borrow().is_none() && !interpreters.contains(id));
             // A TTL that counts only active time does not run during the pause going on (it is added back to
             // `expires_at_ms` at the resume): no deadline until then.
