@@ -42,16 +42,8 @@ impl Waiting {
         if kind != rustix::net::SocketType::STREAM {
             return Err(format!("connection {id}: its other end is not a stream socket"));
         }
-        let outside = UnixStream::from(outside);
-        let (conn_in, outside_in) = match (conn.try_clone(), outside.try_clone()) {
-            (Ok(c), Ok(o)) => (c, o),
-            _ => return Err(format!("connection {id}: out of descriptors")),
-        };
-        spawn_copy(outside_in, conn_in, |c| c.shutdown(Shutdown::Write))
-            .map_err(|e| format!("connection {id}: {e}"))?;
-        // Without the second thread the connection still ends: its descriptors are dropped with the closure,
-        // and the first thread's reads and writes fail.
-        spawn_copy(conn, outside, |o| o.shutdown(Shutdown::Write)).map_err(|e| format!("connection {id}: {e}"))
+        join(conn, UnixStream::from(outside), TcpStream::try_clone, |c| c.shutdown(Shutdown::Write))
+            .map_err(|e| format!("connection {id}: {e}"))
     }
 }
 
@@ -61,13 +53,8 @@ pub fn connect(path: &str, outside: OwnedFd) -> Result<(), String> {
         return Err(format!("{path:?} is not an absolute path"));
     }
     let inside = UnixStream::connect(path).map_err(|e| format!("connect to {path}: {e}"))?;
-    let outside = UnixStream::from(outside);
-    let (inside_in, outside_in) = match (inside.try_clone(), outside.try_clone()) {
-        (Ok(i), Ok(o)) => (i, o),
-        _ => return Err(format!("connect to {path}: out of descriptors")),
-    };
-    spawn_copy(outside_in, inside_in, |i| i.shutdown(Shutdown::Write))?;
-    spawn_copy(inside, outside, |o| o.shutdown(Shutdown::Write))
+    join(inside, UnixStream::from(outside), UnixStream::try_clone, |i| i.shutdown(Shutdown::Write))
+        .map_err(|e| format!("connect to {path}: {e}"))
 }
 
 /// Connect to `127.0.0.1:port` inside the sandbox and copy between it and `outside` (see
@@ -78,13 +65,30 @@ pub fn connect_port(port: u16, outside: OwnedFd) -> Result<(), String> {
     }
     let inside = TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port))
         .map_err(|e| format!("connect to 127.0.0.1:{port} inside the sandbox: {e}"))?;
-    let outside = UnixStream::from(outside);
-    let (inside_in, outside_in) = match (inside.try_clone(), outside.try_clone()) {
+    join(inside, UnixStream::from(outside), TcpStream::try_clone, |i| i.shutdown(Shutdown::Write))
+        .map_err(|e| format!("connect to port {port}: {e}"))
+}
+
+/// Copy both ways between `inside` (a connection in the sandbox, cloned with `dup` and half-closed with
+/// `finish`) and `outside`, the supervisor's socket, a thread each way, until both sides have finished.
+fn join<S>(
+    inside: S,
+    outside: UnixStream,
+    dup: fn(&S) -> std::io::Result<S>,
+    finish: fn(&S) -> std::io::Result<()>,
+) -> Result<(), String>
+where
+    S: Read + Send + 'static,
+    for<'a> &'a S: Write,
+{
+    let (inside_in, outside_in) = match (dup(&inside), outside.try_clone()) {
         (Ok(i), Ok(o)) => (i, o),
-        _ => return Err(format!("connect to port {port}: out of descriptors")),
+        _ => return Err("out of descriptors".into()),
     };
-    spawn_copy(outside_in, inside_in, |i| i.shutdown(Shutdown::Write))?;
-    spawn_copy(inside, outside, |o| o.shutdown(Shutdown::Write))
+    spawn_copy(outside_in, inside_in, finish)?;
+    // Without the second thread the connection still ends: its descriptors are dropped with the closure,
+    // and the first thread's reads and writes fail.
+    spawn_copy::<S, UnixStream, _>(inside, outside, |o: &UnixStream| o.shutdown(Shutdown::Write))
 }
 
 /// Copy from `from` to `to` on a thread of its own until the end of `from` or an error; then `finish(to)`.

@@ -316,11 +316,23 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, RuntimeError> {
     serde_json::from_slice(&text).map_err(|e| RuntimeError::Checkpoint { message: format!("the manifest: {e}") })
 }
 
-/// The bytes of the regular files in `dir` (not recursive: CRIU's image is flat).
+/// The bytes of the regular files under `dir` (CRIU's image is flat; a gVisor one keeps `/tmp` in a
+/// directory beside it).
 pub fn dir_bytes(dir: &Path) -> u64 {
-    fs::read_dir(dir)
-        .map(|d| d.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum())
-        .unwrap_or(0)
+    let Ok(entries) = fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .filter_map(|e| e.metadata().ok().map(|m| (e.path(), m)))
+        .map(|(p, m)| {
+            if m.is_dir() {
+                dir_bytes(&p)
+            } else if m.is_file() {
+                m.len()
+            } else {
+                0
+            }
+        })
+        .sum()
 }
 
 /// CRIU's errors from its log, as one sentence: the lines it marked `Error`, without the ones it prints

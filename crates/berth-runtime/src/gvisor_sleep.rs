@@ -134,7 +134,7 @@ impl Sandbox {
             externals: Vec::new(),
             criu_version: String::new(),
             bound_sockets: Vec::new(),
-            bytes: tree_bytes(dir),
+            bytes: crate::checkpoint::dir_bytes(dir),
             boot_id: crate::checkpoint::boot_id(),
             isolation: Isolation::Gvisor,
             runsc_version: version,
@@ -162,24 +162,6 @@ impl Sandbox {
             }
         }
     }
-}
-
-/// The bytes of the regular files under `dir`.
-fn tree_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = fs::read_dir(dir) else { return 0 };
-    entries
-        .flatten()
-        .filter_map(|e| e.metadata().ok().map(|m| (e.path(), m)))
-        .map(|(p, m)| {
-            if m.is_dir() {
-                tree_bytes(&p)
-            } else if m.is_file() {
-                m.len()
-            } else {
-                0
-            }
-        })
-        .sum()
 }
 
 /// What runsc said of its failure: its first line that says so (a Go panic's trace follows it), shortened.

@@ -13,11 +13,13 @@ pub struct Tokens {
     store: Arc<Store>,
 }
 
-fn digest(token: &str) -> String {
+/// SHA-256 of a secret, in hexadecimal: what is kept of tokens (API, session, preview).
+pub(crate) fn digest(token: &str) -> String {
     Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn random_hex(bytes: usize) -> std::io::Result<String> {
+/// `bytes` random bytes (from `getrandom`), in hexadecimal.
+pub(crate) fn random_hex(bytes: usize) -> std::io::Result<String> {
     let mut buf = vec![0u8; bytes];
     rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty())?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())

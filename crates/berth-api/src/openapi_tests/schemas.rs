@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::contexts_samples::{contexts_full_samples, contexts_sparse_samples};
 use super::network_samples::{network_full_samples, network_sample, network_sparse_samples};
+use super::previews_samples::preview_samples;
 use super::storage_samples::{all_change_kinds, import_frame_samples, storage_full_samples, storage_sparse_samples};
 use super::validator::{assert_full, compare_fields, properties, validate};
 use super::*;
@@ -315,23 +316,6 @@ fn full_samples() -> Vec<(&'static str, Value)> {
     samples.extend(contexts_full_samples());
     samples.extend(preview_samples(true));
     samples
-}
-
-/// A preview and its request, with every optional value set (`full`) or left out.
-fn preview_samples(full: bool) -> Vec<(&'static str, Value)> {
-    let preview = Preview {
-        id: "a1b2c3".into(),
-        sandbox_id: "0123456789ab".into(),
-        port: 8080,
-        public: !full,
-        url: "http://127.0.0.1:7777/preview/0123456789ab/8080/".into(),
-        host_url: full.then(|| "http://8080-0123456789ab.preview.test:7777/".into()),
-        token: full.then(|| "bpv_00ff".into()),
-        created_at_ms: 1_795_945_351_531,
-        expires_at_ms: full.then_some(1_795_945_411_531),
-    };
-    let create = CreatePreview { port: 8080, public: full, ttl_seconds: full.then_some(60.0) };
-    vec![("Preview", to_value(&preview)), ("CreatePreview", to_value(&create))]
 }
 
 /// Samples with every optional value left out, which must validate too.

@@ -191,16 +191,9 @@ impl Engine {
                 contexts.join(", ")
             )));
         }
-        let running: Vec<String> = match holds {
+        let running = match holds {
             true => vec![],
-            false => live
-                .execs
-                .lock()
-                .await
-                .iter()
-                .filter(|(_, e)| e.done.borrow().is_none())
-                .map(|(id, e)| format!("{id} ({})", e.argv.join(" ")))
-                .collect(),
+            false => running_execs(live).await,
         };
         if !running.is_empty() || live.starting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
             return Err(EngineError::Conflict(format!(
@@ -233,14 +226,7 @@ impl Engine {
                 contexts.join(", ")
             )));
         }
-        let running: Vec<String> = live
-            .execs
-            .lock()
-            .await
-            .iter()
-            .filter(|(_, e)| e.done.borrow().is_none())
-            .map(|(id, e)| format!("{id} ({})", e.argv.join(" ")))
-            .collect();
+        let running = running_execs(live).await;
         if !running.is_empty() || live.starting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
             return Err(EngineError::Conflict(format!(
                 "gVisor sandbox {sid} cannot hibernate while execs or shells are running ({}), detached ones \
@@ -402,6 +388,16 @@ impl Engine {
             let _ = berth_runtime::ids::reserve(std::path::Path::new(berth_runtime::ids::CLAIMS_DIR), m.slot, &owner);
         }
     }
+}
+
+/// The execs (and shells) of `live` still running, as `ID (ARGV)`.
+async fn running_execs(live: &Live) -> Vec<String> {
+    let execs = live.execs.lock().await;
+    execs
+        .iter()
+        .filter(|(_, e)| e.done.borrow().is_none())
+        .map(|(id, e)| format!("{id} ({})", e.argv.join(" ")))
+        .collect()
 }
 
 impl Engine {

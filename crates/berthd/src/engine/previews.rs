@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use berth_api::{CreatePreview, Preview};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::{Engine, now_ms};
 use crate::EngineError;
+use crate::tokens::digest;
 
 /// Previews one sandbox may have at once.
 pub const MAX_PER_SANDBOX: usize = 32;
@@ -42,15 +42,8 @@ fn token_query(token: Option<&str>) -> String {
     token.map(|t| format!("?berth_preview_token={t}")).unwrap_or_default()
 }
 
-fn digest(token: &str) -> String {
-    Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn random_hex(bytes: usize) -> Result<String, EngineError> {
-    let mut buf = vec![0u8; bytes];
-    rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty())
-        .map_err(|e| berth_sys::SysError::new("draw a preview token", e))?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+    crate::tokens::random_hex(bytes).map_err(|e| berth_sys::SysError::new("draw a preview token", e).into())
 }
 
 /// A connection open through a preview, counted on its sandbox while it lives; the last one to close brings
