@@ -5,8 +5,7 @@
 //! berth's init, the first process executes `runsc run` with that root as the container's root file system.
 //! gVisor's kernel (the Sentry) then runs berth's init as PID 1, and init speaks the same control protocol
 //! over the socket that is its standard input; what runsc and its processes do happens inside the sandbox's
-//! cgroup (berth makes and removes the cgroup, with the limits, as for every sandbox; runsc is told its path,
-//! which it finds made, and reads the memory limit from it for the sandbox's `/proc/meminfo`).
+//! cgroup (`--ignore-cgroups`: berth makes and removes the cgroup, with the limits, as for every sandbox).
 //! Everything runsc keeps (its state, the bundle) lives on the sandbox's private scratch tmpfs, so nothing
 //! is left on the host when its last process ends.
 //!
@@ -195,7 +194,7 @@ pub(crate) fn plan(mut plan: Plan) -> Plan {
 }
 
 /// The OCI runtime configuration runsc runs the sandbox from.
-pub(crate) fn config(plan: &Plan, layout: &Layout, spec: &Spec, id: &str) -> serde_json::Value {
+pub(crate) fn config(plan: &Plan, layout: &Layout, spec: &Spec) -> serde_json::Value {
     let caps: Vec<&str> = CAPABILITIES.to_vec();
     let mut rlimits = vec![serde_json::json!({"type": "RLIMIT_NOFILE", "hard": 524_288, "soft": 1024})];
     // gVisor's kernel counts the sandbox's processes itself: past the limit a fork fails there (EAGAIN) and
@@ -231,9 +230,6 @@ pub(crate) fn config(plan: &Plan, layout: &Layout, spec: &Spec, id: &str) -> ser
             {"destination": INIT_PATH, "type": "bind", "source": init_copy(layout), "options": ["bind", "ro"]}
         ],
         "linux": {
-            // Made by berth before runsc starts (and so not runsc's to change or remove): runsc reads its memory
-            // limit for what the sandbox's kernel says it has (`MemTotal`).
-            "cgroupsPath": format!("/{}/{id}", crate::cgroup::PARENT_DIR),
             "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}]
         }
     })
@@ -259,14 +255,20 @@ fn state(layout: &Layout) -> PathBuf {
 }
 
 /// The flags berth runs runsc with (before the command). `--platform=systrap`: no KVM or ptrace needed;
-/// `--network=none`: loopback only (the cgroup is berth's, made with the limits before runsc starts and
-/// removed after it ends: the bundle names it, and runsc, finding it made, leaves it to berth); `--overlay2=none`: writes go through to the root berth built (its
+/// `--network=none`: loopback only; `--ignore-cgroups`: the cgroup is berth's, made with the limits before
+/// runsc starts and removed after it ends; `--overlay2=none`: writes go through to the root berth built (its
 /// overlays), as for the namespaces backend, rather than into a file store of gVisor's own; `--host-uds=none`:
 /// no host sockets; `--file-access=shared`: the root is not gVisor's alone (the files API writes it from the
 /// host, and a mounted host directory changes under it), so gVisor checks what it cached against the host's
 /// files instead of trusting its cache.
-pub const FLAGS: [&str; 5] =
-    ["--platform=systrap", "--network=none", "--overlay2=none", "--host-uds=none", "--file-access=shared"];
+pub const FLAGS: [&str; 6] = [
+    "--platform=systrap",
+    "--network=none",
+    "--ignore-cgroups",
+    "--overlay2=none",
+    "--host-uds=none",
+    "--file-access=shared",
+];
 
 /// runsc with berth's flags and its state for this sandbox, up to the command.
 pub(crate) fn runsc_prefix(layout: &Layout) -> Vec<String> {
@@ -378,7 +380,7 @@ pub(crate) fn start(
         false,
     )?;
     crate::trace::mark("gvisor trees");
-    let config = config(plan, layout, spec, id);
+    let config = config(plan, layout, spec);
     let argv = argv(layout, id, image);
     // runsc's own messages (and whatever init writes to its standard error), read if the start fails.
     let log = rustix::fs::memfd_create("berth-runsc", rustix::fs::MemfdFlags::CLOEXEC)

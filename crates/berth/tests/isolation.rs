@@ -358,19 +358,6 @@ fn what_gvisor_sandboxes_do_not_do_yet_says_so_in_one_sentence() {
 }
 
 #[test]
-fn a_gvisor_sandbox_is_told_its_memory_limit() {
-    let d = gvisor_daemon();
-    // What its kernel says it has is what the host holds it to: its limit and gVisor's own share.
-    let id = d.create(&["--memory", "256M"]);
-    let total = d.sh(&id, "head -1 /proc/meminfo");
-    let want_kib = (256 + berth_runtime::gvisor::MEMORY_OVERHEAD / (1 << 20)) * 1024;
-    assert_eq!(total.split_whitespace().nth(1), Some(want_kib.to_string().as_str()), "{total}");
-    // It stays so through a hibernation.
-    assert!(d.berth(&["hibernate", &id]).status.success());
-    assert_eq!(d.sh(&id, "head -1 /proc/meminfo"), total);
-}
-
-#[test]
 fn an_isolation_the_host_lacks_is_an_error_never_a_fallback() {
     let d = Daemon::start_with_env(&[("BERTH_RUNSC", "/nonexistent/runsc")]);
     let (status, body) = d.http("POST", "/v1/sandboxes", r#"{"isolation": "gvisor"}"#);
