@@ -378,8 +378,18 @@ impl Drop for Daemon {
         left.extend(super::leaks::daemon_leftovers(&self.root()));
         left.extend(super::leaks::storage_leftovers(&self.root(), &kept));
         if self.root().join("pool.img").exists() {
-            let _ = berth_storage::Pool::unmount(&self.root());
-            left.extend(super::leaks::mounts_under(&self.root()).into_iter().map(|m| format!("the mount {m}")));
+            // The last processes of a sandbox (gVisor's gofer among them) may be on their way out for a moment
+            // after the daemon, holding the pool busy; a mount that stays is a leak.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let _ = berth_storage::Pool::unmount(&self.root());
+                let mounts = super::leaks::mounts_under(&self.root());
+                if mounts.is_empty() || Instant::now() > deadline {
+                    left.extend(mounts.into_iter().map(|m| format!("the mount {m}")));
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
         if !panicking {
             assert!(left.is_empty(), "the daemon left behind: {left:#?}");
