@@ -98,6 +98,8 @@ pub struct Engine {
     asleep: sleep::Kept,
     /// Preview URLs of sandboxes' ports (see `previews`).
     previews: previews::Previews,
+    /// The web view's open logins (see `web`).
+    pub(crate) logins: crate::web::Logins,
 }
 
 pub fn now_ms() -> u64 {
@@ -154,6 +156,7 @@ impl Engine {
             reap_wake: Arc::default(),
             asleep: sleep::Kept::default(),
             previews: previews::Previews::default(),
+            logins: crate::web::Logins::default(),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),

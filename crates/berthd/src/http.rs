@@ -222,6 +222,8 @@ pub fn tcp_app(engine: Arc<Engine>) -> Router {
         .layer(axum::middleware::from_fn(log_request))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&engine), require_token))
         // A preview has a token of its own, not the API's: it is served before the API's check.
+        // The web view's page and login are served before it too (its page calls the API like any client).
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&engine), crate::web::web_or_api))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&engine), crate::preview_http::preview_or_api))
         .layer(axum::middleware::from_fn(crate::listen::limit_head))
         .with_state(Arc::clone(&engine));
@@ -245,8 +247,16 @@ async fn require_token(State(e): Api, mut req: Request, next: axum::middleware::
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    match token.and_then(|t| e.tokens.check_scoped(t)) {
+        .map(|t| crate::tokens::digest(t.trim()));
+    // Without a bearer token, a web view's login (its cookie and its key) stands for the token it was opened with.
+    let token = match token {
+        Some(t) => Some(t),
+        None => match crate::web::login_of(&e, &mut req) {
+            Ok(t) => t,
+            Err(refused) => return refused.into_response(),
+        },
+    };
+    match token.and_then(|t| e.tokens.check_digest(&t)) {
         Some((id, None)) => {
             req.extensions_mut().insert(Caller { session: None });
             crate::engine::ACTOR.scope(format!("token:{id}"), next.run(req)).await
@@ -374,8 +384,18 @@ async fn create(State(e): Api, headers: HeaderMap, ApiJson(req): ApiJson<CreateS
     once(&e, key, StatusCode::CREATED, detached(&e, move |e| async move { e.create(req).await })).await
 }
 
+/// The sandbox a request's session token is for (none for an API token).
+pub(crate) fn session_of_actor() -> Option<String> {
+    crate::engine::actor().strip_prefix("session:").map(str::to_string)
+}
+
 async fn list(State(e): Api) -> Response {
-    Json(e.list().await).into_response()
+    let mut all = e.list().await;
+    // A session token sees its own sandbox and its children.
+    if let Some(own) = session_of_actor() {
+        all.retain(|r| r.id == own || r.owner.as_deref() == Some(own.as_str()));
+    }
+    Json(all).into_response()
 }
 
 async fn inspect(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
@@ -431,7 +451,17 @@ struct EventsQuery {
 
 /// Recent lifecycle events as JSON; with `follow`, those and every later one as server-sent events.
 async fn events(State(e): Api, ApiQuery(q): ApiQuery<EventsQuery>) -> Response {
-    let (recent, live) = e.events();
+    let (mut recent, live) = e.events();
+    let session = session_of_actor();
+    if let Some(own) = &session {
+        let mut mine = Vec::new();
+        for ev in recent {
+            if e.owned_by(own, &ev.sandbox).await {
+                mine.push(ev);
+            }
+        }
+        recent = mine;
+    }
     if !q.follow {
         return Json(recent).into_response();
     }
@@ -443,7 +473,17 @@ async fn events(State(e): Api, ApiQuery(q): ApiQuery<EventsQuery>) -> Response {
     // The receiver was subscribed before the recent list was taken: skip what the list already holds.
     let seen = recent.last().map(|ev| ev.seq).unwrap_or(0);
     let future = tokio_stream::wrappers::BroadcastStream::new(live)
-        .filter_map(move |ev| ev.ok().filter(|ev| ev.seq > seen).map(|ev| Ok::<_, Infallible>(to_sse(&ev))));
+        .filter_map(move |ev| ev.ok().filter(|ev| ev.seq > seen))
+        .then(move |ev| {
+            let (e, session) = (Arc::clone(&e), session.clone());
+            async move {
+                match &session {
+                    Some(own) if !e.owned_by(own, &ev.sandbox).await => None,
+                    _ => Some(ev),
+                }
+            }
+        })
+        .filter_map(move |ev| ev.map(|ev| Ok::<_, Infallible>(to_sse(&ev))));
     let stream = tokio_stream::iter(past).chain(future);
     axum::response::sse::Sse::new(stream).keep_alive(axum::response::sse::KeepAlive::default()).into_response()
 }

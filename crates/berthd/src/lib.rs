@@ -32,6 +32,7 @@ pub mod shim;
 pub mod store;
 pub mod tokens;
 mod usage_http;
+mod web;
 
 pub use bounds::Bounds;
 pub use engine::{DEFAULT_DISK, Engine, StorageChoice, StorageOptions};

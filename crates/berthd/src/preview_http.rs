@@ -138,6 +138,20 @@ fn cookie_token(req: &Request, name: &str) -> Option<String> {
     })
 }
 
+/// The request's cookies but berth's own (`berth_preview_…`, `berth_web`), as one header; none if none is left.
+fn own_cookies(headers: &axum::http::HeaderMap) -> Option<String> {
+    let kept: Vec<&str> = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|c| c.split(';').map(str::trim))
+        .filter(|kv| {
+            !kv.is_empty() && !kv.starts_with("berth_preview_") && !kv.starts_with(&format!("{}=", crate::web::COOKIE))
+        })
+        .collect();
+    (!kept.is_empty()).then(|| kept.join("; "))
+}
+
 /// Headers that are the hop's own, not the request's (RFC 9110 7.6.1); an upgrade keeps `connection` and
 /// `upgrade`, which it needs.
 fn hop_by_hop(name: &header::HeaderName, upgrade: bool) -> bool {
@@ -184,8 +198,13 @@ async fn serve(e: &Arc<Engine>, mut req: Request, target: Target) -> Result<Resp
     let uri = format!("{tail}{}", query.map(|q| format!("?{q}")).unwrap_or_default());
     let (parts, body) = req.into_parts();
     let mut out = hyper::Request::builder().method(parts.method).uri(&uri).version(hyper::Version::HTTP_11);
-    for (name, value) in parts.headers.iter().filter(|(n, _)| !hop_by_hop(n, upgrade) && *n != header::HOST) {
+    let kept = |n: &header::HeaderName| !hop_by_hop(n, upgrade) && *n != header::HOST && *n != header::COOKIE;
+    for (name, value) in parts.headers.iter().filter(|(n, _)| kept(n)) {
         out = out.header(name, value);
+    }
+    // The server inside gets the page's own cookies, never berth's (a preview's token, a web view's login).
+    if let Some(cookies) = own_cookies(&parts.headers) {
+        out = out.header(header::COOKIE, cookies);
     }
     // The server inside is told it is on its own loopback (dev servers check the host), and where it was asked.
     out = out.header(header::HOST, format!("127.0.0.1:{port}"));
@@ -259,6 +278,17 @@ mod tests {
         assert_eq!(parse("/preview/abc/0/"), None);
         assert_eq!(parse("/preview/abc/http/"), None);
         assert_eq!(parse("/v1/sandboxes"), None);
+    }
+
+    #[test]
+    fn berths_cookies_stay_out_of_the_sandbox() {
+        let mut h = axum::http::HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("a=1; berth_web=secret; berth_preview_x_80=t"));
+        h.append(header::COOKIE, HeaderValue::from_static("b=2"));
+        assert_eq!(own_cookies(&h).as_deref(), Some("a=1; b=2"));
+        let mut only = axum::http::HeaderMap::new();
+        only.insert(header::COOKIE, HeaderValue::from_static("berth_web=secret"));
+        assert_eq!(own_cookies(&only), None);
     }
 
     #[test]

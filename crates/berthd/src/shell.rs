@@ -135,7 +135,12 @@ async fn shell(
     .await
     .map_err(|_| Failure::new(ErrorCode::Internal, "opening a terminal failed".into()))??;
     let env = BTreeMap::from([("TERM".to_string(), term)]);
-    Ok(ws.max_message_size(MAX_MESSAGE).on_upgrade(move |socket| run(e, record.id, argv, env, (pty, inside), socket)))
+    // The shell runs after the upgrade, outside this request's task: it keeps the caller's identity, so that
+    // its journal records name who opened it.
+    let actor = crate::engine::actor();
+    Ok(ws.max_message_size(MAX_MESSAGE).on_upgrade(move |socket| {
+        crate::engine::ACTOR.scope(actor, run(e, record.id, argv, env, (pty, inside), socket))
+    }))
 }
 
 async fn run(

@@ -59,7 +59,12 @@ impl Tokens {
 
     /// The token's id and, for a session token, its sandbox.
     pub fn check_scoped(&self, token: &str) -> Option<(String, Option<String>)> {
-        self.store.token_and_scope(&digest(token)).ok().flatten()
+        self.check_digest(&digest(token))
+    }
+
+    /// The same for a token known by its digest only (a web view's login keeps no more).
+    pub(crate) fn check_digest(&self, sha256: &str) -> Option<(String, Option<String>)> {
+        self.store.token_and_scope(sha256).ok().flatten()
     }
 
     /// Every token (ids, names, creation times; no secrets).

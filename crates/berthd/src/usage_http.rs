@@ -27,7 +27,17 @@ async fn usage(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, 
 }
 
 async fn usage_all(State(e): Api) -> Json<Vec<Usage>> {
-    Json(e.usage_all().await)
+    let mut all = e.usage_all().await;
+    if let Some(own) = crate::http::session_of_actor() {
+        let mut mine = Vec::new();
+        for u in all {
+            if e.owned_by(&own, &u.id).await {
+                mine.push(u);
+            }
+        }
+        all = mine;
+    }
+    Json(all)
 }
 
 async fn budget(State(e): Api, UrlPath(id): UrlPath<String>, ApiJson(b): ApiJson<Budget>) -> Result<Response, Failure> {

@@ -25,6 +25,8 @@ impl Engine {
             // MCP: each tool call is an API request of its own, checked here with the same token.
             (_, ["mcp"]) => Ok(()),
             ("POST", ["v1", "sandboxes"]) => Ok(()),
+            // Lists and events of its own sandbox and its children only (the handlers leave out the rest).
+            ("GET", ["v1", "sandboxes"]) | ("GET", ["v1", "usage"]) | ("GET", ["v1", "events"]) => Ok(()),
             // Its own sandbox's and its children's metrics only (the handler leaves out the rest).
             ("GET", ["metrics"]) => Ok(()),
             (_, ["v1", "sandboxes", target, rest @ ..]) => {
@@ -65,6 +67,18 @@ impl Engine {
             }
             _ => refuse(),
         }
+    }
+
+    /// Whether sandbox `id` is `owner` itself or one of its children (removed ones included).
+    pub(crate) async fn owned_by(&self, owner: &str, id: &str) -> bool {
+        if id == owner {
+            return true;
+        }
+        let record = match self.get(id).await {
+            Ok(r) => Some(r),
+            Err(_) => self.store.record(id).ok().flatten(),
+        };
+        record.is_some_and(|r| r.owner.as_deref() == Some(owner))
     }
 
     /// A child's request, checked against and filled in from its owner: no limit above the owner's, owner's
