@@ -114,6 +114,8 @@ fn the_web_view_in_a_real_browser() {
     assert!(seen["diff"].as_str().unwrap().contains("/workspace/notes.txt"), "{seen}");
     assert!(seen["receipt"].as_str().unwrap().starts_with("clean"), "{seen}");
     assert_eq!(seen["page_errors"], serde_json::json!([]), "{seen}");
+    assert_eq!(seen["stored"], serde_json::json!([]), "{seen}");
+    assert_eq!(seen["cookie_readable"], "", "{seen}");
 
     // What the page did, it did through the API with the token: the journal says so, and the daemon agrees.
     let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
@@ -191,11 +193,15 @@ fn a_web_login_needs_its_cookie_its_key_and_its_own_origin() {
     let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
     assert!(journal.contains(&format!("\"actor\":\"token:{token_id}\"")), "{journal}");
 
-    // A logout ends it.
-    let (status, head, _) = req(&addr, "POST", "/ui/logout", &cookie_only, "");
+    // A logout ends it: the page's, which sends its key (the cookie is for /v1/ only), or one with the cookie.
+    let (status, head, _) = req(&addr, "POST", "/ui/logout", &format!("X-Berth-Key: {key}\r\n"), "");
     assert!(status == 204 && head.contains("Max-Age=0"), "{head}");
     let (status, _, body) = req(&addr, "GET", "/v1/sandboxes", &both, "");
     assert!(status == 401 && body.contains("log in again"), "{status} {body}");
+    let (cookie, key, _) = login(&addr, &token);
+    assert_eq!(req(&addr, "POST", "/ui/logout", &format!("Cookie: {cookie}\r\n"), "").0, 204);
+    let both = format!("Cookie: {cookie}\r\nX-Berth-Key: {key}\r\n");
+    assert_eq!(req(&addr, "GET", "/v1/sandboxes", &both, "").0, 401);
 
     // So does revoking its token.
     let (cookie, key, _) = login(&addr, &token);

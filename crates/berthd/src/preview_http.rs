@@ -240,6 +240,7 @@ async fn serve(e: &Arc<Engine>, mut req: Request, target: Target) -> Result<Resp
         false => Body::new(body),
     };
     let mut response = Response::from_parts(parts, body);
+    guard_origin(response.headers_mut(), by_host);
     if let Some(t) = query_token
         && let Ok(v) =
             HeaderValue::from_str(&format!("{cookie}={t}; Path=/preview/{sid}/{port}/; HttpOnly; SameSite=Lax"))
@@ -247,6 +248,24 @@ async fn serve(e: &Arc<Engine>, mut req: Request, target: Target) -> Result<Resp
         response.headers_mut().append(header::SET_COOKIE, v);
     }
     Ok(response)
+}
+
+/// Keep what a sandbox's server answers from reaching past its preview: no cookie of berth's set (or
+/// replaced) by it, and, on the path form, which shares its origin with the web view and the API, no service
+/// worker scoped beyond the preview's path and no clearing of the origin's data.
+fn guard_origin(headers: &mut axum::http::HeaderMap, by_host: bool) {
+    let cookies: Vec<HeaderValue> = headers.get_all(header::SET_COOKIE).iter().cloned().collect();
+    headers.remove(header::SET_COOKIE);
+    for c in cookies {
+        let name = c.to_str().unwrap_or("").trim_start().to_ascii_lowercase();
+        if !name.starts_with("berth_") {
+            headers.append(header::SET_COOKIE, c);
+        }
+    }
+    if !by_host {
+        headers.remove("service-worker-allowed");
+        headers.remove("clear-site-data");
+    }
 }
 
 fn not_found(id: &str, port: u16) -> Failure {
@@ -289,6 +308,24 @@ mod tests {
         let mut only = axum::http::HeaderMap::new();
         only.insert(header::COOKIE, HeaderValue::from_static("berth_web=secret"));
         assert_eq!(own_cookies(&only), None);
+    }
+
+    #[test]
+    fn a_server_inside_cannot_set_berths_cookies_or_claim_the_origin() {
+        let mut h = axum::http::HeaderMap::new();
+        h.append(header::SET_COOKIE, HeaderValue::from_static("theirs=1; Path=/"));
+        h.append(header::SET_COOKIE, HeaderValue::from_static("berth_web=x; Path=/v1/"));
+        h.append(header::SET_COOKIE, HeaderValue::from_static("Berth_preview_a_1=y"));
+        h.insert("service-worker-allowed", HeaderValue::from_static("/"));
+        h.insert("clear-site-data", HeaderValue::from_static("\"*\""));
+        let mut by_host = h.clone();
+        guard_origin(&mut h, false);
+        assert_eq!(h.get_all(header::SET_COOKIE).iter().collect::<Vec<_>>(), vec!["theirs=1; Path=/"]);
+        assert!(!h.contains_key("service-worker-allowed") && !h.contains_key("clear-site-data"));
+        // A host of its own is an origin of its own: what it does there is its own business.
+        guard_origin(&mut by_host, true);
+        assert_eq!(by_host.get_all(header::SET_COOKIE).iter().count(), 1);
+        assert!(by_host.contains_key("service-worker-allowed"));
     }
 
     #[test]

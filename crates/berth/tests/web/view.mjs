@@ -96,18 +96,15 @@ await step('open a terminal and type a command', async () => {
 });
 
 await step('see a denied egress attempt appear', async () => {
+  // The page holds its key in memory only: nothing of the login is in the origin's storage.
+  seen.stored = await page.evaluate(() => [...Object.keys(sessionStorage), ...Object.keys(localStorage)]);
+  seen.cookie_readable = await page.evaluate(() => document.cookie);
+  // An exec that tries to get out, run from the execs tab; the egress tab shows the proxy's refusal.
+  await page.click('a[data-tab="execs"]');
+  await page.fill('#exec-cmd', 'curl -sS http://blocked.example/ || true');
+  await page.click('#exec-run');
+  await waitText('#exec-output', 'denied');
   await page.click('a[data-tab="egress"]');
-  await page.waitForSelector('#egress-log', { state: 'attached', timeout: STEP_MS });
-  // Made from the page itself, by an exec: the log on screen shows it once the proxy has refused it.
-  const made = await page.evaluate(async (id) => {
-    const r = await fetch(`/v1/sandboxes/${id}/execs`, {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json', 'X-Berth-Key': sessionStorage.getItem('berth.key') },
-      body: JSON.stringify({ argv: ['sh', '-c', 'curl -sS http://blocked.example/ || true'] }),
-    });
-    return r.status;
-  }, BERTH_SANDBOX);
-  if (made !== 200) throw new Error(`the exec was answered ${made}`);
   await page.waitForSelector('#egress-log tr.verdict-denied[data-host="blocked.example"]', { timeout: STEP_MS });
   seen.egress = (await page.textContent('#egress-log tr.verdict-denied')).replace(/\s+/g, ' ');
   await page.fill('#egress-rule', 'pypi.org:443');

@@ -3,8 +3,8 @@
 //!
 //! The page and its scripts are built into the daemon (no CDN, no build step): everything they show comes
 //! from the public API, called by the page itself. A login (`POST /ui/login` with a token) opens a *web
-//! login*: an `HttpOnly` cookie (`berth_web`, for `/v1/` only) and a key the page keeps in its tab's session
-//! storage and sends with each call (`X-Berth-Key`, or `berth_key` in the query of a WebSocket or an event
+//! login*: an `HttpOnly` cookie (`berth_web`, for `/v1/` only) and a key the page holds in memory (never
+//! in storage, which any page of the origin can read) and sends with each call (`X-Berth-Key`, or `berth_key` in the query of a WebSocket or an event
 //! stream, which cannot carry headers). The API takes the pair as it takes the token itself: a session
 //! token's login sees its own sandbox and its children only, and a revoked token ends its logins.
 //!
@@ -89,6 +89,12 @@ impl Logins {
 
     fn close(&self, cookie: &str) {
         self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&digest(cookie));
+    }
+
+    /// End the login with this key (the page's logout: its cookie is for `/v1/` and does not come with it).
+    fn close_by_key(&self, key: &str) {
+        let key = digest(key);
+        self.open.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, l| l.key != key);
     }
 }
 
@@ -227,6 +233,9 @@ fn logout(e: &Engine, headers: &HeaderMap) -> Response {
     if let Some(c) = cookie(headers, COOKIE) {
         e.logins.close(&c);
     }
+    if let Some(k) = headers.get(KEY_HEADER).and_then(|v| v.to_str().ok()) {
+        e.logins.close_by_key(k);
+    }
     let mut r = StatusCode::NO_CONTENT.into_response();
     let gone = format!("{COOKIE}=; Path=/v1/; HttpOnly; SameSite=Strict; Max-Age=0");
     if let Ok(v) = HeaderValue::from_str(&gone) {
@@ -248,6 +257,9 @@ mod tests {
         assert_eq!(logins.token(&cookie, "other"), None);
         assert_eq!(logins.token(&key, &key), None);
         logins.close(&cookie);
+        assert_eq!(logins.token(&cookie, &key), None);
+        let (cookie, key) = logins.open("t2".into()).unwrap();
+        logins.close_by_key(&key);
         assert_eq!(logins.token(&cookie, &key), None);
     }
 

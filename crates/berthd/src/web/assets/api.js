@@ -1,10 +1,11 @@
 // The web view's calls to berth's API, and the small helpers every page uses.
 //
-// A login leaves an HttpOnly cookie (for /v1/) and a key kept in this tab's session storage; the key goes
-// with every call, as X-Berth-Key, or as berth_key in the URL of an event stream or a WebSocket.
+// A login leaves an HttpOnly cookie (for /v1/) and a key held in this page's memory only, never in storage:
+// a page a sandbox serves through a path-form preview shares this origin, and could read any storage of it.
+// The key goes with every call, as X-Berth-Key, or as berth_key in the URL of an event stream or a
+// WebSocket. A reload asks for the token again.
 
-const KEY = 'berth.key';
-const SANDBOX = 'berth.sandbox';
+const login_ = { key: null, sandbox: null };
 
 export class ApiError extends Error {
   constructor(status, code, message) {
@@ -15,12 +16,12 @@ export class ApiError extends Error {
 }
 
 export function key() {
-  return sessionStorage.getItem(KEY);
+  return login_.key;
 }
 
 /** The sandbox a session token's login is for, or null for an API token's. */
 export function loginSandbox() {
-  return sessionStorage.getItem(SANDBOX) || null;
+  return login_.sandbox;
 }
 
 let onLoggedOut = () => {};
@@ -51,15 +52,20 @@ export async function login(token) {
   });
   if (!r.ok) throw await failure(r);
   const body = await r.json();
-  sessionStorage.setItem(KEY, body.key);
-  sessionStorage.setItem(SANDBOX, body.sandbox || '');
+  login_.key = body.key;
+  login_.sandbox = body.sandbox || null;
   return body;
 }
 
 export async function logout() {
-  await fetch('/ui/logout', { method: 'POST' }).catch(() => {});
-  sessionStorage.removeItem(KEY);
-  sessionStorage.removeItem(SANDBOX);
+  await fetch('/ui/logout', { method: 'POST', headers: { 'X-Berth-Key': key() || '' } }).catch(() => {});
+  forget();
+}
+
+/** Drop the login from the page (it has ended on the daemon's side, or is being ended). */
+export function forget() {
+  login_.key = null;
+  login_.sandbox = null;
 }
 
 /** One API call: the parsed JSON answer (text for other types, null for 204); an ApiError otherwise. */

@@ -1,7 +1,7 @@
 // The web view's entry: the login, then a page by the address's fragment (#/ the list, #/s/<id>[/<tab>] a
 // sandbox), and a way out.
 
-import { el, get, key, login, loginSandbox, logout, toast, whenLoggedOut } from './api.js';
+import { el, forget, get, key, login, loginSandbox, logout, toast, whenLoggedOut } from './api.js';
 import { renderList } from './list.js';
 import { renderSandbox } from './sandbox.js';
 
@@ -66,11 +66,17 @@ whenLoggedOut((err) => {
   if (!key()) return;
   // A session token's login gets 401s for what it may not see; an ended login is said once, then the login.
   if (/log in again/.test(err.message)) {
-    sessionStorage.clear();
+    forget();
     loginPage(err.message);
   } else {
     toast(err.message, 'error');
   }
 });
 window.addEventListener('hashchange', route);
-route();
+if (window.opener) {
+  // A window another page opened is one that page can read: a path-form preview is on this origin, and would
+  // see the token typed here. The login is only offered in a tab of its own.
+  main.replaceChildren(el('p', { class: 'error', id: 'opened', text: 'This page was opened by another page. Open berth in a tab of its own (type its address) to log in.' }));
+} else {
+  route();
+}

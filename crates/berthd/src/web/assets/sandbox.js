@@ -1,7 +1,7 @@
 // A sandbox's page: its record and use at the top, kept current by the lifecycle events; below, one tab at a
 // time: execs, terminal, egress, journal, files, diff, previews, and its receipt once it is removed.
 
-import { ApiError, act, bytes, duration, el, events, get, post, stateBadge, toast, withKey } from './api.js';
+import { ApiError, act, bytes, duration, el, events, get, loginSandbox, post, stateBadge, toast, withKey } from './api.js';
 import { actions, ttlLeft } from './list.js';
 import { diffPanel, egressPanel, execsPanel, filesPanel, journalPanel, previewsPanel, receiptPanel } from './panels.js';
 import { Terminal } from './term.js';
@@ -63,7 +63,7 @@ function facts(s, u) {
     row('memory', u ? `${bytes(u.memory_bytes)} (peak ${bytes(u.peak_memory_bytes)})` : '—'),
     row('disk', u ? bytes(u.disk_bytes) : '—'),
     row('egress', n.mode || 'none'),
-    row('limits', `${s.cpus ?? '—'} CPUs, ${bytes(s.memory_bytes)}, ${s.pids ?? '—'} pids`),
+    row('limits', [s.cpus ? `${s.cpus} CPUs` : 'no CPU limit', s.memory_bytes ? bytes(s.memory_bytes) : 'no memory limit', s.pids ? `${s.pids} pids` : 'no pid limit'].join(', ')),
     row('landlock', s.landlock || '—'),
     row('owner', s.owner || '—'),
     row('parent', s.parent || '—'),
@@ -86,16 +86,15 @@ export function renderSandbox(root, id, tab) {
 
   function drawHead() {
     const extra = [];
-    if (s && s.state === 'running') {
-      extra.push(el('button', { text: 'Pause', onclick: (e) => act(e.target, 'paused', () => post(`/v1/sandboxes/${s.id}/pause`)) }));
-    }
-    if (s && s.state === 'paused') {
-      extra.push(el('button', { text: 'Resume', onclick: (e) => act(e.target, 'resumed', () => post(`/v1/sandboxes/${s.id}/resume`)) }));
-    }
+    const op = (label, done, route) =>
+      el('button', { text: label, 'data-action': label.toLowerCase(), onclick: (e) => act(e.target, `${s.name} ${done}`, () => post(`/v1/sandboxes/${s.id}/${route}`)) });
+    if (s && s.state === 'running') extra.push(op('Pause', 'paused', 'pause'), op('Hibernate', 'hibernated', 'hibernate'));
+    if (s && s.state === 'paused') extra.push(op('Resume', 'resumed', 'resume'), op('Hibernate', 'hibernated', 'hibernate'));
+    if (s && s.state === 'hibernated') extra.push(op('Wake', 'woken', 'wake'));
     head.replaceChildren(
       el('h2', {}, s ? s.name : id, ' ', s ? stateBadge(s.state) : removed ? stateBadge('removed') : ''),
       el('div', { class: 'mono muted', text: s ? s.id : id }),
-      s ? el('div', { class: 'bar' }, actions(s, (what) => (what === 'remove' ? load() : undefined)), extra) : '',
+      s ? el('div', { class: 'bar' }, actions(s, (what) => (what === 'remove' ? load() : undefined)), el('span', { class: 'actions' }, extra)) : '',
     );
     info.replaceChildren(s ? facts(s, usage) : el('p', { class: 'muted', text: removed ? 'This sandbox was removed: its journal, egress log and receipt remain.' : '' }));
     tabs.replaceChildren(
@@ -153,6 +152,11 @@ export function renderSandbox(root, id, tab) {
 
   load().then(() => {
     const sid = s ? s.id : id;
+    if (sid === loginSandbox() && tab !== 'receipt') {
+      // A session token looks at its own sandbox's record and use only: what runs in it is its own to see.
+      panel.replaceChildren(el('p', { class: 'muted', text: 'This is the sandbox this session token belongs to: the token may read its record and use, not its execs, files or logs. Its children, listed on the first page, are open to it.' }));
+      return;
+    }
     const open = {
       execs: () => execsPanel(panel, ctx, sid),
       terminal: () => (s ? terminalPanel(panel, s) : panel.replaceChildren(el('p', { text: 'No terminal: the sandbox is gone.' }))),
