@@ -240,3 +240,64 @@ fn previews_need_a_listener_a_port_and_a_sandbox() {
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("nothing answered on 127.0.0.1:8123"), "{body}");
 }
+
+/// A server on 127.0.0.1:8100 that answers a POST with the SHA-256 of its body and `GET /big` with a
+/// 64 MiB file of random bytes from `/tmp/big`.
+const BODIES: &str = r#"
+import hashlib, http.server, shutil
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        n, h = int(self.headers['Content-Length']), hashlib.sha256()
+        while n:
+            chunk = self.rfile.read(min(n, 1 << 20)); h.update(chunk); n -= len(chunk)
+        body = h.hexdigest().encode()
+        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        with open('/tmp/big', 'rb') as f:
+            self.send_response(200); self.send_header('Content-Length', str(64 << 20)); self.end_headers()
+            shutil.copyfileobj(f, self.wfile, 1 << 20)
+http.server.ThreadingHTTPServer(('127.0.0.1', 8100), H).serve_forever()
+"#;
+
+#[test]
+fn large_bodies_pass_through_a_preview_both_ways() {
+    use sha2::Digest;
+    let (d, addr) = Daemon::start_with_tcp(&[]);
+    let id = d.create(&["--memory", "1G"]);
+    d.sh(&id, &format!("head -c 67108864 /dev/urandom > /tmp/big && cat > /tmp/bodies.py <<'EOF'\n{BODIES}\nEOF"));
+    assert!(d.berth(&["exec", "-d", &id, "--", "python3", "/tmp/bodies.py"]).status.success());
+    let url = expose(&d, &[&id, "8100", "--public"]);
+    let path = path_of(&url);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let up = "python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8100)).close()\"";
+    while !d.berth(&["exec", &id, "--", "sh", "-c", up]).status.success() {
+        assert!(Instant::now() < deadline, "the server in the sandbox did not come up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // 48 MiB up: the server inside sees every byte.
+    let body: Vec<u8> = (0..48u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(s, "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len())
+        .unwrap();
+    s.write_all(&body).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let want: String = sha2::Sha256::digest(&body).iter().map(|b| format!("{b:02x}")).collect();
+    assert!(resp.starts_with("HTTP/1.1 200") && resp.ends_with(&want), "{}", &resp[..resp.len().min(400)]);
+
+    // 64 MiB down, streamed: the same bytes as the file inside.
+    let inside = d.sh(&id, "sha256sum /tmp/big | cut -d' ' -f1").trim().to_string();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(s, "GET {path}big HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let at = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&all[..at]).to_string();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let got: String = sha2::Sha256::digest(&all[at..]).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!((all.len() - at, got), (64 << 20, inside));
+}
