@@ -305,6 +305,13 @@ pub struct ExecInfo {
     pub result: Option<ExecResult>,
 }
 
+/// A new TTL for a sandbox (`POST /v1/sandboxes/{id}/ttl`): `ttl_seconds` from now, or null for none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SetTtl {
+    pub ttl_seconds: Option<f64>,
+}
+
 /// A lifecycle event, as `GET /v1/events` streams them (server-sent events, one JSON object each).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LifecycleEvent {

@@ -61,6 +61,8 @@ pub enum Command {
     Usage(UsageArgs),
     /// Change a running sandbox's budget, such as berth budget ID cpu=10m,egress=1G,wall=2h.
     Budget(BudgetArgs),
+    /// Give a sandbox a new TTL counted from now (berth ttl ID 2h), or none (berth ttl ID none).
+    Ttl(TtlArgs),
     /// Remove sandboxes and say what removing each took.
     Rm(RmArgs),
     /// Run a command in a sandbox and stream its output; exits with the command's exit code.

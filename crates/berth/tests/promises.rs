@@ -234,3 +234,32 @@ fn daemon_sandboxes_show_their_landlock_status_and_are_under_its_rules() {
     let made = d.berth(&["exec", &id, "--", "test", "-e", "/tmp/x"]);
     assert_eq!(made.status.code(), Some(1), "no node was made: {}", text(&made.stderr));
 }
+
+#[test]
+fn a_ttl_is_changed_from_now_and_enforced() {
+    let d = Daemon::start();
+    let id = d.create(&["--ttl", "1h"]);
+    // None: it stays.
+    let out = d.berth(&["ttl", &id, "none", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["expires_at_ms"].is_null(), "{v}");
+    // Bad values are refused, with a sentence, and change nothing.
+    assert!(!d.berth(&["ttl", &id, "0"]).status.success());
+    let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/ttl"), r#"{"ttl_seconds": -5}"#);
+    assert!(status == 400 && body.contains("ttl_seconds must be positive"), "{status} {body}");
+    let (status, body) = d.http("POST", "/v1/sandboxes/nope/ttl", r#"{"ttl_seconds": 5}"#);
+    assert_eq!(status, 404, "{body}");
+    // Two seconds from now: the reaper removes it then, with nobody asking, and says why.
+    let out = d.berth(&["ttl", &id, "2s"]);
+    assert!(out.status.success() && text(&out.stdout).contains("is removed in"), "{}", text(&out.stdout));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while d.ids().contains(&id) {
+        assert!(std::time::Instant::now() < deadline, "the new TTL was not enforced");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (_, receipt) = d.http("GET", &format!("/v1/sandboxes/{id}/receipt"), "");
+    assert!(receipt.contains("\"reason\":\"reaped\""), "{receipt}");
+    let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
+    assert_eq!(journal.matches("\"action\":\"ttl\"").count(), 2, "{journal}");
+}

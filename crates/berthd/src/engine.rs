@@ -41,6 +41,7 @@ mod secrets;
 mod sessions;
 mod sleep;
 mod storage;
+mod ttl;
 mod usage;
 mod warm;
 

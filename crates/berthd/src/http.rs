@@ -122,6 +122,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/v1/sandboxes/{id}/execs/{exec}"),
     ("GET", "/v1/sandboxes/{id}/execs/{exec}/log"),
     ("GET", "/v1/sandboxes/{id}/journal"),
+    ("POST", "/v1/sandboxes/{id}/ttl"),
     ("GET", "/v1/sandboxes/{id}/shell"),
     ("GET", "/v1/sandboxes/{id}/files"),
     ("PUT", "/v1/sandboxes/{id}/files"),
@@ -312,6 +313,7 @@ fn routes() -> Router<Arc<Engine>> {
         .route("/v1/sandboxes/{id}/execs/{exec}", delete(kill_exec))
         .route("/v1/sandboxes/{id}/execs/{exec}/log", get(log))
         .route("/v1/sandboxes/{id}/journal", get(journal))
+        .route("/v1/sandboxes/{id}/ttl", post(set_ttl))
         .route("/v1/events", get(events))
         .merge(crate::files::routes())
         .merge(crate::shell::routes())
@@ -512,6 +514,14 @@ async fn journal(
     });
     let body = Body::from_stream(ReceiverStream::new(rx));
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+async fn set_ttl(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    ApiJson(req): ApiJson<berth_api::SetTtl>,
+) -> Result<Response, Failure> {
+    Ok(Json(e.set_ttl(&id, req.ttl_seconds).await?).into_response())
 }
 
 async fn execs(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {

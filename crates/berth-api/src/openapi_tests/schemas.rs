@@ -516,7 +516,7 @@ fn check_request<T: Serialize + DeserializeOwned>(spec: &Value, name: &str, full
 }
 
 /// The request schemas: exactly those that refuse unknown fields.
-const REQUESTS: [&str; 19] = [
+const REQUESTS: [&str; 20] = [
     "Budget",
     "CreatePreview",
     "CreateContext",
@@ -531,6 +531,7 @@ const REQUESTS: [&str; 19] = [
     "ForkRequest",
     "RestoreRequest",
     "ResetRequest",
+    "SetTtl",
     "ExportRequest",
     "CreateVolume",
     "ImportImage",
@@ -555,6 +556,7 @@ fn request_schemas_match_deserialization() {
     check::<ForkRequest>(&spec, &samples, "ForkRequest");
     check::<RestoreRequest>(&spec, &samples, "RestoreRequest");
     check::<ResetRequest>(&spec, &samples, "ResetRequest");
+    check::<SetTtl>(&spec, &samples, "SetTtl");
     check::<ExportRequest>(&spec, &samples, "ExportRequest");
     check::<CreateVolume>(&spec, &samples, "CreateVolume");
     check::<ImportImage>(&spec, &samples, "ImportImage");

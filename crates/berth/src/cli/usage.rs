@@ -1,4 +1,5 @@
-//! The metering verbs, as data: `berth usage`, `berth budget`, and the budget form `create --budget` takes.
+//! The metering verbs, as data: `berth usage`, `berth budget`, `berth ttl`, and the budget form `create --budget`
+//! takes.
 
 use clap::Args;
 
@@ -25,6 +26,34 @@ pub struct BudgetArgs {
     /// Print the API's JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TtlArgs {
+    /// The sandbox's id or name.
+    #[arg(value_parser = parse_id, value_name = "ID")]
+    pub id: String,
+    /// How long it has from now (90s, 30m, 2h; a bare number is seconds), or `none` for no TTL.
+    #[arg(value_parser = parse_ttl, value_name = "DURATION|none")]
+    pub ttl: Ttl,
+    /// Print the API's JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A new TTL: seconds from now, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct Ttl(pub Option<f64>);
+
+fn parse_ttl(s: &str) -> Result<Ttl, String> {
+    if s == "none" {
+        return Ok(Ttl(None));
+    }
+    let d = berth_runtime::spec::parse_duration(s).map_err(|e| e.to_string())?;
+    if d.is_zero() {
+        return Err("a TTL must be longer than 0 (none removes it)".into());
+    }
+    Ok(Ttl(Some(d.as_secs_f64())))
 }
 
 /// Parse a budget: `cpu=DURATION`, `egress=SIZE`, `wall=DURATION`, comma-separated, each at most once.

@@ -77,6 +77,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Inspect(args) => inspect::inspect(&cli.socket, args),
         Command::Usage(args) => usage::usage(&cli.socket, args),
         Command::Budget(args) => usage::budget(&cli.socket, args),
+        Command::Ttl(args) => usage::ttl(&cli.socket, args),
         Command::Rm(args) => rm::rm(&cli.socket, args),
         Command::Exec(args) => exec::exec(&cli.socket, args),
         Command::Logs(args) => logs::logs(&cli.socket, args),

@@ -5,7 +5,7 @@ use std::path::Path;
 use berth_api::Usage;
 
 use super::output;
-use crate::cli::{BudgetArgs, UsageArgs};
+use crate::cli::{BudgetArgs, TtlArgs, UsageArgs};
 use crate::client::{self, Client};
 
 pub fn usage(socket: &Path, args: UsageArgs) -> anyhow::Result<i32> {
@@ -42,6 +42,26 @@ pub fn budget(socket: &Path, args: BudgetArgs) -> anyhow::Result<i32> {
     }
     table(&[client::decode(&body)?])?;
     Ok(0)
+}
+
+pub fn ttl(socket: &Path, args: TtlArgs) -> anyhow::Result<i32> {
+    let client = Client::connect(socket)?;
+    let change = berth_api::SetTtl { ttl_seconds: args.ttl.0 };
+    let (_, body) = client.post_json(&format!("/v1/sandboxes/{}/ttl", client::segment(&args.id)), &change)?;
+    if args.json {
+        output::print_raw(&body)?;
+        return Ok(0);
+    }
+    let s: berth_api::Sandbox = client::decode(&body)?;
+    match s.expires_at_ms {
+        Some(at) => println!("{} is removed in {:.0} s", s.name, at.saturating_sub(berthd_now_ms()) as f64 / 1000.0),
+        None => println!("{} has no TTL", s.name),
+    }
+    Ok(0)
+}
+
+fn berthd_now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 fn limit(used: f64, limit: Option<f64>, unit: &str) -> String {
