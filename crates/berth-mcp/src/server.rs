@@ -29,7 +29,7 @@ pub enum Scope {
 /// The tools a session token can never use (the API refuses it every route they call); they are not listed
 /// to a session token's caller.
 const BEYOND_A_SESSION: &[&str] =
-    &["sandbox_list", "snapshot", "restore", "fork", "net_allow", "net_deny", "net_suggest", "sandbox_expose"];
+    &["snapshot", "restore", "fork", "net_allow", "net_deny", "net_suggest", "sandbox_expose"];
 
 const INSTRUCTIONS: &str = "berth runs Linux sandboxes. Create one with sandbox_create, run commands in it \
     with exec (or code in a live interpreter with run_code), move files with file_write, file_read and \

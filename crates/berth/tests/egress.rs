@@ -255,7 +255,9 @@ fn a_session_token_sees_only_its_sandbox_and_stops_working_at_teardown() {
     assert_eq!(call("GET", &format!("/v1/sandboxes/{id}"), "").0, 200, "it may inspect itself");
     assert_eq!(call("GET", &format!("/v1/sandboxes/{other}"), "").0, 401, "not another sandbox");
     assert_eq!(call("DELETE", &format!("/v1/sandboxes/{other}"), "").0, 401);
-    assert_eq!(call("GET", "/v1/sandboxes", "").0, 401);
+    // The list shows it its own sandbox (and its children, below), not the other one.
+    let (status, listed) = call("GET", "/v1/sandboxes", "");
+    assert!(status == 200 && listed.contains(&id) && !listed.contains(&other), "{listed}");
     assert_eq!(call("POST", &format!("/v1/sandboxes/{id}/execs"), r#"{"argv":["true"]}"#).0, 401);
     // A child: within its owner's limits, usable by the token, removed with its owner.
     let (status, body) = call("POST", "/v1/sandboxes", r#"{"memory_bytes": 1073741824}"#);
