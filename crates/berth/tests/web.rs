@@ -68,7 +68,7 @@ fn the_web_view_in_a_real_browser() {
     let (d, addr) = Daemon::start_with_tcp(&[]);
     let (token_id, token) = mint(&d);
     let id = d.create(&["--name", "watched"]);
-    d.sh(&id, "echo 'written by the test' > /workspace/notes.txt");
+    d.sh(&id, "echo 'written by the test' > /workspace/notes.txt; mkdir /workspace/sub; echo 'one level down' > /workspace/sub/inner.txt");
     let exec = d.berth(&[
         "exec",
         "-d",
@@ -111,6 +111,7 @@ fn the_web_view_in_a_real_browser() {
     assert!(seen["policy"].as_str().unwrap().contains("pypi.org:443"), "{seen}");
     assert!(seen["journal"].as_str().unwrap().starts_with("verified:"), "{seen}");
     assert!(seen["file"].as_str().unwrap().contains("written by the test"), "{seen}");
+    assert!(seen["inner"].as_str().unwrap().contains("one level down"), "{seen}");
     assert!(seen["diff"].as_str().unwrap().contains("/workspace/notes.txt"), "{seen}");
     assert!(seen["receipt"].as_str().unwrap().starts_with("clean"), "{seen}");
     assert_eq!(seen["page_errors"], serde_json::json!([]), "{seen}");

@@ -127,6 +127,13 @@ await step('the files', async () => {
   await page.click('#files tr[data-name="notes.txt"] a');
   await waitText('#file-text', 'written by the test');
   seen.file = await page.textContent('#file-text');
+  // Into a directory and back out by its path.
+  await page.click('#files tr[data-name="sub"] a');
+  await page.click('#files tr[data-name="inner.txt"] a');
+  await waitText('#file-text', 'one level down');
+  seen.inner = await page.textContent('#file-text');
+  await page.click('#files-path a:nth-child(1)');
+  await page.waitForSelector('#files tr[data-name="workspace"]', { timeout: STEP_MS });
   await shot('files');
 });
 

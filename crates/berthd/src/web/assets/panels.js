@@ -310,15 +310,15 @@ export function filesPanel(root, ctx, id) {
       path = to;
       drawCrumbs();
       view.replaceChildren();
-      entries.sort((a, b) => (a.kind === 'dir') === (b.kind === 'dir') ? a.name.localeCompare(b.name) : a.kind === 'dir' ? -1 : 1);
+      entries.sort((a, b) => (a.kind === 'directory') === (b.kind === 'directory') ? a.name.localeCompare(b.name) : a.kind === 'directory' ? -1 : 1);
       body.replaceChildren(
         ...entries.map((f) =>
           el(
             'tr',
             { 'data-name': f.name },
-            el('td', {}, el('a', { href: '#', class: 'mono', text: f.kind === 'dir' ? `${f.name}/` : f.name, onclick: (e) => {
+            el('td', {}, el('a', { href: '#', class: 'mono', text: f.kind === 'directory' ? `${f.name}/` : f.name, onclick: (e) => {
               e.preventDefault();
-              if (f.kind === 'dir') open(join(path, f.name));
+              if (f.kind === 'directory') open(join(path, f.name));
               else show(join(path, f.name), f);
             } })),
             el('td', { text: f.kind === 'symlink' ? `→ ${f.link_target}` : f.kind }),
