@@ -416,3 +416,25 @@ fn a_code_context_keeps_its_variables_through_hibernation_and_a_daemon_restart()
     let got = run_js(&d, "console.log('said'); kept");
     assert!(got.contains("js kept") && got.contains("said"), "{got}");
 }
+
+#[test]
+fn a_hibernated_sandbox_rebuilt_or_reset_gives_up_its_image_and_runs_afresh() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    for op in ["rebuild", "reset"] {
+        d.sh(&id, "echo kept > /workspace/f");
+        assert!(d.berth(&["hibernate", &id]).status.success());
+        let image = d.root().join("hibernate").join(&id);
+        let manifest: Value = serde_json::from_slice(&std::fs::read(image.join("manifest.json")).unwrap()).unwrap();
+        let reservation = format!("/run/berth/ids/{}.reserved", manifest["slot"]);
+        assert!(std::path::Path::new(&reservation).exists(), "{reservation}");
+        let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/{op}"), if op == "reset" { "{}" } else { "" });
+        assert_eq!(status, 200, "{op}: {body}");
+        assert_eq!(record(&d, &id)["state"], "running", "{op}");
+        // Its processes' image and its id block's reservation go with them.
+        assert!(!image.exists(), "{op} left the hibernation image");
+        assert!(!std::path::Path::new(&reservation).exists(), "{op} left the id block reserved");
+        let kept = d.sh(&id, "cat /workspace/f 2>/dev/null || echo gone");
+        assert_eq!(kept, if op == "reset" { "gone\n" } else { "kept\n" }, "{op}");
+    }
+}

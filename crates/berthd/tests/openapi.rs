@@ -304,6 +304,9 @@ fn the_descriptions_limits_are_the_servers() {
         ("CreateSandbox", "ttl_seconds"),
         ("CreateSandbox", "idle_timeout_seconds"),
         ("ExecRequest", "timeout_seconds"),
+        ("Budget", "cpu_seconds"),
+        ("Budget", "wall_seconds"),
+        ("SetTtl", "ttl_seconds"),
     ] {
         let max = schemas[schema]["properties"][field]["maximum"].as_f64();
         assert_eq!(max, Some(berth_api::MAX_DURATION_SECONDS), "{schema}.{field}");

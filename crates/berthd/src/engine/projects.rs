@@ -225,16 +225,9 @@ impl Engine {
 
     pub(crate) async fn stop_because(&self, id: &str, why: &str) -> Result<Sandbox, EngineError> {
         // A hibernated sandbox stops by forgetting its processes: its image goes, its files stay.
-        if let Some(mut s) = self.stopped_record(id)?.filter(|s| s.state == SandboxState::Hibernated) {
+        if let Some(s) = self.stopped_record(id)?.filter(|s| s.state == SandboxState::Hibernated) {
             let _busy = self.busy(&s.id, "stopping")?;
-            self.forget_hibernation(&s.id).await;
-            let _ = self.tokens.revoke_session(&s.id);
-            s.state = SandboxState::Stopped;
-            s.hibernated_at_ms = None;
-            self.store.sandbox_live(&s)?;
-            self.journal_note(&s.id, "stop", serde_json::json!({}), serde_json::json!({"reason": why})).await;
-            self.events.emit(&s.id, EventKind::Stopped, None, None);
-            return Ok(s);
+            return self.discard_hibernation(s, why).await;
         }
         let live = self.running(id, "stop").await?;
         let sid = live.record.lock().await.id.clone();
@@ -293,6 +286,19 @@ impl Engine {
         }
     }
 
+    /// A hibernated sandbox stopped (the caller holds it busy): its image and its reserved id block go, its
+    /// files stay.
+    async fn discard_hibernation(&self, mut s: Sandbox, why: &str) -> Result<Sandbox, EngineError> {
+        self.forget_hibernation(&s.id).await;
+        let _ = self.tokens.revoke_session(&s.id);
+        s.state = SandboxState::Stopped;
+        s.hibernated_at_ms = None;
+        self.store.sandbox_live(&s)?;
+        self.journal_note(&s.id, "stop", serde_json::json!({}), serde_json::json!({"reason": why})).await;
+        self.events.emit(&s.id, EventKind::Stopped, None, None);
+        Ok(s)
+    }
+
     /// Start a stopped sandbox again on its kept files.
     pub async fn start(&self, id: &str) -> Result<Sandbox, EngineError> {
         if let Ok(l) = self.live(id).await {
@@ -334,6 +340,8 @@ impl Engine {
         let _busy = self.busy(&record.id, "rebuilding")?;
         let stopped = match self.live(&record.id).await {
             Ok(live) => self.stop_live(&live, &record.id).await?,
+            // Hibernated: its processes are given up, as a running sandbox's are.
+            Err(_) if record.state == SandboxState::Hibernated => self.discard_hibernation(record, "rebuild").await?,
             Err(_) => record,
         };
         let started = self.start_stopped(&stopped).await?;
@@ -527,6 +535,14 @@ impl Engine {
             m().await?;
         }
         let live = self.live(&record.id).await.ok();
+        // A hibernated sandbox's processes cannot go on over other files: they are given up, and it is started
+        // again on the new ones, as a running sandbox is.
+        let hibernated = live.is_none() && record.state == SandboxState::Hibernated;
+        if hibernated && let Err(e) = self.discard_hibernation(record.clone(), "its files were replaced").await {
+            let fresh = fresh.clone();
+            let _ = self.pool_op(move |pool| pool.remove(&fresh)).await;
+            return Err(e);
+        }
         if let Some(l) = &live
             && let Err(e) = self.stop_live(l, &record.id).await
         {
@@ -564,7 +580,7 @@ impl Engine {
             Err(e) => Err(e),
         };
         let stopped = self.stopped_record(&record.id)?.unwrap_or_else(|| record.clone());
-        let result = if live.is_some() { self.start_stopped(&stopped).await } else { Ok(stopped) };
+        let result = if live.is_some() || hibernated { self.start_stopped(&stopped).await } else { Ok(stopped) };
         // The replaced files (or, on a failure, the unused new ones) go after the sandbox is back: deleting a big
         // volume is slow and nothing waits on it.
         let pool = self.pool();
