@@ -205,14 +205,19 @@ fn parse_domain(s: &str) -> Result<String, String> {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("tcp").multiple(true).args(["listen", "e2b_listen"])))]
 pub struct DaemonArgs {
     /// Also serve the API over TCP at ADDR:PORT; every request there needs a bearer token. Preview URLs
     /// (berth expose) go through it.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<std::net::SocketAddr>,
+    /// Also serve an E2B-compatible API at ADDR:PORT, its control plane and all sandbox traffic on that one
+    /// port: E2B_API_URL=E2B_SANDBOX_URL=http://ADDR:PORT and E2B_API_KEY=<a berth token> (docs/e2b.md).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub e2b_listen: Option<std::net::SocketAddr>,
     /// Serve previews host-based too: port P of sandbox ID is the host P-ID.DOMAIN on the --listen port
-    /// (point a wildcard DNS name at the listener).
-    #[arg(long, value_name = "DOMAIN", requires = "listen", value_parser = parse_domain)]
+    /// (point a wildcard DNS name at the listener); with --e2b-listen, E2B's host forms under DOMAIN.
+    #[arg(long, value_name = "DOMAIN", requires = "tcp", value_parser = parse_domain)]
     pub domain: Option<String>,
     /// Most output one exec or shell keeps in its log: head and tail, the middle dropped with a marker.
     #[arg(long, value_parser = parse_size, value_name = "SIZE", default_value = "16M")]

@@ -611,7 +611,7 @@ pub async fn serve(
     engine.spawn_warm();
     engine.spawn_reaper();
     let listen = tcp.listen;
-    if let Some(domain) = tcp.domain {
+    if let Some(domain) = tcp.domain.clone() {
         engine.set_preview_domain(domain);
     }
     if let Some(addr) = listen {
@@ -621,10 +621,17 @@ pub async fn serve(
         engine.set_listen_addr(tcp.local_addr().unwrap_or(addr));
         tokio::spawn(crate::listen::serve(tcp, tcp_app(Arc::clone(&engine)), "tcp", None));
     }
+    if let Some(addr) = tcp.e2b_listen {
+        let e2b = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| berth_sys::SysError::new(format!("listen on {addr}"), e))?;
+        let app = crate::e2b::app(Arc::clone(&engine), tcp.domain.clone());
+        tokio::spawn(crate::listen::serve(e2b, app, "e2b", None));
+    }
     crate::log::info(
         "listening",
         serde_json::json!({
-            "socket": socket, "tcp": listen.map(|a| a.to_string()), "version": env!("CARGO_PKG_VERSION"),
+            "socket": socket, "tcp": listen.map(|a| a.to_string()), "e2b": tcp.e2b_listen.map(|a| a.to_string()), "version": env!("CARGO_PKG_VERSION"),
             "max_connections": listeners.max_connections, "max_head_bytes": listeners.max_head_bytes,
             "head_timeout_seconds": listeners.head_timeout.as_secs_f64(), "max_body_bytes": listeners.max_body_bytes,
         }),

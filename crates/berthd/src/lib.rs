@@ -11,6 +11,7 @@
 pub mod bounds;
 mod budget;
 mod contexts_http;
+mod e2b;
 mod engine;
 mod error;
 mod exec;
@@ -46,4 +47,6 @@ pub use http::{app, serve, tcp_app};
 pub struct Tcp {
     pub listen: Option<std::net::SocketAddr>,
     pub domain: Option<String>,
+    /// Where to serve the E2B-compatible API (control plane and sandbox traffic on one port).
+    pub e2b_listen: Option<std::net::SocketAddr>,
 }

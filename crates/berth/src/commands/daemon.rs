@@ -43,7 +43,7 @@ pub fn daemon(root: &Path, socket: &Path, args: crate::cli::DaemonArgs) -> anyho
                 _ = term.recv() => {}
             }
         };
-        let tcp = berthd::Tcp { listen: args.listen, domain: args.domain.clone() };
+        let tcp = berthd::Tcp { listen: args.listen, domain: args.domain.clone(), e2b_listen: args.e2b_listen };
         berthd::serve(root, socket, tcp, bounds, storage, listeners, shutdown).await.map_err(anyhow::Error::from)
     })?;
     Ok(0)

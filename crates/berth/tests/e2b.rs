@@ -1,0 +1,71 @@
+//! The unmodified E2B SDKs (`e2b` and `e2b-code-interpreter` from PyPI, pinned in `scripts/setup`) against a
+//! real daemon's `--e2b-listen`: the pytest suite in `tests/e2b/`, sync and async, pointed at berth the way
+//! the SDK's users do (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY). Then what it did is checked on berth's
+//! side: journaled under the token, torn down with receipts, nothing left.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::daemon::Daemon;
+use common::text;
+use serde_json::Value;
+
+#[test]
+fn the_e2b_sdks_work_against_berth() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python = repo.join("target/venv/bin/python");
+    let check = Command::new(&python).args(["-c", "import e2b, e2b_code_interpreter, pytest"]).output();
+    assert!(
+        check.as_ref().is_ok_and(|o| o.status.success()),
+        "the E2B SDKs are not installed in {}: run scripts/setup",
+        python.display()
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let d = Daemon::start_with(&["--e2b-listen", &format!("127.0.0.1:{port}")]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the E2B listener did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let minted: Value =
+        serde_json::from_slice(&d.berth(&["token", "create", "--name", "e2b", "--json"]).stdout).unwrap();
+    let (token_id, token) = (minted["id"].as_str().unwrap(), minted["token"].as_str().unwrap());
+
+    let child = Command::new(&python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-x"])
+        .arg(repo.join("crates/berth/tests/e2b"))
+        .env("E2B_API_URL", &url)
+        .env("E2B_SANDBOX_URL", &url)
+        .env("E2B_API_KEY", token)
+        .env("BERTH_E2B_BAD_KEY", "berth_0000")
+        .env_remove("E2B_DOMAIN")
+        .env_remove("E2B_DEBUG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = common::daemon::wait_output(child, Duration::from_secs(900));
+    assert!(out.status.success(), "the SDKs' suite failed:\n{}\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(text(&out.stdout).contains(" passed"), "{}", text(&out.stdout));
+
+    // On berth's side: each sandbox the suite made was created and removed under its token, with a receipt.
+    let (_, events) = d.http("GET", "/v1/events", "");
+    let events: Vec<Value> = serde_json::from_str(&events).unwrap();
+    let made: Vec<&str> =
+        events.iter().filter(|e| e["kind"] == "created").filter_map(|e| e["sandbox"].as_str()).collect();
+    assert!(made.len() >= 10, "{made:?}");
+    for id in &made {
+        let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
+        let journal: Vec<Value> = serde_json::from_str(&journal).unwrap();
+        assert_eq!(journal[0]["action"], "create");
+        assert_eq!(journal[0]["actor"], format!("token:{token_id}"), "{id}");
+        let (status, receipt) = d.http("GET", &format!("/v1/sandboxes/{id}/receipt"), "");
+        assert_eq!(status, 200, "{id} has no receipt: {receipt}");
+    }
+    assert!(d.ids().is_empty(), "the suite left {:?}", d.ids());
+}

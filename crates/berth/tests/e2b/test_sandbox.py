@@ -1,0 +1,194 @@
+"""The control plane and envd through the unmodified `e2b` SDK: create, commands, files, timeouts, list,
+pause and connect, metrics, kill, and the errors an E2B user would meet."""
+import gzip
+import io
+import os
+import time
+
+import pytest
+from e2b import (
+    AuthenticationException,
+    CommandExitException,
+    NotFoundException,
+    Sandbox,
+    SandboxQuery,
+    SandboxState,
+    TimeoutException,
+)
+from e2b.exceptions import SandboxException
+
+from conftest import wait_for
+
+
+def test_create_run_exact_output_env_and_home(test_id):
+    sb = Sandbox.create("base", metadata={"sandbox_test_id": test_id}, envs={"GREETING": "hej"})
+    try:
+        assert sb.sandbox_id.isalnum() and sb.sandbox_id == sb.sandbox_id.lower()
+        r = sb.commands.run("echo 'Hello, World!'")
+        assert (r.stdout, r.stderr, r.exit_code) == ("Hello, World!\n", "", 0)
+        r = sb.commands.run("echo $GREETING; echo oops >&2; pwd; echo $HOME", envs={"EXTRA": "x"})
+        assert r.stdout == "hej\n/home/user\n/home/user\n" and r.stderr == "oops\n"
+        assert sb.commands.run("echo $EXTRA", envs={"EXTRA": "per call"}).stdout == "per call\n"
+        assert sb.commands.run("pwd", cwd="/tmp").stdout == "/tmp\n"
+        assert sb.commands.run("printf 'héllo ✓'").stdout == "héllo ✓"
+        seen = []
+        sb.commands.run("for i in 1 2 3; do echo $i; done", on_stdout=seen.append)
+        assert "".join(seen) == "1\n2\n3\n"
+        with pytest.raises(CommandExitException) as failed:
+            sb.commands.run("echo bad >&2; exit 3")
+        assert failed.value.exit_code == 3 and failed.value.stderr == "bad\n"
+        assert sb.is_running()
+    finally:
+        assert sb.kill() is True
+    assert Sandbox.kill(sb.sandbox_id) is False
+    assert not sb.is_running()
+
+
+def test_background_commands_are_listed_connected_to_and_killed(sandbox):
+    h = sandbox.commands.run("echo started; sleep 60", background=True)
+    assert h.pid > 0
+    assert h.pid in [p.pid for p in sandbox.commands.list()]
+    again = sandbox.commands.connect(h.pid)
+    assert again.pid == h.pid
+    assert sandbox.commands.kill(h.pid) is True
+    with pytest.raises(CommandExitException):
+        h.wait()
+    # The whole tree is gone, and so is the process from the list.
+    wait_for("the killed command's end", lambda: "sleep 60" not in sandbox.commands.run("ps -eo args").stdout)
+    assert h.pid not in [p.pid for p in sandbox.commands.list()]
+    assert sandbox.commands.kill(h.pid) is False
+    with pytest.raises(Exception):
+        sandbox.commands.connect(999999)
+
+
+def test_a_timeout_is_the_servers_and_kills_the_process(sandbox):
+    started = time.monotonic()
+    with pytest.raises(TimeoutException):
+        sandbox.commands.run("sleep 30; echo never", timeout=2)
+    assert time.monotonic() - started < 20
+    # The server's deadline is the same as the client's: the process is killed there, not left running.
+    wait_for("the timed-out command's end", lambda: "sleep 30" not in sandbox.commands.run("ps -eo args").stdout, 15)
+
+
+def test_files_write_read_list_stat_mkdir_rename_remove(sandbox):
+    info = sandbox.files.write("notes/a.txt", "hello file")
+    assert info.path == "/home/user/notes/a.txt" and info.name == "a.txt"
+    assert sandbox.files.read("notes/a.txt") == "hello file"
+    assert sandbox.files.read("/home/user/notes/a.txt", format="bytes") == b"hello file"
+    assert sandbox.commands.run("cat /home/user/notes/a.txt").stdout == "hello file"
+    sandbox.files.write("empty", "")
+    assert sandbox.files.read("empty") == ""
+    many = sandbox.files.write_files([
+        {"path": "many/one", "data": "1"},
+        {"path": "/tmp/two", "data": b"\x00\x01\x02"},
+    ])
+    assert [w.path for w in many] == ["/home/user/many/one", "/tmp/two"]
+    assert sandbox.files.read("/tmp/two", format="bytes") == b"\x00\x01\x02"
+    # A file object goes up as octet-stream; gzip=True compressed.
+    sandbox.files.write("stream.bin", io.BytesIO(b"streamed" * 1000))
+    assert sandbox.files.read("stream.bin", format="bytes") == b"streamed" * 1000
+    sandbox.files.write("zipped.txt", "squeezed " * 500, gzip=True)
+    assert sandbox.files.read("zipped.txt") == "squeezed " * 500
+    names = sorted(e.name for e in sandbox.files.list("notes"))
+    assert names == ["a.txt"]
+    deep = {e.path for e in sandbox.files.list("/home/user", depth=2)}
+    assert "/home/user/notes/a.txt" in deep and "/home/user/notes" in deep
+    entry = sandbox.files.get_info("notes/a.txt")
+    assert entry.size == 10 and entry.type.value == "file" and entry.permissions.startswith("-rw")
+    assert sandbox.files.exists("notes/a.txt") and not sandbox.files.exists("nope")
+    assert sandbox.files.make_dir("made/deeper") is True
+    assert sandbox.files.make_dir("made/deeper") is False
+    moved = sandbox.files.rename("notes/a.txt", "notes/b.txt")
+    assert moved.path == "/home/user/notes/b.txt" and not sandbox.files.exists("notes/a.txt")
+    sandbox.files.remove("notes")
+    assert not sandbox.files.exists("notes")
+    sandbox.files.remove("never-there")
+    with pytest.raises(Exception) as missing:
+        sandbox.files.read("nope")
+    assert "nope" in str(missing.value)
+
+
+def test_set_timeout_is_berths_ttl(test_id):
+    sb = Sandbox.create("base", metadata={"sandbox_test_id": test_id}, timeout=600)
+    first_end = sb.get_info().end_at
+    sb.set_timeout(1200)
+    assert (sb.get_info().end_at - first_end).total_seconds() > 500
+    sb.set_timeout(2)
+    wait_for("the sandbox's end at its new timeout", lambda: not sb.is_running())
+    with pytest.raises(NotFoundException):
+        sb.get_info()
+    assert Sandbox.kill(sb.sandbox_id) is False
+
+
+def test_pause_then_connect_resumes_with_state(sandbox):
+    sandbox.commands.run("echo kept > /home/user/state")
+    assert sandbox.pause() is True
+    assert not sandbox.is_running()
+    assert Sandbox.get_info(sandbox.sandbox_id).state.value == "paused"
+    assert sandbox.pause() is False
+    back = Sandbox.connect(sandbox.sandbox_id, timeout=900)
+    assert back.is_running()
+    assert back.commands.run("cat /home/user/state").stdout == "kept\n"
+    assert Sandbox.get_info(sandbox.sandbox_id).state.value == "running"
+
+
+def test_list_filters_and_pages(test_id):
+    made = [Sandbox.create("base", metadata={"sandbox_test_id": test_id, "n": str(i)}) for i in range(3)]
+    try:
+        mine = SandboxQuery(metadata={"sandbox_test_id": test_id})
+        found = Sandbox.list(query=mine).next_items()
+        assert sorted(s.sandbox_id for s in found) == sorted(s.sandbox_id for s in made)
+        assert all(s.metadata["sandbox_test_id"] == test_id and s.template_id == "base" for s in found)
+        one = Sandbox.list(query=SandboxQuery(metadata={"sandbox_test_id": test_id, "n": "1"})).next_items()
+        assert [s.sandbox_id for s in one] == [made[1].sandbox_id]
+        pages = Sandbox.list(query=mine, limit=2)
+        first = pages.next_items()
+        assert len(first) == 2 and pages.has_next
+        rest = pages.next_items()
+        assert len(rest) == 1 and not pages.has_next
+        assert {s.sandbox_id for s in first + rest} == {s.sandbox_id for s in made}
+        made[0].pause()
+        running = Sandbox.list(query=SandboxQuery(metadata={"sandbox_test_id": test_id}, state=[SandboxState.RUNNING])).next_items()
+        assert sorted(s.sandbox_id for s in running) == sorted(s.sandbox_id for s in made[1:])
+    finally:
+        for sb in made:
+            sb.kill()
+
+
+def test_info_and_metrics(sandbox, test_id):
+    info = sandbox.get_info()
+    assert info.sandbox_id == sandbox.sandbox_id and info.metadata["sandbox_test_id"] == test_id
+    assert info.template_id == "base" and info.state.value == "running" and info.memory_mb > 0
+    metrics = sandbox.get_metrics()
+    assert metrics and metrics[-1].mem_used > 0 and metrics[-1].cpu_count >= 1
+
+
+def test_errors_say_what_is_wrong():
+    with pytest.raises(AuthenticationException):
+        Sandbox.create("base", api_key=os.environ["BERTH_E2B_BAD_KEY"])
+    with pytest.raises(SandboxException) as unknown:
+        Sandbox.create("no-such-template")
+    assert "no-such-template" in str(unknown.value)
+    with pytest.raises(SandboxException) as refused:
+        Sandbox.create("base", lifecycle={"on_timeout": "pause"})
+    assert "autoPause" in str(refused.value)
+    with pytest.raises(NotFoundException):
+        Sandbox.connect("000000000000")
+
+
+@pytest.mark.anyio
+async def test_the_async_sdk(test_id):
+    from e2b import AsyncSandbox
+
+    sb = await AsyncSandbox.create("base", metadata={"sandbox_test_id": test_id})
+    try:
+        r = await sb.commands.run("echo async")
+        assert r.stdout == "async\n"
+        await sb.files.write("a.txt", "from async")
+        assert await sb.files.read("a.txt") == "from async"
+        assert await sb.files.exists("a.txt")
+        h = await sb.commands.run("sleep 60", background=True)
+        assert await sb.commands.kill(h.pid)
+        assert await sb.is_running()
+    finally:
+        assert await sb.kill() is True

@@ -1,0 +1,451 @@
+//! E2B's control plane (`/v2/sandboxes`, `/sandboxes/{id}/…`), on berth's sandboxes: create maps a template
+//! to an image, `timeout` to the TTL, `metadata` to labels and `envVars` to the environment; list, info,
+//! kill (berth's teardown, with its receipt), set_timeout (the TTL, from now), pause, connect (resuming or
+//! waking, and only ever extending the TTL) and metrics.
+
+use std::collections::BTreeMap;
+
+use axum::extract::Request;
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use berth_api::{Sandbox, SandboxState};
+use serde_json::{Value, json};
+
+use super::{Answer, E2b, ENVD_VERSION, HOME, decode, error, failed, rfc3339};
+
+/// The label a sandbox's E2B template is kept in (labels starting `e2b.` are not shown as metadata).
+const TEMPLATE_LABEL: &str = "e2b.template";
+/// E2B's default timeout, in seconds.
+const DEFAULT_TIMEOUT: f64 = 300.0;
+/// The templates every berth has: the host image, with a home for `user`.
+const BUILT_IN: &[&str] = &["base", "code-interpreter-v1", "code-interpreter"];
+const MAX_BODY: usize = 1 << 20;
+
+pub(super) async fn serve(s: &E2b, req: Request) -> Response {
+    let Some(key) = req.headers().get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim).map(str::to_string)
+    else {
+        return error(401, "an E2B API key is needed: set E2B_API_KEY to a token from berth token create");
+    };
+    let (method, path) = (req.method().clone(), req.uri().path().trim_end_matches('/').to_string());
+    let query = req.uri().query().map(str::to_string);
+    let idempotency = req.headers().get("idempotency-key").cloned();
+    let body = match axum::body::to_bytes(req.into_body(), MAX_BODY).await {
+        Ok(b) if b.is_empty() => Value::Null,
+        Ok(b) => match serde_json::from_slice(&b) {
+            Ok(v) => v,
+            Err(e) => return error(400, format!("the request body is not JSON: {e}")),
+        },
+        Err(_) => return error(413, format!("a request body is at most {MAX_BODY} bytes")),
+    };
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match (method, parts.as_slice()) {
+        (Method::POST, ["v2", "sandboxes"] | ["sandboxes"]) => create(s, &key, &body, idempotency).await,
+        (Method::GET, ["v2", "sandboxes"] | ["sandboxes"]) => list(s, &key, query.as_deref()).await,
+        (Method::GET, ["sandboxes", id]) => info(s, &key, id).await,
+        (Method::DELETE, ["sandboxes", id]) => kill(s, &key, id).await,
+        (Method::POST, ["sandboxes", id, "timeout"]) => timeout(s, &key, id, &body).await,
+        (Method::POST, ["sandboxes", id, "pause"]) => pause(s, &key, id).await,
+        (Method::POST, ["v2", "sandboxes", id, "connect"] | ["sandboxes", id, "connect" | "resume"]) => {
+            connect(s, &key, id, &body).await
+        }
+        (Method::GET, ["sandboxes", id, "metrics"]) => metrics(s, &key, id).await,
+        (m, _) => {
+            error(404, format!("berth's E2B API has no {m} {path}: see docs/e2b.md for what is served and what is not"))
+        }
+    }
+}
+
+fn template_of(s: &Sandbox) -> String {
+    s.labels.get(TEMPLATE_LABEL).cloned().unwrap_or_else(|| s.image.clone())
+}
+
+fn metadata_of(s: &Sandbox) -> BTreeMap<String, String> {
+    s.labels.iter().filter(|(k, _)| !k.starts_with("e2b.")).map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// A `Sandbox` answer (create, connect).
+fn sandbox_json(s: &E2b, sb: &Sandbox, access: &str) -> Value {
+    json!({
+        "templateID": template_of(sb), "sandboxID": sb.id, "clientID": "berth", "alias": template_of(sb),
+        "envdVersion": ENVD_VERSION, "envdAccessToken": access, "trafficAccessToken": access,
+        "domain": s.domain,
+    })
+}
+
+/// A `ListedSandbox` (list), and with `detail` a `SandboxDetail` (info).
+fn listed_json(sb: &Sandbox, detail: bool) -> Value {
+    let paused = matches!(sb.state, SandboxState::Paused | SandboxState::Hibernated);
+    // No TTL: E2B has no such thing; its end is then far off.
+    let end = sb.expires_at_ms.unwrap_or(sb.created_at_ms + 100 * 365 * 86_400_000);
+    let cpus = sb
+        .cpus
+        .map(f64::ceil)
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() as f64).unwrap_or(1.0));
+    let mut v = json!({
+        "templateID": template_of(sb), "alias": template_of(sb), "sandboxID": sb.id, "clientID": "berth",
+        "startedAt": rfc3339(sb.created_at_ms), "endAt": rfc3339(end), "cpuCount": cpus as u64,
+        "memoryMB": sb.memory_bytes.unwrap_or(0) >> 20, "diskSizeMB": sb.disk_bytes.unwrap_or(0) >> 20,
+        "state": if paused { "paused" } else { "running" }, "envdVersion": ENVD_VERSION,
+        "metadata": metadata_of(sb),
+    });
+    if detail {
+        v["allowInternetAccess"] = json!(sb.network.mode.as_deref().is_some_and(|m| m != "none"));
+    }
+    v
+}
+
+async fn create(s: &E2b, key: &str, body: &Value, idempotency: Option<HeaderValue>) -> Response {
+    let template = body["templateID"].as_str().unwrap_or("base");
+    let image = if BUILT_IN.contains(&template) { "host" } else { template };
+    for refused in ["mcp", "iam", "volumeMounts"] {
+        if !body[refused].is_null() {
+            return error(400, format!("berth's E2B API does not take {refused:?} on create (see docs/e2b.md)"));
+        }
+    }
+    if body["autoPause"].as_bool() == Some(true) {
+        return error(
+            400,
+            "berth does not pause a sandbox when its timeout runs out (autoPause): it is removed, as without \
+             it; pause it yourself (sandbox.pause()) or give it a longer timeout",
+        );
+    }
+    let strings = |v: &Value, what: &str| -> Result<BTreeMap<String, String>, Response> {
+        match v {
+            Value::Null => Ok(BTreeMap::new()),
+            Value::Object(m) => m
+                .iter()
+                .map(|(k, v)| match v.as_str() {
+                    Some(s) => Ok((k.clone(), s.to_string())),
+                    None => Err(error(400, format!("{what} values are strings; {k} is not"))),
+                })
+                .collect(),
+            _ => Err(error(400, format!("{what} is an object of strings"))),
+        }
+    };
+    let mut labels = match strings(&body["metadata"], "metadata") {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    labels.insert(TEMPLATE_LABEL.into(), template.into());
+    let mut env = match strings(&body["envVars"], "envVars") {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    env.entry("HOME".into()).or_insert_with(|| HOME.into());
+    let timeout = match &body["timeout"] {
+        Value::Null => DEFAULT_TIMEOUT,
+        v => match v.as_f64().filter(|t| *t > 0.0) {
+            Some(t) => t,
+            None => return error(400, format!("timeout is a positive number of seconds, not {v}")),
+        },
+    };
+    let mut req = json!({"image": image, "ttl_seconds": timeout, "env": env, "labels": labels});
+    match network(body) {
+        Ok(Some(n)) => req["network"] = n,
+        Ok(None) => {}
+        Err(r) => return r,
+    }
+    let made = match idempotency.and_then(|k| k.to_str().ok().map(str::to_string)) {
+        Some(k) => s.call_with(key, "/v1/sandboxes", req, &k).await,
+        None => s.call(key, Method::POST, "/v1/sandboxes", Some(req)).await,
+    };
+    if !made.ok() {
+        if made.status == 404 && !BUILT_IN.contains(&template) {
+            return error(
+                404,
+                format!(
+                    "there is no template {template:?}: berth's are base and code-interpreter-v1, or an image from berth image ls"
+                ),
+            );
+        }
+        return failed(&made);
+    }
+    let Ok(sb) = serde_json::from_slice::<Sandbox>(&made.body) else {
+        return error(500, "berth's answer was not a sandbox");
+    };
+    // The home E2B's users and SDKs expect (relative paths, the default working directory).
+    let home =
+        s.call(key, Method::POST, &format!("/v1/sandboxes/{}/mkdir?path={HOME}&parents=true", sb.id), None).await;
+    if !home.ok() {
+        return failed(&home);
+    }
+    let access = s.access_token(&sb.id, key);
+    (StatusCode::CREATED, axum::Json(sandbox_json(s, &sb, &access))).into_response()
+}
+
+/// berth's egress policy for E2B's network options: `allow_internet_access` (all or nothing) and
+/// `network.allowOut` / `denyOut` (destinations). Without either, berth's default: no egress.
+fn network(body: &Value) -> Result<Option<Value>, Response> {
+    let rules = |v: &Value, what: &str| -> Result<Vec<String>, Response> {
+        match v {
+            Value::Null => Ok(vec![]),
+            Value::Array(a) => a
+                .iter()
+                .map(|r| {
+                    r.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| error(400, format!("network.{what} is a list of strings")))
+                })
+                .collect(),
+            _ => Err(error(400, format!("network.{what} is a list of strings"))),
+        }
+    };
+    let n = &body["network"];
+    let (allow, deny) = (rules(&n["allowOut"], "allowOut")?, rules(&n["denyOut"], "denyOut")?);
+    let mode = match body["allow_internet_access"].as_bool() {
+        Some(true) => Some("allow_all"),
+        Some(false) => Some("none"),
+        None if !allow.is_empty() => Some("enforce"),
+        None => None,
+    };
+    if mode.is_none() && deny.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(json!({"mode": mode.unwrap_or("none"), "allow": allow, "deny": deny})))
+}
+
+impl E2b {
+    async fn call_with(&self, key: &str, path: &str, body: Value, idempotency: &str) -> Answer {
+        // The SDK's keys are 1-255 characters; berth's 1-200: a longer one is used as its digest.
+        let k = if idempotency.len() <= 200 { idempotency.to_string() } else { crate::tokens::digest(idempotency) };
+        let req = axum::http::Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header("host", "berth")
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json")
+            .header("idempotency-key", k);
+        let Ok(req) = req.body(axum::body::Body::from(body.to_string())) else {
+            return Answer { status: 400, body: axum::body::Bytes::from_static(b"bad request") };
+        };
+        let Ok(answer) = tower::ServiceExt::oneshot(self.api.clone(), req).await;
+        self.read(answer).await
+    }
+}
+
+/// A list query's filters: `metadata` (a query string in the parameter, its keys and values quoted once
+/// more), `state`, `template`, `startedAfter`, `order`, `limit` and `nextToken`.
+async fn list(s: &E2b, key: &str, query: Option<&str>) -> Response {
+    let all = s.call(key, Method::GET, "/v1/sandboxes", None).await;
+    if !all.ok() {
+        return failed(&all);
+    }
+    let Ok(mut sandboxes) = serde_json::from_slice::<Vec<Sandbox>>(&all.body) else {
+        return error(500, "berth's answer was not a list of sandboxes");
+    };
+    let param = |name: &str| super::query_param(query, name);
+    let metadata: Vec<(String, String)> = param("metadata")
+        .map(|m| {
+            m.split('&')
+                .filter(|kv| !kv.is_empty())
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                    (decode(&decode(k)), decode(&decode(v)))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let states: Option<Vec<String>> = param("state").map(|s| s.split(',').map(str::to_string).collect());
+    let after = match param("startedAfter") {
+        Some(t) => match parse_time(&t) {
+            Some(ms) => Some(ms),
+            None => return error(400, format!("startedAfter is an RFC 3339 time, not {t:?}")),
+        },
+        None => None,
+    };
+    let template = param("template");
+    sandboxes.retain(|sb| {
+        let state = listed_json(sb, false)["state"].as_str().unwrap_or("").to_string();
+        !matches!(sb.state, SandboxState::Stopped | SandboxState::Stopping | SandboxState::Gone)
+            && metadata.iter().all(|(k, v)| sb.labels.get(k) == Some(v))
+            && states.as_ref().is_none_or(|st| st.contains(&state))
+            && after.is_none_or(|a| sb.created_at_ms >= a)
+            && template.as_ref().is_none_or(|t| &template_of(sb) == t)
+    });
+    sandboxes.sort_by_key(|sb| (sb.created_at_ms, sb.id.clone()));
+    if param("order").as_deref() != Some("asc") {
+        sandboxes.reverse();
+    }
+    let start: usize = param("nextToken").and_then(|t| t.parse().ok()).unwrap_or(0);
+    let limit: usize = match param("limit") {
+        Some(l) => match l.parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => return error(400, format!("limit is a positive whole number, not {l:?}")),
+        },
+        None => usize::MAX,
+    };
+    let page: Vec<Value> = sandboxes.iter().skip(start).take(limit).map(|sb| listed_json(sb, false)).collect();
+    let mut r = axum::Json(page).into_response();
+    let next = start.saturating_add(limit);
+    if next < sandboxes.len()
+        && let Ok(v) = HeaderValue::from_str(&next.to_string())
+    {
+        r.headers_mut().insert("x-next-token", v);
+    }
+    r
+}
+
+/// An RFC 3339 time (`2026-12-03T18:21:52.626Z`, or with an offset), as milliseconds since the epoch.
+fn parse_time(t: &str) -> Option<u64> {
+    let (date, rest) = t.split_once(['T', ' '])?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let split = rest.find(['Z', 'z', '+', '-']).unwrap_or(rest.len());
+    let (clock, zone) = rest.split_at(split);
+    let mut c = clock.split(':');
+    let (h, min) = (c.next()?.parse::<i64>().ok()?, c.next()?.parse::<i64>().ok()?);
+    let sec: f64 = c.next().map_or(Some(0.0), |s| s.parse().ok())?;
+    let offset = match zone {
+        "" | "Z" | "z" => 0,
+        z => {
+            let sign = if z.starts_with('-') { -1 } else { 1 };
+            let (oh, om) = z[1..].split_once(':').unwrap_or((&z[1..], "0"));
+            sign * (oh.parse::<i64>().ok()? * 60 + om.parse::<i64>().ok()?)
+        }
+    };
+    // Days from the civil date (the inverse of `rfc3339`).
+    let (yy, mm) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = yy.div_euclid(400);
+    let yoe = yy - era * 400;
+    let doy = (153 * mm + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let ms = ((days * 86_400 + h * 3600 + (min - offset) * 60) as f64 + sec) * 1000.0;
+    (ms >= 0.0).then_some(ms as u64)
+}
+
+async fn get(s: &E2b, key: &str, id: &str) -> Result<Sandbox, Response> {
+    let a = s.call(key, Method::GET, &format!("/v1/sandboxes/{}", super::encode(id)), None).await;
+    if a.status == 404 {
+        return Err(error(404, format!("sandbox {id} was not found")));
+    }
+    if !a.ok() {
+        return Err(failed(&a));
+    }
+    serde_json::from_slice(&a.body).map_err(|_| error(500, "berth's answer was not a sandbox"))
+}
+
+async fn info(s: &E2b, key: &str, id: &str) -> Response {
+    match get(s, key, id).await {
+        Ok(sb) => axum::Json(listed_json(&sb, true)).into_response(),
+        Err(r) => r,
+    }
+}
+
+async fn kill(s: &E2b, key: &str, id: &str) -> Response {
+    let a = s.call(key, Method::DELETE, &format!("/v1/sandboxes/{}", super::encode(id)), None).await;
+    match a.status {
+        200 => {
+            s.forget(id);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        404 => error(404, format!("sandbox {id} was not found")),
+        _ => failed(&a),
+    }
+}
+
+async fn timeout(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
+    let Some(t) = body["timeout"].as_f64().filter(|t| *t >= 0.0) else {
+        return error(400, "the body is {\"timeout\": <seconds>}");
+    };
+    // A timeout of 0 ends it at the next check, as E2B's does.
+    let t = t.max(0.001);
+    let a = s
+        .call(key, Method::POST, &format!("/v1/sandboxes/{}/ttl", super::encode(id)), Some(json!({"ttl_seconds": t})))
+        .await;
+    match a.status {
+        200 => StatusCode::NO_CONTENT.into_response(),
+        404 => error(404, format!("sandbox {id} was not found")),
+        _ => failed(&a),
+    }
+}
+
+async fn pause(s: &E2b, key: &str, id: &str) -> Response {
+    let sb = match get(s, key, id).await {
+        Ok(sb) => sb,
+        Err(r) => return r,
+    };
+    if matches!(sb.state, SandboxState::Paused | SandboxState::Hibernated) {
+        return error(409, format!("sandbox {id} is already paused"));
+    }
+    let a = s.call(key, Method::POST, &format!("/v1/sandboxes/{}/pause", sb.id), None).await;
+    if a.ok() { StatusCode::NO_CONTENT.into_response() } else { failed(&a) }
+}
+
+async fn connect(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
+    let mut sb = match get(s, key, id).await {
+        Ok(sb) => sb,
+        Err(r) => return r,
+    };
+    let mut status = StatusCode::OK;
+    let wake = match sb.state {
+        SandboxState::Paused => Some("resume"),
+        SandboxState::Hibernated => Some("wake"),
+        SandboxState::Stopped => Some("start"),
+        _ => None,
+    };
+    if let Some(op) = wake {
+        let a = s.call(key, Method::POST, &format!("/v1/sandboxes/{}/{op}", sb.id), None).await;
+        if !a.ok() {
+            return failed(&a);
+        }
+        status = StatusCode::CREATED;
+    }
+    // A timeout only ever moves the end later.
+    if let Some(t) = body["timeout"].as_f64().filter(|t| *t > 0.0) {
+        let wanted = super::super::engine::now_ms() + (t * 1000.0) as u64;
+        if sb.expires_at_ms.is_some_and(|at| at < wanted) {
+            let a = s
+                .call(key, Method::POST, &format!("/v1/sandboxes/{}/ttl", sb.id), Some(json!({"ttl_seconds": t})))
+                .await;
+            if !a.ok() {
+                return failed(&a);
+            }
+        }
+    }
+    if let Ok(now) = get(s, key, &sb.id).await {
+        sb = now;
+    }
+    let access = s.access_token(&sb.id, key);
+    (status, axum::Json(sandbox_json(s, &sb, &access))).into_response()
+}
+
+async fn metrics(s: &E2b, key: &str, id: &str) -> Response {
+    let sb = match get(s, key, id).await {
+        Ok(sb) => sb,
+        Err(r) => return r,
+    };
+    let a = s.call(key, Method::GET, &format!("/v1/sandboxes/{}/usage", sb.id), None).await;
+    if !a.ok() {
+        return failed(&a);
+    }
+    let u = a.json();
+    let listed = listed_json(&sb, false);
+    let cpus = listed["cpuCount"].as_u64().unwrap_or(1).max(1);
+    let now = super::super::engine::now_ms();
+    // Over its life so far: berth keeps the CPU seconds, not a series.
+    let running = u["running_seconds"].as_f64().unwrap_or(0.0).max(0.001);
+    let pct = 100.0 * u["cpu_seconds"].as_f64().unwrap_or(0.0) / running / cpus as f64;
+    let mem_total = sb.memory_bytes.unwrap_or(0);
+    axum::Json(json!([{
+        "timestamp": rfc3339(now), "timestampUnix": now / 1000, "cpuCount": cpus, "cpuUsedPct": pct,
+        "memUsed": u["memory_bytes"], "memTotal": mem_total, "memCache": 0,
+        "diskUsed": u["disk_bytes"], "diskTotal": sb.disk_bytes.unwrap_or(0),
+    }]))
+    .into_response()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_read_back() {
+        assert_eq!(parse_time("2026-12-03T19:01:52.626Z"), Some(1_796_324_512_626));
+        assert_eq!(parse_time("2026-12-03T20:01:52.626+01:00"), Some(1_796_324_512_626));
+        assert_eq!(parse_time("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_time("yesterday"), None);
+        assert_eq!(rfc3339(parse_time("2000-02-29T12:00:00Z").unwrap()), "2000-02-29T12:00:00.000Z");
+    }
+}

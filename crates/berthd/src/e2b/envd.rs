@@ -1,0 +1,476 @@
+//! envd (port 49983): `process.Process` (a command is a berth exec: its output streamed, its timeout the
+//! server's, its kill berth's) and `filesystem.Filesystem` (berth's files API), over the Connect protocol;
+//! `/health`; `/files` (see `files`).
+
+use axum::body::Bytes;
+use axum::extract::Request;
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use berth_api::{ExecFrame, FileEntry, FileKind, SandboxState};
+use serde_json::{Value, json};
+
+use super::connect::{self, code_of, err, ok};
+use super::{E2b, HOME, absolute, encode};
+
+/// A process started through envd.
+#[derive(Clone)]
+pub(crate) struct Proc {
+    exec_id: String,
+    config: Value,
+    tag: Option<String>,
+}
+
+pub(super) async fn serve(s: &E2b, id: &str, req: Request) -> Response {
+    // A trailing slash on E2B_SANDBOX_URL makes the SDK ask for `//process.Process/Start`.
+    let path = req.uri().path().trim_start_matches('/').to_string();
+    if path == "health" {
+        return health(s, id).await;
+    }
+    let Some(key) = s.key_for(id, req.headers()) else {
+        return err(
+            "unauthenticated",
+            format!("no access token for sandbox {id}: connect to it again (Sandbox.connect) for a new one"),
+        );
+    };
+    if path == "files" {
+        return super::files::serve(s, &key, id, req).await;
+    }
+    let timeout_ms: Option<u64> =
+        req.headers().get("connect-timeout-ms").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+    let body = match axum::body::to_bytes(req.into_body(), connect::MAX_MESSAGE).await {
+        Ok(b) => b,
+        Err(_) => return err("resource_exhausted", format!("a message is at most {} bytes", connect::MAX_MESSAGE)),
+    };
+    let (service, method) = path.split_once('/').unwrap_or((&path, ""));
+    let streamed = matches!(method, "Start" | "Connect" | "WatchDir" | "StreamInput");
+    let m = if streamed {
+        match connect::messages(&body) {
+            Ok(ms) => ms.into_iter().next().unwrap_or(Value::Null),
+            Err(e) => return err("invalid_argument", e),
+        }
+    } else if body.is_empty() {
+        json!({})
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => return err("invalid_argument", format!("the message is not JSON: {e}")),
+        }
+    };
+    match (service, method) {
+        ("process.Process", "Start") => start(s, &key, id, &m, timeout_ms).await,
+        ("process.Process", "Connect") => attach(s, &key, id, &m).await,
+        ("process.Process", "List") => list(s, &key, id).await,
+        ("process.Process", "SendSignal") => signal(s, &key, id, &m).await,
+        ("process.Process", "SendInput" | "StreamInput" | "CloseStdin" | "Update") => err(
+            "unimplemented",
+            format!(
+                "{method}: berth's E2B API does not yet pass input or terminal changes to a running command; give \
+                 its input up front (berth's exec stdin) or use berth shell"
+            ),
+        ),
+        ("filesystem.Filesystem", "Stat") => stat(s, &key, id, &m).await,
+        ("filesystem.Filesystem", "ListDir") => list_dir(s, &key, id, &m).await,
+        ("filesystem.Filesystem", "MakeDir") => make_dir(s, &key, id, &m).await,
+        ("filesystem.Filesystem", "Move") => rename(s, &key, id, &m).await,
+        ("filesystem.Filesystem", "Remove") => remove(s, &key, id, &m).await,
+        ("filesystem.Filesystem", _) => {
+            err("unimplemented", format!("{method}: berth's E2B API does not watch directories yet"))
+        }
+        _ => err("unimplemented", format!("envd has no {path} on berth")),
+    }
+}
+
+/// What a request for a port nothing serves gets.
+pub(super) fn not_open(id: &str, port: u16) -> Response {
+    let body =
+        json!({"sandboxId": id, "message": format!("The sandbox is running but port {port} is not open"), "code": 502});
+    (axum::http::StatusCode::BAD_GATEWAY, axum::Json(body)).into_response()
+}
+
+/// 204 while the sandbox runs; 502 (as E2B's proxy answers, "was not found") once it is gone or paused.
+async fn health(s: &E2b, id: &str) -> Response {
+    match s.engine.get(id).await {
+        Ok(sb) if sb.state == SandboxState::Running => axum::http::StatusCode::NO_CONTENT.into_response(),
+        _ => {
+            let body = json!({"sandboxId": id, "message": "The sandbox was not found", "code": 502});
+            (axum::http::StatusCode::BAD_GATEWAY, axum::Json(body)).into_response()
+        }
+    }
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+/// An exec's end as envd reports it.
+fn end_event(r: &berth_api::ExecResult) -> Value {
+    if r.killed || r.signal.is_some() {
+        return json!({"event": {"end": {"exitCode": -1, "exited": false, "status": "signal: killed", "error": "signal: killed"}}});
+    }
+    let mut end = json!({"exitCode": r.exit_code, "exited": true, "status": format!("exit status {}", r.exit_code)});
+    if let Some(e) = &r.error {
+        end["error"] = json!(e);
+    }
+    json!({"event": {"end": end}})
+}
+
+async fn start(s: &E2b, key: &str, id: &str, m: &Value, timeout_ms: Option<u64>) -> Response {
+    let p = &m["process"];
+    let Some(cmd) = p["cmd"].as_str().filter(|c| !c.is_empty()) else {
+        return err("invalid_argument", "process.cmd names the command to run");
+    };
+    if !m["pty"].is_null() {
+        return err(
+            "unimplemented",
+            "berth's E2B API does not open terminals yet: use berth shell, or the shell WebSocket",
+        );
+    }
+    let mut argv = vec![cmd.to_string()];
+    argv.extend(strings(&p["args"]));
+    let envs = p["envs"].as_object().cloned().unwrap_or_default();
+    let cwd = p["cwd"].as_str().map(absolute).unwrap_or_else(|| HOME.to_string());
+    let mut req = json!({"argv": argv, "env": envs, "workdir": cwd, "max_output_bytes": 1u64 << 40});
+    if let Some(ms) = timeout_ms.filter(|ms| *ms > 0) {
+        req["timeout_seconds"] = json!(ms as f64 / 1000.0);
+    }
+    let answer =
+        s.stream(key, Method::POST, &format!("/v1/sandboxes/{}/execs", encode(id)), Some(req.to_string().into())).await;
+    if !answer.status().is_success() {
+        let a = s.read(answer).await;
+        return err(code_of(a.status), a.message());
+    }
+    let config = json!({"cmd": cmd, "args": strings(&p["args"]), "envs": envs, "cwd": cwd});
+    let tag = m["tag"].as_str().map(str::to_string);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    let procs = s.procs_handle();
+    let sandbox = id.to_string();
+    tokio::spawn(async move {
+        use futures_util::StreamExt;
+        let mut body = answer.into_body().into_data_stream();
+        let mut buf: Vec<u8> = Vec::new();
+        let mut pid = None;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        while let Some(chunk) = body.next().await {
+            let Ok(chunk) = chunk else { break };
+            buf.extend_from_slice(&chunk);
+            while let Some(at) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=at).collect();
+                let Ok(frame) = serde_json::from_slice::<ExecFrame>(&line) else { continue };
+                let out = match frame {
+                    ExecFrame::Started { exec_id, pid: p } => {
+                        pid = Some(p);
+                        let proc = Proc { exec_id, config: config.clone(), tag: tag.clone() };
+                        procs.lock().unwrap_or_else(|e| e.into_inner()).insert((sandbox.clone(), p), proc);
+                        connect::message(json!({"event": {"start": {"pid": p}}}))
+                    }
+                    ExecFrame::Output { stream, data, .. } => {
+                        let which = if stream == berth_api::Stream::Stderr { "stderr" } else { "stdout" };
+                        connect::message(json!({"event": {"data": {which: b64.encode(data.as_bytes())}}}))
+                    }
+                    ExecFrame::Truncated { dropped_bytes } => {
+                        let note = format!(
+                            "\n[berth: {dropped_bytes} bytes of output left out here; the exec's log has them]\n"
+                        );
+                        connect::message(json!({"event": {"data": {"stderr": b64.encode(note.as_bytes())}}}))
+                    }
+                    ExecFrame::Exit(r) => {
+                        if let Some(p) = pid {
+                            procs.lock().unwrap_or_else(|e| e.into_inner()).remove(&(sandbox.clone(), p));
+                        }
+                        if r.timed_out {
+                            let _ = tx
+                                .send(connect::end(Some((
+                                    "deadline_exceeded",
+                                    "the command ran past its timeout and was killed, with every process it started"
+                                        .into(),
+                                ))))
+                                .await;
+                        } else {
+                            let _ = tx.send(connect::message(end_event(&r))).await;
+                            let _ = tx.send(connect::end(None)).await;
+                        }
+                        return;
+                    }
+                };
+                if tx.send(out).await.is_err() {
+                    // The client went away: the command runs on (as envd's do), to its own end.
+                }
+            }
+        }
+        let _ = tx.send(connect::end(Some(("unavailable", "the command's stream ended before it did".into())))).await;
+    });
+    connect::stream(rx)
+}
+
+impl E2b {
+    fn procs_handle(&self) -> std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(String, i32), Proc>>> {
+        std::sync::Arc::clone(&self.procs)
+    }
+
+    fn proc_of(&self, id: &str, selector: &Value) -> Option<(i32, Proc)> {
+        let all = self.procs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(pid) = selector["pid"].as_i64() {
+            return all.get(&(id.to_string(), pid as i32)).map(|p| (pid as i32, p.clone()));
+        }
+        let tag = selector["tag"].as_str()?;
+        all.iter().find(|((s, _), p)| s == id && p.tag.as_deref() == Some(tag)).map(|((_, pid), p)| (*pid, p.clone()))
+    }
+}
+
+async fn attach(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
+    let Some((pid, proc)) = s.proc_of(id, &m["process"]) else {
+        return err("not_found", format!("no running process {} in sandbox {id}", m["process"]));
+    };
+    let log = s
+        .stream(key, Method::GET, &format!("/v1/sandboxes/{}/execs/{}/log?follow=true", encode(id), proc.exec_id), None)
+        .await;
+    if !log.status().is_success() {
+        let a = s.read(log).await;
+        return err(code_of(a.status), a.message());
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    let (key, sandbox) = (key.to_string(), id.to_string());
+    let api = s.api.clone();
+    tokio::spawn(async move {
+        use futures_util::StreamExt;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let _ = tx.send(connect::message(json!({"event": {"start": {"pid": pid}}}))).await;
+        let mut body = log.into_body().into_data_stream();
+        while let Some(Ok(chunk)) = body.next().await {
+            if tx.send(connect::message(json!({"event": {"data": {"stdout": b64.encode(&chunk)}}}))).await.is_err() {
+                return;
+            }
+        }
+        // Ended: its result, from the list of execs.
+        let e = E2bApi { api, key };
+        let info = e.get_json(&format!("/v1/sandboxes/{}/execs", encode(&sandbox))).await;
+        let result = info.as_array().and_then(|xs| xs.iter().find(|x| x["exec_id"] == proc.exec_id.as_str()).cloned());
+        match result.and_then(|x| serde_json::from_value::<berth_api::ExecResult>(x["result"].clone()).ok()) {
+            Some(r) => {
+                let _ = tx.send(connect::message(end_event(&r))).await;
+                let _ = tx.send(connect::end(None)).await;
+            }
+            None => {
+                let _ = tx.send(connect::end(Some(("unavailable", "the process's end is not known".into())))).await;
+            }
+        }
+    });
+    connect::stream(rx)
+}
+
+/// The API's router and a key, for calls made after the request that started them has been answered.
+struct E2bApi {
+    api: axum::Router,
+    key: String,
+}
+
+impl E2bApi {
+    async fn get_json(&self, path: &str) -> Value {
+        let Ok(req) = axum::http::Request::builder()
+            .uri(path)
+            .header("host", "berth")
+            .header("authorization", format!("Bearer {}", self.key))
+            .body(axum::body::Body::empty())
+        else {
+            return Value::Null;
+        };
+        let Ok(answer) = tower::ServiceExt::oneshot(self.api.clone(), req).await;
+        let body = axum::body::to_bytes(answer.into_body(), 16 << 20).await.unwrap_or_default();
+        serde_json::from_slice(&body).unwrap_or(Value::Null)
+    }
+}
+
+async fn list(s: &E2b, key: &str, id: &str) -> Response {
+    let execs = s.call(key, Method::GET, &format!("/v1/sandboxes/{}/execs", encode(id)), None).await;
+    if !execs.ok() {
+        return err(code_of(execs.status), execs.message());
+    }
+    let running: Vec<String> = execs
+        .json()
+        .as_array()
+        .map(|xs| {
+            xs.iter()
+                .filter(|x| x["running"] == true)
+                .filter_map(|x| x["exec_id"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let all = s.procs.lock().unwrap_or_else(|e| e.into_inner());
+    let processes: Vec<Value> = all
+        .iter()
+        .filter(|((sb, _), p)| sb == id && running.contains(&p.exec_id))
+        .map(|((_, pid), p)| {
+            let mut v = json!({"pid": pid, "config": p.config});
+            if let Some(t) = &p.tag {
+                v["tag"] = json!(t);
+            }
+            v
+        })
+        .collect();
+    ok(json!({"processes": processes}))
+}
+
+async fn signal(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
+    let Some((_, proc)) = s.proc_of(id, &m["process"]) else {
+        return err("not_found", format!("no running process {} in sandbox {id}", m["process"]));
+    };
+    // SIGTERM and SIGKILL alike end the command's whole process tree (berth's kill).
+    let a = s.call(key, Method::DELETE, &format!("/v1/sandboxes/{}/execs/{}", encode(id), proc.exec_id), None).await;
+    if a.ok() { ok(json!({})) } else { err(code_of(a.status), a.message()) }
+}
+
+/// envd's `EntryInfo` for a file at `path`.
+fn entry_info(path: &str, f: &FileEntry) -> Value {
+    let kind = match f.kind {
+        FileKind::File => "FILE_TYPE_FILE",
+        FileKind::Directory => "FILE_TYPE_DIRECTORY",
+        FileKind::Symlink => "FILE_TYPE_SYMLINK",
+        _ => "FILE_TYPE_UNSPECIFIED",
+    };
+    let who = |n: u32| match n {
+        0 => "root".to_string(),
+        1000 => "user".to_string(),
+        n => n.to_string(),
+    };
+    let lead = match f.kind {
+        FileKind::Directory => 'd',
+        FileKind::Symlink => 'l',
+        _ => '-',
+    };
+    let bits: String =
+        (0..9).rev().map(|i| if f.mode & (1 << i) != 0 { ['x', 'w', 'r'][i % 3] } else { '-' }).collect();
+    let mut v = json!({
+        "name": f.name, "type": kind, "path": path, "size": f.size, "mode": f.mode,
+        "permissions": format!("{lead}{bits}"), "owner": who(f.uid), "group": who(f.gid),
+        "modifiedTime": super::rfc3339(f.mtime_ms.max(0) as u64),
+    });
+    if let Some(t) = &f.link_target {
+        v["symlinkTarget"] = json!(t);
+    }
+    v
+}
+
+async fn stat_of(s: &E2b, key: &str, id: &str, path: &str) -> Result<FileEntry, Response> {
+    let a = s.call(key, Method::GET, &format!("/v1/sandboxes/{}/stat?path={}", encode(id), encode(path)), None).await;
+    if !a.ok() {
+        return Err(err(code_of(a.status), a.message()));
+    }
+    serde_json::from_slice(&a.body).map_err(|_| err("internal", "berth's answer was not a file entry"))
+}
+
+async fn stat(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
+    let path = absolute(m["path"].as_str().unwrap_or(""));
+    match stat_of(s, key, id, &path).await {
+        Ok(f) => ok(json!({"entry": entry_info(&path, &f)})),
+        Err(r) => r,
+    }
+}
+
+async fn list_dir(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
+    let root = absolute(m["path"].as_str().unwrap_or(""));
+    let depth = m["depth"].as_u64().filter(|d| *d > 0).unwrap_or(1);
+    match stat_of(s, key, id, &root).await {
+        Ok(f) if f.kind == FileKind::Directory => {}
+        Ok(_) => return err("invalid_argument", format!("{root} is not a directory")),
+        Err(r) => return r,
+    }
+    let mut entries = Vec::new();
+    let mut todo = vec![(root.trim_end_matches('/').to_string(), 1u64)];
+    while let Some((dir, level)) = todo.pop() {
+        let a = s
+            .call(
+                key,
+                Method::GET,
+                &format!("/v1/sandboxes/{}/files?path={}", encode(id), encode(if dir.is_empty() { "/" } else { &dir })),
+                None,
+            )
+            .await;
+        if !a.ok() {
+            return err(code_of(a.status), a.message());
+        }
+        let Ok(files) = serde_json::from_slice::<Vec<FileEntry>>(&a.body) else {
+            return err("internal", "berth's answer was not a directory listing");
+        };
+        for f in files {
+            let path = format!("{dir}/{}", f.name);
+            if f.kind == FileKind::Directory && level < depth {
+                todo.push((path.clone(), level + 1));
+            }
+            entries.push(entry_info(&path, &f));
+        }
+    }
+    ok(json!({"entries": entries}))
+}
+
+async fn make_dir(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
+    let path = absolute(m["path"].as_str().unwrap_or(""));
+    let a = s
+        .call(
+            key,
+            Method::POST,
+            &format!("/v1/sandboxes/{}/mkdir?path={}&parents=true", encode(id), encode(&path)),
+            None,
+        )
+        .await;
+    match a.status {
+        201 => match serde_json::from_slice::<FileEntry>(&a.body) {
+            Ok(f) => ok(json!({"entry": entry_info(&path, &f)})),
+            Err(_) => err("internal", "berth's answer was not a file entry"),
+        },
+        200 => err("already_exists", format!("{path} already exists")),
+        _ => err(code_of(a.status), a.message()),
+    }
+}
+
+async fn rename(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
+    let (Some(from), Some(to)) = (m["source"].as_str(), m["destination"].as_str()) else {
+        return err("invalid_argument", "Move takes a source and a destination");
+    };
+    let (from, to) = (absolute(from), absolute(to));
+    if let Err(r) = stat_of(s, key, id, &from).await {
+        return r;
+    }
+    let req = json!({"argv": ["mv", "-T", "--", from, to], "detach": false});
+    let a = s.call(key, Method::POST, &format!("/v1/sandboxes/{}/execs", encode(id)), Some(req)).await;
+    if !a.ok() {
+        return err(code_of(a.status), a.message());
+    }
+    let text = String::from_utf8_lossy(&a.body);
+    let exit = text.lines().filter_map(|l| serde_json::from_str::<ExecFrame>(l).ok()).find_map(|f| match f {
+        ExecFrame::Exit(r) => Some(r.exit_code),
+        _ => None,
+    });
+    if exit != Some(0) {
+        let said: String = text
+            .lines()
+            .filter_map(|l| match serde_json::from_str::<ExecFrame>(l) {
+                Ok(ExecFrame::Output { data, .. }) => Some(data),
+                _ => None,
+            })
+            .collect();
+        return err("failed_precondition", format!("{from} could not be moved to {to}: {}", said.trim()));
+    }
+    match stat_of(s, key, id, &to).await {
+        Ok(f) => ok(json!({"entry": entry_info(&to, &f)})),
+        Err(r) => r,
+    }
+}
+
+async fn remove(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
+    let path = absolute(m["path"].as_str().unwrap_or(""));
+    let a = s
+        .call(
+            key,
+            Method::DELETE,
+            &format!("/v1/sandboxes/{}/files?path={}&recursive=true", encode(id), encode(&path)),
+            None,
+        )
+        .await;
+    // As envd's RemoveAll: a path that is not there is removed already (the sandbox itself must be).
+    if a.ok() || a.status == 404 && s.engine.get(id).await.is_ok() {
+        ok(json!({}))
+    } else {
+        err(code_of(a.status), a.message())
+    }
+}

@@ -1,0 +1,255 @@
+//! The code interpreter (port 49999): `/execute` runs code in one of berth's live contexts and streams its
+//! output, results and error as E2B's NDJSON lines; `/contexts` makes, lists, restarts and removes them. A
+//! run without a context goes to the sandbox's default context of its language (python unless told), made
+//! on first use.
+
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::{Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use berth_api::RunFrame;
+use serde_json::{Value, json};
+
+use super::{E2b, HOME, encode, rfc3339};
+
+const MAX_BODY: usize = 16 << 20;
+
+/// An error as the code interpreter's SDK reads it: a status and a sentence.
+fn fail(status: u16, message: impl Into<String>) -> Response {
+    (StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), message.into()).into_response()
+}
+
+pub(super) async fn serve(s: &E2b, id: &str, req: Request) -> Response {
+    let path = req.uri().path().trim_start_matches('/').trim_end_matches('/').to_string();
+    if path == "health" {
+        return "OK".into_response();
+    }
+    let Some(key) = s.key_for(id, req.headers()) else {
+        return fail(
+            401,
+            format!("no access token for sandbox {id}: connect to it again (Sandbox.connect) for a new one"),
+        );
+    };
+    let method = req.method().clone();
+    let body = match axum::body::to_bytes(req.into_body(), MAX_BODY).await {
+        Ok(b) if b.is_empty() => Value::Null,
+        Ok(b) => match serde_json::from_slice(&b) {
+            Ok(v) => v,
+            Err(e) => return fail(400, format!("the body is not JSON: {e}")),
+        },
+        Err(_) => return fail(413, format!("a request is at most {MAX_BODY} bytes")),
+    };
+    let parts: Vec<&str> = path.split('/').collect();
+    match (method, parts.as_slice()) {
+        (Method::POST, ["execute"]) => execute(s, &key, id, &body).await,
+        (Method::POST, ["contexts"]) => {
+            let language = match language(body["language"].as_str()) {
+                Ok(l) => l,
+                Err(r) => return r,
+            };
+            match make(s, &key, id, language, body["cwd"].as_str()).await {
+                Ok(c) => axum::Json(c).into_response(),
+                Err(r) => r,
+            }
+        }
+        (Method::GET, ["contexts"]) => list(s, &key, id).await,
+        (Method::DELETE, ["contexts", ctx]) => {
+            let a = s
+                .call(&key, Method::DELETE, &format!("/v1/sandboxes/{}/contexts/{}", encode(id), encode(ctx)), None)
+                .await;
+            if a.ok() { StatusCode::NO_CONTENT.into_response() } else { fail(a.status, a.message()) }
+        }
+        (Method::POST, ["contexts", ctx, "restart"]) => {
+            let a = s
+                .call(
+                    &key,
+                    Method::POST,
+                    &format!("/v1/sandboxes/{}/contexts/{}/restart", encode(id), encode(ctx)),
+                    None,
+                )
+                .await;
+            if a.ok() { StatusCode::NO_CONTENT.into_response() } else { fail(a.status, a.message()) }
+        }
+        (m, _) => fail(404, format!("the code interpreter has no {m} /{path}")),
+    }
+}
+
+/// berth's context language for E2B's name of one.
+fn language(name: Option<&str>) -> Result<&'static str, Response> {
+    match name.map(str::to_ascii_lowercase).as_deref() {
+        None | Some("python" | "python3") => Ok("python"),
+        Some("js" | "javascript" | "node") => Ok("javascript"),
+        Some("bash" | "sh") => Ok("bash"),
+        Some(other) => Err(fail(400, format!("berth's contexts run python, javascript and bash, not {other}"))),
+    }
+}
+
+/// E2B's view of a context.
+fn context_json(c: &Value) -> Value {
+    json!({"id": c["id"], "language": c["language"], "cwd": c["cwd"]})
+}
+
+async fn make(s: &E2b, key: &str, id: &str, language: &str, cwd: Option<&str>) -> Result<Value, Response> {
+    let req = json!({"language": language, "cwd": cwd.unwrap_or(HOME)});
+    let a = s.call(key, Method::POST, &format!("/v1/sandboxes/{}/contexts", encode(id)), Some(req)).await;
+    if !a.ok() {
+        return Err(fail(a.status, a.message()));
+    }
+    Ok(context_json(&a.json()))
+}
+
+/// The sandbox's default context of a language (the one runs without a context go to), made on first use
+/// and remembered while the daemon runs.
+async fn default_context(s: &E2b, key: &str, id: &str, language: &str) -> Result<String, Response> {
+    let known =
+        s.defaults.lock().unwrap_or_else(|p| p.into_inner()).get(&(id.to_string(), language.to_string())).cloned();
+    if let Some(ctx) = known {
+        let a =
+            s.call(key, Method::GET, &format!("/v1/sandboxes/{}/contexts/{}", encode(id), encode(&ctx)), None).await;
+        if a.ok() {
+            return Ok(ctx);
+        }
+        if a.status != 404 {
+            return Err(fail(a.status, a.message()));
+        }
+    }
+    let c = make(s, key, id, language, None).await?;
+    let ctx = c["id"].as_str().unwrap_or_default().to_string();
+    s.defaults.lock().unwrap_or_else(|p| p.into_inner()).insert((id.to_string(), language.to_string()), ctx.clone());
+    Ok(ctx)
+}
+
+async fn list(s: &E2b, key: &str, id: &str) -> Response {
+    // As E2B's: a python and a javascript context are always there.
+    for language in ["python", "javascript"] {
+        if let Err(r) = default_context(s, key, id, language).await {
+            return r;
+        }
+    }
+    let a = s.call(key, Method::GET, &format!("/v1/sandboxes/{}/contexts", encode(id)), None).await;
+    if !a.ok() {
+        return fail(a.status, a.message());
+    }
+    let all: Vec<Value> = a.json().as_array().map(|cs| cs.iter().map(context_json).collect()).unwrap_or_default();
+    axum::Json(all).into_response()
+}
+
+/// `'abc'` as E2B shows it: one level of quotes off a string's repr.
+fn unquoted(text: &str) -> String {
+    let t = text.as_bytes();
+    if t.len() >= 2 && (t[0] == b'\'' || t[0] == b'"') && t[t.len() - 1] == t[0] {
+        return text[1..text.len() - 1].to_string();
+    }
+    text.to_string()
+}
+
+fn line(v: Value) -> Bytes {
+    let mut b = serde_json::to_vec(&v).unwrap_or_default();
+    b.push(b'\n');
+    Bytes::from(b)
+}
+
+async fn execute(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
+    let Some(code) = body["code"].as_str() else { return fail(400, "the body's code is the code to run") };
+    if !body["context_id"].is_null() && !body["language"].is_null() {
+        return fail(400, "give a context_id or a language, not both");
+    }
+    if body["env_vars"].as_object().is_some_and(|e| !e.is_empty()) {
+        return fail(
+            400,
+            "berth runs code in a context whose environment is set when it is made: give envs on the sandbox \
+             (Sandbox.create(envs=…)) instead of env_vars on a run",
+        );
+    }
+    let ctx = match body["context_id"].as_str() {
+        Some(c) => c.to_string(),
+        None => {
+            let language = match language(body["language"].as_str()) {
+                Ok(l) => l,
+                Err(r) => return r,
+            };
+            match default_context(s, key, id, language).await {
+                Ok(c) => c,
+                Err(r) => return r,
+            }
+        }
+    };
+    let run = json!({"code": code, "max_output_bytes": 1u64 << 40});
+    let path = format!("/v1/sandboxes/{}/contexts/{}/run", encode(id), encode(&ctx));
+    let answer = s.stream(key, Method::POST, &path, Some(run.to_string().into())).await;
+    if !answer.status().is_success() {
+        let a = s.read(answer).await;
+        return fail(a.status, a.message());
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        use futures_util::StreamExt;
+        let mut stream = answer.into_body().into_data_stream();
+        let mut buf: Vec<u8> = Vec::new();
+        let now = || rfc3339(crate::engine::now_ms());
+        while let Some(Ok(chunk)) = stream.next().await {
+            buf.extend_from_slice(&chunk);
+            while let Some(at) = buf.iter().position(|b| *b == b'\n') {
+                let raw: Vec<u8> = buf.drain(..=at).collect();
+                let Ok(frame) = serde_json::from_slice::<RunFrame>(&raw) else { continue };
+                let out: Vec<Value> = match frame {
+                    RunFrame::Stdout { data } => vec![json!({"type": "stdout", "text": data, "timestamp": now()})],
+                    RunFrame::Stderr { data } => vec![json!({"type": "stderr", "text": data, "timestamp": now()})],
+                    RunFrame::Result { is_main, data } => {
+                        let mut r = json!({"type": "result", "is_main_result": is_main});
+                        for (mime, field) in [
+                            ("text/html", "html"),
+                            ("text/markdown", "markdown"),
+                            ("image/svg+xml", "svg"),
+                            ("image/png", "png"),
+                            ("image/jpeg", "jpeg"),
+                            ("application/pdf", "pdf"),
+                            ("text/latex", "latex"),
+                            ("application/json", "json"),
+                            ("application/javascript", "javascript"),
+                        ] {
+                            if let Some(v) = data.get(mime) {
+                                r[field] = v.clone();
+                            }
+                        }
+                        if let Some(t) = data.get("text/plain").and_then(Value::as_str) {
+                            r["text"] = json!(unquoted(t));
+                        }
+                        vec![r]
+                    }
+                    RunFrame::Error { name, value, traceback } => {
+                        vec![json!({"type": "error", "name": name, "value": value, "traceback": traceback})]
+                    }
+                    RunFrame::Truncated { dropped_bytes } => vec![json!({
+                        "type": "stderr", "timestamp": now(),
+                        "text": format!("\n[berth: {dropped_bytes} bytes of output left out here]\n"),
+                    })],
+                    RunFrame::End(end) => vec![
+                        json!({"type": "number_of_executions", "execution_count": end.execution_count}),
+                        json!({"type": "end_of_execution"}),
+                    ],
+                };
+                for v in out {
+                    if tx.send(line(v)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let lines = tokio_stream::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(rx), Ok::<_, std::io::Error>);
+    ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_lose_one_level_of_quotes() {
+        assert_eq!(unquoted("'abc'"), "abc");
+        assert_eq!(unquoted("\"a\""), "a");
+        assert_eq!(unquoted("2"), "2");
+        assert_eq!(unquoted("'"), "'");
+    }
+}

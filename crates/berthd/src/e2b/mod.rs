@@ -1,0 +1,303 @@
+//! An E2B-compatible listener (`berth daemon --e2b-listen ADDR:PORT`): the control plane, envd (port 49983)
+//! and the code interpreter (port 49999) as the unmodified E2B SDKs speak them, on one port, translated to
+//! berth's own API.
+//!
+//! Every request is carried out as a request to the API's router in-process (as `/mcp` does), with the
+//! caller's berth token: it is authenticated, scoped, journaled and limited exactly as that request would be
+//! from any client. The control plane takes the token as `X-API-Key` (the SDK's `E2B_API_KEY`). Sandbox
+//! traffic carries no API key: create and connect answer with an access token for the sandbox
+//! (`envdAccessToken`, also `trafficAccessToken`), which stands for the key that made it, held in memory by
+//! its digest (a restarted daemon gives a new one at the next `connect`).
+//!
+//! Which sandbox and port a request is for comes from the `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers
+//! (the SDK's `E2B_SANDBOX_URL`), or from a host `<port>-<id>.<domain>` with `--domain`.
+
+// Its helpers return the HTTP answer a request gets when they cannot go on: an early answer, not an error
+// carried up through layers, so its size does not matter.
+#![allow(clippy::result_large_err)]
+
+mod connect;
+mod control;
+mod envd;
+mod files;
+mod interpreter;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use crate::Engine;
+use crate::tokens::{digest, random_hex};
+
+/// envd's port, the code interpreter's, and the envd version berth answers as (what it implements).
+pub(crate) const ENVD_PORT: u16 = 49983;
+pub(crate) const INTERPRETER_PORT: u16 = 49999;
+pub(crate) const ENVD_VERSION: &str = "0.5.7";
+/// The home and working directory E2B's SDKs and users expect.
+pub(crate) const HOME: &str = "/home/user";
+/// The largest answer read from the API in one piece (a file's bound).
+const MAX_ANSWER: usize = 1 << 30;
+
+pub(crate) struct E2b {
+    api: Router,
+    engine: Arc<Engine>,
+    domain: Option<String>,
+    /// Access tokens (by digest) → the sandbox and the berth token they stand for.
+    access: Mutex<HashMap<String, Access>>,
+    /// Processes started through envd, by sandbox and pid: their exec and how they were asked for.
+    procs: Arc<Mutex<HashMap<(String, i32), envd::Proc>>>,
+    /// Each sandbox's default code context of each language.
+    defaults: Mutex<HashMap<(String, String), String>>,
+}
+
+#[derive(Clone)]
+struct Access {
+    sandbox: String,
+    key: String,
+    made: std::time::Instant,
+}
+
+/// The listener's router.
+pub fn app(engine: Arc<Engine>, domain: Option<String>) -> Router {
+    let state = Arc::new(E2b {
+        api: crate::http::tcp_app(Arc::clone(&engine)),
+        engine,
+        domain,
+        access: Mutex::new(HashMap::new()),
+        procs: Arc::new(Mutex::new(HashMap::new())),
+        defaults: Mutex::new(HashMap::new()),
+    });
+    Router::new().fallback(dispatch).with_state(state)
+}
+
+async fn dispatch(State(s): State<Arc<E2b>>, req: Request) -> Response {
+    match target(&req, s.domain.as_deref()) {
+        Some((id, ENVD_PORT)) => envd::serve(&s, &id, req).await,
+        Some((id, INTERPRETER_PORT)) => interpreter::serve(&s, &id, req).await,
+        Some((id, port)) => envd::not_open(&id, port),
+        None => control::serve(&s, req).await,
+    }
+}
+
+/// The sandbox and port a request is for, if it is sandbox traffic.
+fn target(req: &Request, domain: Option<&str>) -> Option<(String, u16)> {
+    let h = req.headers();
+    let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let (Some(id), Some(port)) = (text("e2b-sandbox-id"), text("e2b-sandbox-port")) {
+        return Some((id.to_string(), port.parse().ok()?));
+    }
+    let domain = domain?;
+    let host = text("host")?;
+    let host = host.rsplit_once(':').filter(|(_, p)| p.chars().all(|c| c.is_ascii_digit())).map_or(host, |(h, _)| h);
+    let label = host.to_ascii_lowercase().strip_suffix(&format!(".{domain}"))?.to_string();
+    let (port, id) = label.split_once('-')?;
+    Some((id.to_string(), port.parse().ok()?))
+}
+
+/// What the API answered: its status, content type and body.
+pub(crate) struct Answer {
+    pub status: u16,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// The API's error sentence.
+    pub fn message(&self) -> String {
+        let v = self.json();
+        v["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(&self.body).into())
+    }
+}
+
+impl E2b {
+    /// Call the API as the holder of berth token `key`; the answer's body streamed.
+    pub(crate) async fn stream(&self, key: &str, method: Method, path: &str, body: Option<Body>) -> Response {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::HOST, "berth")
+            .header(header::AUTHORIZATION, format!("Bearer {key}"));
+        if body.is_some() {
+            req = req.header(header::CONTENT_TYPE, "application/json");
+        }
+        let Ok(req) = req.body(body.unwrap_or_else(Body::empty)) else {
+            return (StatusCode::BAD_REQUEST, "a request berth cannot make").into_response();
+        };
+        let Ok(answer) = self.api.clone().oneshot(req).await;
+        answer
+    }
+
+    /// Call the API as the holder of `key`, with a JSON body (or none), and read the whole answer.
+    pub(crate) async fn call(&self, key: &str, method: Method, path: &str, body: Option<Value>) -> Answer {
+        let body = body.map(|v| Body::from(serde_json::to_vec(&v).unwrap_or_default()));
+        self.read(self.stream(key, method, path, body).await).await
+    }
+
+    /// The same with a raw body.
+    pub(crate) async fn call_bytes(&self, key: &str, method: Method, path: &str, body: Bytes) -> Answer {
+        let answer = self.stream(key, method, path, Some(Body::from(body))).await;
+        self.read(answer).await
+    }
+
+    async fn read(&self, answer: Response) -> Answer {
+        let status = answer.status().as_u16();
+        match axum::body::to_bytes(answer.into_body(), MAX_ANSWER).await {
+            Ok(body) => Answer { status, body },
+            Err(e) => Answer { status: 502, body: Bytes::from(format!("reading berth's answer failed: {e}")) },
+        }
+    }
+
+    /// A new access token for sandbox `sandbox`, standing for berth token `key`.
+    pub(crate) fn access_token(&self, sandbox: &str, key: &str) -> String {
+        let mut all = self.access.lock().unwrap_or_else(|p| p.into_inner());
+        // A few per sandbox (each connect makes one; earlier handles keep working), the oldest dropped first.
+        let mine: Vec<String> = all.iter().filter(|(_, a)| a.sandbox == sandbox).map(|(d, _)| d.clone()).collect();
+        if mine.len() >= 8 {
+            let oldest = mine.iter().min_by_key(|d| all[*d].made).cloned();
+            if let Some(d) = oldest {
+                all.remove(&d);
+            }
+        }
+        let token = format!("e2b_{}", random_hex(24).unwrap_or_default());
+        let made = std::time::Instant::now();
+        all.insert(digest(&token), Access { sandbox: sandbox.to_string(), key: key.to_string(), made });
+        token
+    }
+
+    /// The berth token a sandbox request's access token stands for, if it is one for this sandbox.
+    pub(crate) fn key_for(&self, sandbox: &str, headers: &HeaderMap) -> Option<String> {
+        let all = self.access.lock().unwrap_or_else(|p| p.into_inner());
+        ["x-access-token", "e2b-traffic-access-token"].iter().find_map(|name| {
+            let token = headers.get(*name)?.to_str().ok()?;
+            all.get(&digest(token)).filter(|a| a.sandbox == sandbox).map(|a| a.key.clone())
+        })
+    }
+
+    /// Forget a removed sandbox's access tokens and processes.
+    pub(crate) fn forget(&self, sandbox: &str) {
+        self.access.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, a| a.sandbox != sandbox);
+        self.procs.lock().unwrap_or_else(|p| p.into_inner()).retain(|(s, _), _| s != sandbox);
+        self.defaults.lock().unwrap_or_else(|p| p.into_inner()).retain(|(s, _), _| s != sandbox);
+    }
+}
+
+/// A control-plane error as the SDK parses it: `{"code": <status>, "message": "…"}`.
+pub(crate) fn error(status: u16, message: impl Into<String>) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut r = (code, axum::Json(json!({"code": status, "message": message.into()}))).into_response();
+    // A failure the SDK must not replay on its own (a create that failed may have done part of its work).
+    if status >= 500 {
+        r.headers_mut().insert("should-retry", HeaderValue::from_static("false"));
+    }
+    r
+}
+
+/// An API answer that failed, as a control-plane error.
+pub(crate) fn failed(a: &Answer) -> Response {
+    error(a.status, a.message())
+}
+
+/// Milliseconds since the epoch as RFC 3339 (UTC).
+pub(crate) fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (proleptic Gregorian).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z", rem / 3600, rem % 3600 / 60, rem % 60, ms % 1000)
+}
+
+/// A path as E2B users give it: relative ones are in the home directory.
+pub(crate) fn absolute(path: &str) -> String {
+    if path.starts_with('/') {
+        path.to_string()
+    } else if path.is_empty() {
+        HOME.to_string()
+    } else {
+        format!("{HOME}/{path}")
+    }
+}
+
+/// A query string's value, percent-decoded.
+pub(crate) fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+    query?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (decode(k) == name).then(|| decode(v))
+    })
+}
+
+/// Percent-decoding (`+` as a space, as forms have it); a `%` not followed by two hex digits is kept.
+pub(crate) fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let hex = |j: usize| b.get(j).and_then(|c| (*c as char).to_digit(16));
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => match (hex(i + 1), hex(i + 2)) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Percent-encoding of a path or query value (everything but unreserved characters and `/`).
+pub(crate) fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|c| match c {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (c as char).to_string(),
+            _ => format!("%{c:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_796_324_512_626), "2026-12-03T19:01:52.626Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn queries_are_decoded() {
+        assert_eq!(query_param(Some("a=1&path=%2Fhome%2Fuser%2Fa%20b"), "path").as_deref(), Some("/home/user/a b"));
+        assert_eq!(query_param(Some("x=%zz&y=%4"), "x").as_deref(), Some("%zz"));
+        assert_eq!(query_param(Some("x=%zz&y=%4"), "y").as_deref(), Some("%4"));
+        assert_eq!(encode("/a b/ü"), "/a%20b/%C3%BC");
+        assert_eq!(absolute("a.txt"), "/home/user/a.txt");
+    }
+}
