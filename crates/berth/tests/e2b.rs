@@ -26,7 +26,7 @@ fn the_e2b_sdks_work_against_berth() {
     );
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let url = format!("http://127.0.0.1:{port}");
-    let d = Daemon::start_with(&["--e2b-listen", &format!("127.0.0.1:{port}")]);
+    let d = Daemon::start_with(&["--e2b-listen", &format!("127.0.0.1:{port}"), "--domain", "e2b.test"]);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(std::time::Instant::now() < deadline, "the E2B listener did not come up");
@@ -43,6 +43,7 @@ fn the_e2b_sdks_work_against_berth() {
         .env("E2B_SANDBOX_URL", &url)
         .env("E2B_API_KEY", token)
         .env("BERTH_E2B_BAD_KEY", "berth_0000")
+        .env("BERTH_E2B_DOMAIN", "e2b.test")
         .env_remove("E2B_DOMAIN")
         .env_remove("E2B_DEBUG")
         .stdout(Stdio::piped())

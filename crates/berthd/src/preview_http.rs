@@ -161,7 +161,7 @@ fn hop_by_hop(name: &header::HeaderName, upgrade: bool) -> bool {
         || n == TOKEN_HEADER
 }
 
-async fn serve(e: &Arc<Engine>, mut req: Request, target: Target) -> Result<Response, Failure> {
+async fn serve(e: &Arc<Engine>, req: Request, target: Target) -> Result<Response, Failure> {
     let (id, port, tail, by_host) = (target.id.as_str(), target.port, target.tail.as_str(), target.by_host);
     let (query, query_token) = split_query(req.uri().query());
     let sid = e.get(id).await.map_err(|_| not_found(id, port))?.id;
@@ -181,13 +181,37 @@ async fn serve(e: &Arc<Engine>, mut req: Request, target: Target) -> Result<Resp
             ));
         }
     };
+    let mut response = proxy(e, req, &sid, port, tail, by_host, query, &preview).await?;
+    if let Some(t) = query_token
+        && let Ok(v) =
+            HeaderValue::from_str(&format!("{cookie}={t}; Path=/preview/{sid}/{port}/; HttpOnly; SameSite=Lax"))
+    {
+        response.headers_mut().append(header::SET_COOKIE, v);
+    }
+    Ok(response)
+}
+
+/// Carry a request (a WebSocket upgrade included) to the server sandbox `sid` runs on `127.0.0.1:port`, as
+/// `tail` and `query`, and stream its answer back; journaled as a request through `preview` (a preview's id,
+/// or what else let it through).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn proxy(
+    e: &Arc<Engine>,
+    mut req: Request,
+    sid: &str,
+    port: u16,
+    tail: &str,
+    by_host: bool,
+    query: Option<String>,
+    preview: &str,
+) -> Result<Response, Failure> {
     let method = req.method().to_string();
     let upgrade = req.headers().contains_key(header::UPGRADE);
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-    let (stream, open) = e.connect_port(&sid, port).await?;
+    let (stream, open) = e.connect_port(sid, port).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|err| unreachable_port(&sid, port, &err.to_string()))?;
+        .map_err(|err| unreachable_port(sid, port, &err.to_string()))?;
     // Open while the connection serves, or, upgraded, while its two sides are joined.
     let open_while_serving = Arc::clone(&open);
     tokio::spawn(async move {
@@ -216,9 +240,9 @@ async fn serve(e: &Arc<Engine>, mut req: Request, target: Target) -> Result<Resp
         out = out.header("x-forwarded-prefix", base.clone());
     }
     let out = out.body(body).map_err(|err| Failure(ErrorCode::InvalidRequest, err.to_string()))?;
-    let mut answer = sender.send_request(out).await.map_err(|err| unreachable_port(&sid, port, &err.to_string()))?;
+    let mut answer = sender.send_request(out).await.map_err(|err| unreachable_port(sid, port, &err.to_string()))?;
     let status = answer.status();
-    e.journal_preview(&sid, &preview, &method, tail, status.as_u16()).await;
+    e.journal_preview(sid, preview, &method, tail, status.as_u16()).await;
     if status == StatusCode::SWITCHING_PROTOCOLS
         && let Some(client) = client_upgrade
     {
@@ -241,12 +265,6 @@ async fn serve(e: &Arc<Engine>, mut req: Request, target: Target) -> Result<Resp
     };
     let mut response = Response::from_parts(parts, body);
     guard_origin(response.headers_mut(), by_host);
-    if let Some(t) = query_token
-        && let Ok(v) =
-            HeaderValue::from_str(&format!("{cookie}={t}; Path=/preview/{sid}/{port}/; HttpOnly; SameSite=Lax"))
-    {
-        response.headers_mut().append(header::SET_COOKIE, v);
-    }
     Ok(response)
 }
 

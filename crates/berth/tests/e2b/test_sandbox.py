@@ -192,3 +192,64 @@ async def test_the_async_sdk(test_id):
         assert await sb.is_running()
     finally:
         assert await sb.kill() is True
+
+
+def test_get_host_reaches_a_server_in_the_sandbox(sandbox):
+    import httpx
+
+    sandbox.files.write("site/index.html", "served from the sandbox")
+    sandbox.commands.run("cd /home/user/site && python3 -m http.server 8000 --bind 127.0.0.1", background=True)
+    host = sandbox.get_host(8000)
+    assert host == f"8000-{sandbox.sandbox_id}.{os.environ['BERTH_E2B_DOMAIN']}"
+    url = os.environ["E2B_SANDBOX_URL"]
+
+    def fetch(**kw):
+        try:
+            return httpx.get(url + "/index.html", timeout=10, **kw)
+        except httpx.HTTPError:
+            return None
+
+    # By its host (what a wildcard DNS name for the domain gives), and by E2B's routing headers.
+    wait_for("the server's start", lambda: (r := fetch(headers={"Host": host})) is not None and r.status_code == 200)
+    assert fetch(headers={"Host": host}).text == "served from the sandbox"
+    routed = fetch(headers={"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "8000"})
+    assert routed.status_code == 200 and routed.text == "served from the sandbox"
+    closed = fetch(headers={"Host": sandbox.get_host(8001)})
+    assert closed.status_code == 502 and "port is not open" in closed.text
+
+
+def test_private_traffic_needs_the_traffic_token(test_id):
+    import httpx
+
+    sb = Sandbox.create("base", metadata={"sandbox_test_id": test_id}, network={"allow_public_traffic": False})
+    try:
+        sb.commands.run("cd /tmp && python3 -m http.server 8000 --bind 127.0.0.1", background=True)
+        url, host = os.environ["E2B_SANDBOX_URL"], sb.get_host(8000)
+        refused = httpx.get(url, headers={"Host": host}, timeout=10)
+        assert refused.status_code == 403 and "traffic access token" in refused.text
+        token = sb.traffic_access_token
+        assert token
+        ok = lambda: httpx.get(url, headers={"Host": host, "e2b-traffic-access-token": token}, timeout=10).status_code == 200
+        wait_for("the server's answer with the token", ok)
+    finally:
+        sb.kill()
+
+
+def test_egress_is_berths_policy(test_id):
+    # No egress unless asked for: the proxy refuses, and says so.
+    sb = Sandbox.create("base", metadata={"sandbox_test_id": test_id})
+    try:
+        r = sb.commands.run("curl -sS -o /dev/null -w '%{http_code}' http://blocked.example/ || true")
+        assert r.stdout == "403", r
+    finally:
+        sb.kill()
+    # allowOut names what may be reached; everything else stays refused.
+    sb = Sandbox.create("base", metadata={"sandbox_test_id": test_id}, network={"allow_out": ["pypi.org:443"]})
+    try:
+        r = sb.commands.run("curl -sS -i http://blocked.example/ || true")
+        assert "no allow rule matches blocked.example:80" in r.stdout, r
+    finally:
+        sb.kill()
+    with pytest.raises(SandboxException) as refused:
+        Sandbox.create("base", network={"mask_request_host": "x"})
+    assert "maskRequestHost" in str(refused.value)

@@ -127,6 +127,9 @@ async fn create(s: &E2b, key: &str, body: &Value, idempotency: Option<HeaderValu
         Err(r) => return r,
     };
     labels.insert(TEMPLATE_LABEL.into(), template.into());
+    if body["network"]["allowPublicTraffic"].as_bool() == Some(false) {
+        labels.insert(super::PRIVATE_TRAFFIC.into(), "true".into());
+    }
     let mut env = match strings(&body["envVars"], "envVars") {
         Ok(m) => m,
         Err(r) => return r,
@@ -191,6 +194,14 @@ fn network(body: &Value) -> Result<Option<Value>, Response> {
         }
     };
     let n = &body["network"];
+    if let Some(other) = n.as_object().and_then(|o| {
+        o.iter().find(|(k, v)| !v.is_null() && !matches!(k.as_str(), "allowOut" | "denyOut" | "allowPublicTraffic"))
+    }) {
+        return Err(error(
+            400,
+            format!("berth's egress policy takes network.allowOut and denyOut (host rules), not network.{}", other.0),
+        ));
+    }
     let (allow, deny) = (rules(&n["allowOut"], "allowOut")?, rules(&n["denyOut"], "denyOut")?);
     let mode = match body["allow_internet_access"].as_bool() {
         Some(true) => Some("allow_all"),

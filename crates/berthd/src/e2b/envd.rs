@@ -83,8 +83,7 @@ pub(super) async fn serve(s: &E2b, id: &str, req: Request) -> Response {
 
 /// What a request for a port nothing serves gets.
 pub(super) fn not_open(id: &str, port: u16) -> Response {
-    let body =
-        json!({"sandboxId": id, "message": format!("The sandbox is running but port {port} is not open"), "code": 502});
+    let body = json!({"sandboxId": id, "message": format!("The sandbox is running but port is not open (nothing answers on its 127.0.0.1:{port})"), "code": 502});
     (axum::http::StatusCode::BAD_GATEWAY, axum::Json(body)).into_response()
 }
 

@@ -186,15 +186,43 @@ async fn execute(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
         use futures_util::StreamExt;
         let mut stream = answer.into_body().into_data_stream();
         let mut buf: Vec<u8> = Vec::new();
+        let mut pending = [String::new(), String::new()];
         let now = || rfc3339(crate::engine::now_ms());
         while let Some(Ok(chunk)) = stream.next().await {
             buf.extend_from_slice(&chunk);
             while let Some(at) = buf.iter().position(|b| *b == b'\n') {
                 let raw: Vec<u8> = buf.drain(..=at).collect();
                 let Ok(frame) = serde_json::from_slice::<RunFrame>(&raw) else { continue };
-                let out: Vec<Value> = match frame {
-                    RunFrame::Stdout { data } => vec![json!({"type": "stdout", "text": data, "timestamp": now()})],
-                    RunFrame::Stderr { data } => vec![json!({"type": "stderr", "text": data, "timestamp": now()})],
+                // Output goes out a line (or several) at a time, as Jupyter's streams give it: what follows
+                // the last newline waits for the rest of its line, or for anything else the run sends.
+                let mut out: Vec<Value> = Vec::new();
+                let flush = |pending: &mut [String; 2], out: &mut Vec<Value>| {
+                    for (i, name) in ["stdout", "stderr"].iter().enumerate() {
+                        if !pending[i].is_empty() {
+                            out.push(
+                                json!({"type": name, "text": std::mem::take(&mut pending[i]), "timestamp": now()}),
+                            );
+                        }
+                    }
+                };
+                let (which, data) = match &frame {
+                    RunFrame::Stdout { data } => (Some(0), data.as_str()),
+                    RunFrame::Stderr { data } => (Some(1), data.as_str()),
+                    _ => (None, ""),
+                };
+                if let Some(i) = which {
+                    pending[i].push_str(data);
+                    if let Some(at) = pending[i].rfind('\n') {
+                        let rest = pending[i].split_off(at + 1);
+                        let lines = std::mem::replace(&mut pending[i], rest);
+                        let name = ["stdout", "stderr"][i];
+                        out.push(json!({"type": name, "text": lines, "timestamp": now()}));
+                    }
+                } else {
+                    flush(&mut pending, &mut out);
+                }
+                out.extend(match frame {
+                    RunFrame::Stdout { .. } | RunFrame::Stderr { .. } => vec![],
                     RunFrame::Result { is_main, data } => {
                         let mut r = json!({"type": "result", "is_main_result": is_main});
                         for (mime, field) in [
@@ -228,7 +256,7 @@ async fn execute(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
                         json!({"type": "number_of_executions", "execution_count": end.execution_count}),
                         json!({"type": "end_of_execution"}),
                     ],
-                };
+                });
                 for v in out {
                     if tx.send(line(v)).await.is_err() {
                         return;

@@ -81,10 +81,35 @@ async fn dispatch(State(s): State<Arc<E2b>>, req: Request) -> Response {
     match target(&req, s.domain.as_deref()) {
         Some((id, ENVD_PORT)) => envd::serve(&s, &id, req).await,
         Some((id, INTERPRETER_PORT)) => interpreter::serve(&s, &id, req).await,
-        Some((id, port)) => envd::not_open(&id, port),
+        Some((id, port)) => user_port(&s, &id, port, req).await,
         None => control::serve(&s, req).await,
     }
 }
+
+/// A port the sandbox serves (`sandbox.get_host(port)`): public, as E2B's are, unless the sandbox was made
+/// with `network.allow_public_traffic: false`, which asks for its traffic token (`e2b-traffic-access-token`).
+async fn user_port(s: &E2b, id: &str, port: u16, req: Request) -> Response {
+    let Ok(sb) = s.engine.get(id).await else {
+        let body = json!({"sandboxId": id, "message": "The sandbox was not found", "code": 502});
+        return (StatusCode::BAD_GATEWAY, axum::Json(body)).into_response();
+    };
+    if sb.labels.get(PRIVATE_TRAFFIC).is_some_and(|v| v == "true") && s.key_for(&sb.id, req.headers()).is_none() {
+        return error(
+            403,
+            format!("port {port} of sandbox {} takes its traffic access token (e2b-traffic-access-token)", sb.id),
+        );
+    }
+    let by_host = !req.headers().contains_key("e2b-sandbox-id");
+    let tail = req.uri().path().to_string();
+    let query = req.uri().query().map(str::to_string);
+    match crate::preview_http::proxy(&s.engine, req, &sb.id, port, &tail, by_host, query, "e2b").await {
+        Ok(r) => r,
+        Err(_) => envd::not_open(&sb.id, port),
+    }
+}
+
+/// The label that marks a sandbox made with `allow_public_traffic: false`.
+pub(crate) const PRIVATE_TRAFFIC: &str = "e2b.private_traffic";
 
 /// The sandbox and port a request is for, if it is sandbox traffic.
 fn target(req: &Request, domain: Option<&str>) -> Option<(String, u16)> {
