@@ -54,6 +54,37 @@ fn the_e2b_sdks_work_against_berth() {
     assert!(out.status.success(), "the SDKs' suite failed:\n{}\n{}", text(&out.stdout), text(&out.stderr));
     assert!(text(&out.stdout).contains(" passed"), "{}", text(&out.stdout));
 
+    // E2B's JavaScript SDK, a smoke test on the machine's Node.js.
+    let npm = repo.join("target/npm");
+    assert!(
+        npm.join("node_modules/e2b").is_dir(),
+        "the e2b npm package is not under {}: run scripts/setup",
+        npm.display()
+    );
+    let js = Command::new("node")
+        .arg(repo.join("crates/berth/tests/e2b/smoke.mjs"))
+        .env("NPM_DIR", &npm)
+        .env("E2B_API_URL", &url)
+        .env("E2B_SANDBOX_URL", &url)
+        .env("E2B_API_KEY", token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let js = common::daemon::wait_output(js, Duration::from_secs(120));
+    assert!(js.status.success(), "the JavaScript SDK's smoke test failed:\n{}\n{}", text(&js.stdout), text(&js.stderr));
+    let seen: Value = serde_json::from_slice(&js.stdout).unwrap();
+    assert_eq!(seen["stdout"], "from-js\n/home/user\n", "{seen}");
+    assert_eq!((seen["stderr"].as_str(), seen["exit"].as_i64()), (Some("err\n"), Some(0)), "{seen}");
+    assert_eq!((seen["file"].as_str(), seen["exists"].as_bool()), (Some("written by js"), Some(true)), "{seen}");
+    assert_eq!((seen["killed"].as_bool(), seen["failed"].as_i64()), (Some(true), Some(4)), "{seen}");
+    assert_eq!(seen["listed"], serde_json::json!([seen["id"]]), "{seen}");
+    assert_eq!(
+        (seen["running"].as_bool(), seen["kill"].as_bool(), seen["after"].as_bool()),
+        (Some(true), Some(true), Some(false)),
+        "{seen}"
+    );
+
     // On berth's side: each sandbox the suite made was created and removed under its token, with a receipt.
     let (_, events) = d.http("GET", "/v1/events", "");
     let events: Vec<Value> = serde_json::from_str(&events).unwrap();
