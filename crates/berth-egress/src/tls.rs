@@ -52,18 +52,49 @@ pub struct CertificateAuthority {
 impl CertificateAuthority {
     /// A new authority with a fresh ECDSA P-256 key.
     pub fn generate() -> Result<CertificateAuthority, TlsError> {
+        Self::generate_named(CA_NAME)
+    }
+
+    /// The same, with a name of its own (what a browser or `openssl x509` shows).
+    pub fn generate_named(name: &str) -> Result<CertificateAuthority, TlsError> {
         let key = KeyPair::generate()?;
-        let params = ca_params();
+        let params = ca_params(name);
         let cert = params.self_signed(&key)?;
         Ok(CertificateAuthority { params, key, der: cert.der().clone(), pem: cert.pem() })
     }
 
     /// An authority made earlier by [`CertificateAuthority::generate`], from its stored certificate and key.
     pub fn from_pem(certificate_pem: &str, key_pem: &str) -> Result<CertificateAuthority, TlsError> {
+        Self::from_pem_named(CA_NAME, certificate_pem, key_pem)
+    }
+
+    /// One made by [`CertificateAuthority::generate_named`] with `name`.
+    pub fn from_pem_named(name: &str, certificate_pem: &str, key_pem: &str) -> Result<CertificateAuthority, TlsError> {
         let der =
             CertificateDer::from_pem_slice(certificate_pem.as_bytes()).map_err(|e| TlsError::Pem(e.to_string()))?;
         let key = KeyPair::from_pem(key_pem)?;
-        Ok(CertificateAuthority { params: ca_params(), key, der, pem: certificate_pem.to_string() })
+        Ok(CertificateAuthority { params: ca_params(name), key, der, pem: certificate_pem.to_string() })
+    }
+
+    /// A server configuration (HTTP/1.1) presenting a certificate this authority signs for `names` (which may
+    /// be wildcards, `*.example.test`).
+    pub fn server_config_for(&self, names: &[String]) -> Result<Arc<ServerConfig>, TlsError> {
+        let mut params = CertificateParams::new(names.to_vec())?;
+        params.distinguished_name.push(DnType::CommonName, names.first().cloned().unwrap_or_default());
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.use_authority_key_identifier_extension = true;
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &Issuer::from_params(&self.params, &self.key))?;
+        let chain = vec![cert.der().clone(), self.der.clone()];
+        let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(chain, private)?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
     }
 
     pub fn certificate_pem(&self) -> &str {
@@ -92,9 +123,9 @@ impl CertificateAuthority {
     }
 }
 
-fn ca_params() -> CertificateParams {
+fn ca_params(name: &str) -> CertificateParams {
     let mut params = CertificateParams::default();
-    params.distinguished_name.push(DnType::CommonName, CA_NAME);
+    params.distinguished_name.push(DnType::CommonName, name);
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     params

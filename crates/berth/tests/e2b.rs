@@ -101,3 +101,52 @@ fn the_e2b_sdks_work_against_berth() {
     }
     assert!(d.ids().is_empty(), "the suite left {:?}", d.ids());
 }
+
+#[test]
+fn the_e2b_sdks_reach_berth_by_domain_over_tls() {
+    const DOMAIN: &str = "berth-e2b.test";
+    const ADDR: &str = "127.0.44.1";
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python = repo.join("target/venv/bin/python");
+    // The names resolve to the listener by a DNS server of the test's own (a wildcard, which /etc/hosts cannot do).
+    let dns = common::dns::Dns::start(|name, _| {
+        let ours = name == DOMAIN || name.ends_with(&format!(".{DOMAIN}"));
+        common::dns::Answer::A(if ours { vec![ADDR.parse().unwrap()] } else { vec![] })
+    });
+    let d = Daemon::start_with(&["--e2b-listen", &format!("{ADDR}:443"), "--domain", DOMAIN]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect((ADDR, 443)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the E2B listener did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ca = d.root().join("e2b/ca.pem");
+    assert!(std::fs::read_to_string(&ca).unwrap().contains("BEGIN CERTIFICATE"), "no CA at {}", ca.display());
+    let token = text(&d.berth(&["token", "create", "--name", "e2b-tls"]).stdout).trim().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let resolv = dir.path().join("resolv.conf");
+    std::fs::write(&resolv, format!("nameserver {}\noptions attempts:2 timeout:2\n", dns.addr())).unwrap();
+    // In a mount namespace of its own, so that the DNS server is the suite's alone.
+    let child = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\""])
+        .arg(&resolv)
+        .arg(&python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-x"])
+        .arg(repo.join("crates/berth/tests/e2b_domain"))
+        .env("E2B_DOMAIN", DOMAIN)
+        .env("E2B_API_KEY", &token)
+        .env("SSL_CERT_FILE", &ca)
+        .env_remove("E2B_API_URL")
+        .env_remove("E2B_SANDBOX_URL")
+        .env_remove("E2B_DEBUG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = common::daemon::wait_output(child, Duration::from_secs(300));
+    assert!(out.status.success(), "the SDKs over TLS failed:\n{}\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(text(&out.stdout).contains("1 passed"), "{}", text(&out.stdout));
+    // Plain HTTP still works on the same port.
+    let (status, _) = common::daemon::tcp_http(&format!("{ADDR}:443"), "GET", "/v2/sandboxes", None, "");
+    assert_eq!(status, 401);
+    assert!(d.ids().is_empty(), "{:?}", d.ids());
+}

@@ -626,7 +626,22 @@ pub async fn serve(
             .await
             .map_err(|e| berth_sys::SysError::new(format!("listen on {addr}"), e))?;
         let app = crate::e2b::app(Arc::clone(&engine), tcp.domain.clone());
-        tokio::spawn(crate::listen::serve(e2b, app, "e2b", None));
+        // Under a domain, E2B's SDKs speak TLS (E2B_DOMAIN): with a certificate of berth's own authority.
+        let tls = match &tcp.domain {
+            Some(d) => Some(
+                crate::e2b::tls::config(root, d)
+                    .map_err(|e| EngineError::invalid(format!("the E2B listener's TLS: {e}")))?,
+            ),
+            None => None,
+        };
+        if tls.is_some() {
+            crate::log::info(
+                "e2b tls",
+                serde_json::json!({"ca": crate::e2b::tls::ca_path(root), "trust": "give clients this certificate \
+                    (SSL_CERT_FILE, or the system's store) to reach https://api.<domain> and https://<port>-<id>.<domain>"}),
+            );
+        }
+        tokio::spawn(crate::e2b::tls::serve(e2b, app, tls));
     }
     crate::log::info(
         "listening",

@@ -21,6 +21,7 @@ mod control;
 mod envd;
 mod files;
 mod interpreter;
+pub(crate) mod tls;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
