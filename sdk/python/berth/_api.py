@@ -347,6 +347,10 @@ class SandboxAPI:
     def start(self) -> m.SandboxInfo:
         return self._lifecycle("start")
 
+    def set_ttl(self, seconds: float | None) -> m.SandboxInfo:
+        """Give it ``seconds`` more to live from now (sooner or later than before), or with None no TTL."""
+        return self._lifecycle("ttl", {"ttl_seconds": seconds})
+
     def pause(self) -> m.SandboxInfo:
         """Freeze every process, keeping its memory; ``resume`` (or any exec, context run or file call) wakes it."""
         return self._lifecycle("pause")

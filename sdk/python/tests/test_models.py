@@ -31,7 +31,7 @@ NOT_MODELLED = {
     "RestoreRequest": "restore(snapshot)", "ResetRequest": "reset(keep_workspace=)", "ExportRequest": "export(...) (checked below)",
     "CreateVolume": "volumes.create(name)", "InitStorage": "init_storage(size_bytes)", "ImportImage": "images.import_(name, source)",
     "ImportFrame": "images.import_", "ImportFrameDone": "images.import_", "ImportFrameError": "raised as BerthError",
-    "NetChange": "net.change(allow, deny)", "CreatePreview": "expose(port, public=, ttl=)",
+    "NetChange": "net.change(allow, deny)", "SetTtl": "set_ttl(seconds)", "CreatePreview": "expose(port, public=, ttl=)",
     "CreateContext": "create_code_context(language, cwd=, env=)", "RunCode": "run_code(code, timeout=, max_output=)",
     "ContextLanguage": "a string field", "ContextState": "a string field", "Interrupted": "interrupt() -> bool",
     "RunFrame": "gathered into Execution",

@@ -245,3 +245,25 @@ def test_usage_and_a_budget_that_ends_the_sandbox(client):
     receipt = client.receipt(sb.id)
     assert receipt.reason.startswith("budget: cpu"), receipt.reason
     assert receipt.usage and receipt.usage.cpu_seconds >= limit
+
+
+def test_a_ttl_is_changed_from_now(client):
+    import time
+
+    sb = berth.Sandbox.create(client=client, ttl=3600)
+    try:
+        assert sb.set_ttl(None).expires_at_ms is None
+        with pytest.raises(berth.InvalidRequest):
+            sb.set_ttl(-1)
+        soon = sb.set_ttl(1).expires_at_ms
+        assert soon is not None and soon - time.time() * 1000 < 5000
+        deadline = time.time() + 30
+        while sb.id in [s.id for s in client.list_sandboxes()]:
+            assert time.time() < deadline, "the new TTL was not enforced"
+            time.sleep(0.1)
+        assert sb.receipt().reason == "reaped"
+    finally:
+        try:
+            sb.remove()
+        except berth.NotFound:
+            pass
