@@ -222,6 +222,10 @@ pub struct ExecRequest {
     /// Data for the command's standard input, which is closed after it (without this, stdin is /dev/null).
     #[serde(default)]
     pub stdin: Option<String>,
+    /// Keep its standard input open (after `stdin`, if given) for input sent while it runs
+    /// (`POST /v1/sandboxes/{id}/execs/{exec}/stdin`), until that closes it or the command ends.
+    #[serde(default)]
+    pub stdin_open: bool,
 }
 
 /// Which output stream a frame carries.

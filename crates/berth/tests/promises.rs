@@ -263,3 +263,33 @@ fn a_ttl_is_changed_from_now_and_enforced() {
     let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
     assert_eq!(journal.matches("\"action\":\"ttl\"").count(), 2, "{journal}");
 }
+
+#[test]
+fn a_running_exec_takes_input_on_its_open_stdin() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let body = r#"{"argv": ["sh", "-c", "read a; echo got:$a; cat; echo end"], "detach": true, "stdin_open": true}"#;
+    let (status, started) = d.http("POST", &format!("/v1/sandboxes/{id}/execs"), body);
+    assert_eq!(status, 201, "{started}");
+    let exec = serde_json::from_str::<serde_json::Value>(&started).unwrap()["exec_id"].as_str().unwrap().to_string();
+    let stdin = format!("/v1/sandboxes/{id}/execs/{exec}/stdin");
+    assert_eq!(d.http_bytes("POST", &stdin, b"first\n").0, 204);
+    assert_eq!(d.http_bytes("POST", &format!("{stdin}?close=true"), b"more\n").0, 204);
+    let log = format!("/v1/sandboxes/{id}/execs/{exec}/log?follow=true");
+    let (status, out) = d.http("GET", &log, "");
+    assert_eq!((status, out.as_str()), (200, "got:first\nmore\nend\n"));
+    // Ended: it takes no more, and says why; nor does an exec started without stdin_open, or none at all.
+    let (status, body) = d.http_bytes("POST", &stdin, b"late");
+    assert!(status == 409 && String::from_utf8_lossy(&body).contains("has ended"), "{status}");
+    let (_, quiet) =
+        d.http("POST", &format!("/v1/sandboxes/{id}/execs"), r#"{"argv": ["sleep", "30"], "detach": true}"#);
+    let quiet = serde_json::from_str::<serde_json::Value>(&quiet).unwrap()["exec_id"].as_str().unwrap().to_string();
+    let (status, body) = d.http_bytes("POST", &format!("/v1/sandboxes/{id}/execs/{quiet}/stdin"), b"x");
+    assert!(status == 409 && String::from_utf8_lossy(&body).contains("without stdin_open"), "{status}");
+    assert_eq!(d.http_bytes("POST", &format!("/v1/sandboxes/{id}/execs/x999/stdin"), b"x").0, 404);
+    assert_eq!(d.http_bytes("POST", &format!("{stdin}?shut=1"), b"x").0, 400);
+    // The journal has the byte counts, never the bytes.
+    let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
+    assert_eq!(journal.matches("\"action\":\"stdin\"").count(), 2, "{journal}");
+    assert!(!journal.contains("first") && journal.contains("\"bytes\":6"), "{journal}");
+}

@@ -478,6 +478,7 @@ impl Engine {
             log: logs.join(format!("{exec_id}.log")),
             max_log,
             stdin: req.stdin.clone(),
+            stdin_open: req.stdin_open,
             redactor: live.redactor.clone().filter(|r| !r.is_empty()),
             pause: Some(Arc::clone(&live.pause)),
             cgroup,
@@ -487,7 +488,7 @@ impl Engine {
         let env_names: Vec<&String> = live.env.keys().chain(req.env.keys()).collect();
         let args = serde_json::json!({
             "exec_id": exec_id, "argv": req.argv, "workdir": plan.workdir, "env_names": env_names,
-            "timeout_seconds": req.timeout_seconds, "max_output_bytes": max_output, "max_log_bytes": max_log, "detach": req.detach, "stdin_bytes": req.stdin.as_ref().map(String::len),
+            "timeout_seconds": req.timeout_seconds, "max_output_bytes": max_output, "max_log_bytes": max_log, "detach": req.detach, "stdin_bytes": req.stdin.as_ref().map(String::len), "stdin_open": req.stdin_open,
         });
         // Taken before the command starts: what it does at once (a proxy connection) is after its start.
         let started_at_ms = now_ms();
@@ -514,6 +515,7 @@ impl Engine {
                 done: running.done,
                 park: Some(running.park),
                 recorder: Some(recorder),
+                input: running.input,
             },
         );
         // Listed: counted as running by its entry from here.

@@ -45,6 +45,8 @@ pub struct ExecPlan {
     pub oom: Option<launch::OomCount>,
     /// Data for the command's stdin (closed after it); `None`: stdin is /dev/null.
     pub stdin: Option<String>,
+    /// Its stdin stays open, fed by what `Running::input` sends, until that sends `Input::Close`.
+    pub stdin_open: bool,
     /// The sandbox's secrets, replaced in the output before it goes anywhere (client and log alike).
     pub redactor: Option<berth_secrets::Redactor>,
     /// The sandbox's pause clock: time paused does not count against the timeout.
@@ -57,6 +59,15 @@ pub struct Running {
     pub kill: watch::Sender<bool>,
     pub done: watch::Receiver<Option<ExecResult>>,
     pub park: mpsc::UnboundedSender<Park>,
+    /// Where input for an open stdin goes (`ExecPlan::stdin_open`).
+    pub input: Option<mpsc::UnboundedSender<Input>>,
+}
+
+/// Input for an exec's open stdin.
+pub enum Input {
+    Data(Vec<u8>),
+    /// Close it: the command reads its end.
+    Close,
 }
 
 /// What an exec's supervisor is asked around a hibernation of its sandbox (see `exec_sleep`).
@@ -75,18 +86,19 @@ pub enum Park {
 pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, EngineError> {
     let (out_r, out_w) = pipe_pair()?;
     let (err_r, err_w) = pipe_pair()?;
-    let stdin = match &plan.stdin {
-        Some(_) => Some(
+    let piped = plan.stdin.is_some() || plan.stdin_open;
+    let stdin = match piped {
+        true => Some(
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
                 .map_err(|e| berth_sys::SysError::new("create a pipe", e))?,
         ),
-        None => None,
+        false => None,
     };
     let started_at = Instant::now();
     let mut fds: Vec<_> = stdin.iter().map(|(r, _)| r.as_fd()).collect();
     fds.extend([out_w.as_fd(), err_w.as_fd()]);
     let cmd = launch::Command { argv: &plan.argv, env: &plan.env, cwd: &plan.workdir, tty: false, pty: None };
-    let attached = Attached { stdin: plan.stdin.is_some(), stdout: true, stderr: true };
+    let attached = Attached { stdin: piped, stdout: true, stderr: true };
     let launched = match launch::launch(&session, &cmd, attached, &fds, plan.cgroup.as_ref()).await {
         Ok(l) => l,
         Err(e) => {
@@ -95,15 +107,31 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
         }
     };
     drop(fds);
-    let stdin_fed = Arc::new(AtomicBool::new(plan.stdin.is_none()));
-    if let (Some((r, w)), Some(data)) = (stdin, plan.stdin.clone()) {
+    let stdin_fed = Arc::new(AtomicBool::new(!piped));
+    let mut input = None;
+    if let Some((r, w)) = stdin {
         drop(r);
         berth_sys::fd::set_nonblocking(&w, true)?;
         let mut w = pipe::Sender::from_owned_fd(w).map_err(|e| berth_sys::SysError::new("watch a pipe", e))?;
         let fed = Arc::clone(&stdin_fed);
+        let data = plan.stdin.clone().unwrap_or_default();
+        let mut more = match plan.stdin_open {
+            true => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                input = Some(tx);
+                Some(rx)
+            }
+            false => None,
+        };
         // A command that stops reading early closes the pipe; that is its business, not an error.
         tokio::spawn(async move {
-            let _ = w.write_all(data.as_bytes()).await;
+            let mut open = w.write_all(data.as_bytes()).await.is_ok();
+            while open && let Some(rx) = more.as_mut() {
+                match rx.recv().await {
+                    Some(Input::Data(d)) => open = w.write_all(&d).await.is_ok(),
+                    Some(Input::Close) | None => break,
+                }
+            }
             drop(w);
             fed.store(true, Ordering::SeqCst);
         });
@@ -122,7 +150,7 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
             let _ = frames_tx.send(ExecFrame::Exit(result.clone())).await;
             let _ = done_tx.send(Some(result));
             launch::release_cgroup(plan.cgroup, false).await;
-            return Ok(Running { frames, kill, done, park });
+            return Ok(Running { frames, kill, done, park, input: None });
         }
     };
     let _ = frames_tx.send(ExecFrame::Started { exec_id: plan.exec_id.clone(), pid }).await;
@@ -156,7 +184,7 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
         started_at,
     };
     tokio::spawn(pump.run(ends));
-    Ok(Running { frames, kill, done, park })
+    Ok(Running { frames, kill, done, park, input })
 }
 
 fn pipe_pair() -> Result<(pipe::Receiver, OwnedFd), EngineError> {

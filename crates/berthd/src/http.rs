@@ -121,6 +121,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/sandboxes/{id}/execs"),
     ("DELETE", "/v1/sandboxes/{id}/execs/{exec}"),
     ("GET", "/v1/sandboxes/{id}/execs/{exec}/log"),
+    ("POST", "/v1/sandboxes/{id}/execs/{exec}/stdin"),
     ("GET", "/v1/sandboxes/{id}/journal"),
     ("POST", "/v1/sandboxes/{id}/ttl"),
     ("GET", "/v1/sandboxes/{id}/shell"),
@@ -312,6 +313,7 @@ fn routes() -> Router<Arc<Engine>> {
         .route("/v1/sandboxes/{id}/execs", get(execs).post(exec))
         .route("/v1/sandboxes/{id}/execs/{exec}", delete(kill_exec))
         .route("/v1/sandboxes/{id}/execs/{exec}/log", get(log))
+        .route("/v1/sandboxes/{id}/execs/{exec}/stdin", post(stdin))
         .route("/v1/sandboxes/{id}/journal", get(journal))
         .route("/v1/sandboxes/{id}/ttl", post(set_ttl))
         .route("/v1/events", get(events))
@@ -535,6 +537,24 @@ async fn kill_exec(
 ) -> Result<Response, Failure> {
     let key = idempotency_key(&headers, &format!("kill {id} {exec}"))?;
     once(&e, key, StatusCode::OK, e.kill_exec(&id, &exec)).await
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StdinQuery {
+    #[serde(default)]
+    close: bool,
+}
+
+/// Input for a running exec's open stdin: the body's bytes as they are; `close=true` closes it after them.
+async fn stdin(
+    State(e): Api,
+    UrlPath((id, exec)): UrlPath<(String, String)>,
+    ApiQuery(q): ApiQuery<StdinQuery>,
+    body: Bytes,
+) -> Result<Response, Failure> {
+    e.send_stdin(&id, &exec, body.to_vec(), q.close).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 #[derive(serde::Deserialize)]

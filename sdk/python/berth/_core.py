@@ -229,6 +229,7 @@ def exec_body(
     cwd: str | None = None,
     stdin: str | bytes | None = None,
     detach: bool = False,
+    stdin_open: bool = False,
 ) -> dict[str, Any]:
     if isinstance(stdin, bytes):
         stdin = stdin.decode("utf-8")
@@ -243,6 +244,8 @@ def exec_body(
     }
     if detach:
         body["detach"] = True
+    if stdin_open:
+        body["stdin_open"] = True
     return drop_none(body)
 
 

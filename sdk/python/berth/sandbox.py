@@ -103,7 +103,7 @@ class Sandbox(SandboxAPI):
              max_log: int | None = None, env: dict[str, str] | None = None, cwd: str | None = None,
              stdin: str | bytes | None = None, on_stdout: Callable[[str], Any] | None = None,
              on_stderr: Callable[[str], Any] | None = None, background: bool = False, check: bool = False,
-             idempotency_key: str | None = None) -> Any:  # fmt: skip
+             idempotency_key: str | None = None, stdin_open: bool = False) -> Any:  # fmt: skip
         """Run a command (a string under ``sh -c``, a list as argv) and answer its :class:`CommandResult`.
 
         ``timeout`` is the daemon's: the whole process tree is killed when it runs out (exit code 124).
@@ -112,9 +112,12 @@ class Sandbox(SandboxAPI):
 
         ``idempotency_key``: a key of your own (a fresh one is made otherwise). A second call with the same key
         does not run the command again: it follows the first one's exec and answers its result, with its log
-        (stdout and stderr interleaved) as ``stdout``."""
+        (stdout and stderr interleaved) as ``stdout``.
+
+        ``stdin_open=True`` (with ``background=True``) keeps its stdin open for :meth:`Process.write_stdin`."""
         if background:
-            body = exec_body(cmd, timeout=timeout, max_output=max_output, max_log=max_log, env=env, cwd=cwd, stdin=stdin, detach=True)
+            body = exec_body(cmd, timeout=timeout, max_output=max_output, max_log=max_log, env=env, cwd=cwd, stdin=stdin,
+                             detach=True, stdin_open=stdin_open)  # fmt: skip
             info = self._do(Op("POST", f"{self._base}/execs", json=body, parse=model(m.ExecInfo), key=idempotency_key))
             return Process(self, info)
         stream = self.exec_stream(cmd, timeout=timeout, max_output=max_output, max_log=max_log, env=env, cwd=cwd,
@@ -287,6 +290,13 @@ class Process:
         """Kill it (its process group and cgroup); answers its record (``result.killed``)."""
         self.info = self.sandbox.kill(self.exec_id)
         return self.info
+
+    def write_stdin(self, data: str | bytes, *, close: bool = False) -> None:
+        """Write to its stdin (it was started with ``stdin_open=True``); ``close`` closes it after."""
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+        path = f"{self.sandbox._base}/execs/{self.exec_id}/stdin"
+        params = {"close": "true"} if close else {}
+        self.sandbox._do(Op("POST", path, params=params, content=raw, content_type="application/octet-stream"))
 
     def logs(self) -> str:
         """What its log holds so far."""

@@ -137,3 +137,18 @@ def test_exec_list(sandbox):
     sandbox.exec("true", timeout=10)
     execs = sandbox.execs()
     assert execs and execs[-1].argv == ["sh", "-c", "true"] and execs[-1].result.exit_code == 0
+
+
+def test_input_to_a_running_exec(sandbox):
+    p = sandbox.exec("read a; echo got:$a; cat; echo end", background=True, stdin_open=True)
+    p.write_stdin("first\n")
+    p.write_stdin(b"more\n", close=True)
+    info = p.wait_info(timeout=30)
+    assert info.result.exit_code == 0 and p.logs() == "got:first\nmore\nend\n"
+    with pytest.raises(berth.Conflict):
+        p.write_stdin("late")
+    quiet = sandbox.exec("sleep 30", background=True)
+    with pytest.raises(berth.Conflict) as refused:
+        quiet.write_stdin("x")
+    assert "stdin_open" in str(refused.value)
+    quiet.kill()

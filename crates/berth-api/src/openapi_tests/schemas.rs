@@ -235,6 +235,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         max_log_bytes: Some(1 << 20),
         detach: true,
         stdin: Some("input\n".into()),
+        stdin_open: true,
     };
     let info = ExecInfo {
         exec_id: "x3".into(),

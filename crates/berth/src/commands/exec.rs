@@ -26,6 +26,7 @@ pub fn exec(socket: &Path, args: ExecArgs) -> anyhow::Result<i32> {
         } else {
             None
         },
+        stdin_open: false,
     };
     let client = Client::connect(socket)?;
     let path = format!("/v1/sandboxes/{}/execs", client::segment(&args.id));

@@ -253,3 +253,18 @@ def test_egress_is_berths_policy(test_id):
     with pytest.raises(SandboxException) as refused:
         Sandbox.create("base", network={"mask_request_host": "x"})
     assert "maskRequestHost" in str(refused.value)
+
+
+def test_input_to_a_running_command(sandbox):
+    h = sandbox.commands.run("read a; echo got:$a; cat; echo end", background=True, stdin=True)
+    sandbox.commands.send_stdin(h.pid, "first\n")
+    sandbox.commands.send_stdin(h.pid, "more input\n")
+    sandbox.commands.close_stdin(h.pid)
+    r = h.wait()
+    assert r.stdout == "got:first\nmore input\nend\n", r
+    # A command started without stdin takes none, and says so.
+    quiet = sandbox.commands.run("sleep 30", background=True)
+    with pytest.raises(Exception) as refused:
+        sandbox.commands.send_stdin(quiet.pid, "x")
+    assert "stdin_open" in str(refused.value) or "without" in str(refused.value)
+    quiet.kill()

@@ -62,13 +62,12 @@ pub(super) async fn serve(s: &E2b, id: &str, req: Request) -> Response {
         ("process.Process", "Connect") => attach(s, &key, id, &m).await,
         ("process.Process", "List") => list(s, &key, id).await,
         ("process.Process", "SendSignal") => signal(s, &key, id, &m).await,
-        ("process.Process", "SendInput" | "StreamInput" | "CloseStdin" | "Update") => err(
-            "unimplemented",
-            format!(
-                "{method}: berth's E2B API does not yet pass input or terminal changes to a running command; give \
-                 its input up front (berth's exec stdin) or use berth shell"
-            ),
-        ),
+        ("process.Process", "SendInput") => input(s, &key, id, &m["process"], &m["input"], false).await,
+        ("process.Process", "CloseStdin") => input(s, &key, id, &m["process"], &Value::Null, true).await,
+        ("process.Process", "StreamInput") => stream_input(s, &key, id, &body).await,
+        ("process.Process", "Update") => {
+            err("unimplemented", "berth's E2B API does not open terminals yet: use berth shell, or the shell WebSocket")
+        }
         ("filesystem.Filesystem", "Stat") => stat(s, &key, id, &m).await,
         ("filesystem.Filesystem", "ListDir") => list_dir(s, &key, id, &m).await,
         ("filesystem.Filesystem", "MakeDir") => make_dir(s, &key, id, &m).await,
@@ -130,6 +129,9 @@ async fn start(s: &E2b, key: &str, id: &str, m: &Value, timeout_ms: Option<u64>)
     let envs = p["envs"].as_object().cloned().unwrap_or_default();
     let cwd = p["cwd"].as_str().map(absolute).unwrap_or_else(|| HOME.to_string());
     let mut req = json!({"argv": argv, "env": envs, "workdir": cwd, "max_output_bytes": 1u64 << 40});
+    if m["stdin"].as_bool() == Some(true) {
+        req["stdin_open"] = json!(true);
+    }
     if let Some(ms) = timeout_ms.filter(|ms| *ms > 0) {
         req["timeout_seconds"] = json!(ms as f64 / 1000.0);
     }
@@ -317,6 +319,53 @@ async fn signal(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
     // SIGTERM and SIGKILL alike end the command's whole process tree (berth's kill).
     let a = s.call(key, Method::DELETE, &format!("/v1/sandboxes/{}/execs/{}", encode(id), proc.exec_id), None).await;
     if a.ok() { ok(json!({})) } else { err(code_of(a.status), a.message()) }
+}
+
+/// `SendInput` (and, with `close`, `CloseStdin`): bytes for a running process's stdin, which it must have been
+/// started with (`stdin=True`).
+async fn input(s: &E2b, key: &str, id: &str, selector: &Value, input: &Value, close: bool) -> Response {
+    let Some((_, proc)) = s.proc_of(id, selector) else {
+        return err("not_found", format!("no running process {selector} in sandbox {id}"));
+    };
+    let data = match input["stdin"].as_str().or(input["pty"].as_str()) {
+        Some(b) => match base64::engine::general_purpose::STANDARD.decode(b) {
+            Ok(d) => d,
+            Err(e) => return err("invalid_argument", format!("input is base64: {e}")),
+        },
+        None => Vec::new(),
+    };
+    let path =
+        format!("/v1/sandboxes/{}/execs/{}/stdin{}", encode(id), proc.exec_id, if close { "?close=true" } else { "" });
+    let a = s.call_bytes(key, Method::POST, &path, Bytes::from(data)).await;
+    if a.ok() {
+        ok(json!({}))
+    } else {
+        err(if a.status == 409 { "failed_precondition" } else { code_of(a.status) }, a.message())
+    }
+}
+
+/// `StreamInput`, a client stream: a `start` naming the process, then `data` messages, each written as it is
+/// read; the answer comes when the client's stream ends.
+async fn stream_input(s: &E2b, key: &str, id: &str, body: &[u8]) -> Response {
+    let messages = match connect::messages(body) {
+        Ok(ms) => ms,
+        Err(e) => return err("invalid_argument", e),
+    };
+    let mut selector = Value::Null;
+    for m in messages {
+        if !m["start"].is_null() {
+            selector = m["start"]["process"].clone();
+        } else if !m["data"].is_null() {
+            let r = input(s, key, id, &selector, &m["data"]["input"], false).await;
+            if !r.status().is_success() {
+                return r;
+            }
+        }
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(2);
+    let _ = tx.send(connect::message(json!({}))).await;
+    let _ = tx.send(connect::end(None)).await;
+    connect::stream(rx)
 }
 
 /// envd's `EntryInfo` for a file at `path`.

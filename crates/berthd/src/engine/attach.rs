@@ -116,7 +116,7 @@ impl Engine {
         });
         live.execs.lock().await.insert(
             exec_id.clone(),
-            ExecEntry { argv, started_at_ms, kill: kill_tx, done: done_rx, park: None, recorder: None },
+            ExecEntry { argv, started_at_ms, kill: kill_tx, done: done_rx, park: None, recorder: None, input: None },
         );
         // Listed: counted as running by its entry from here.
         drop(starting);

@@ -70,6 +70,36 @@ impl Engine {
         }
     }
 
+    /// Write `data` to a running exec's open stdin (one started with `stdin_open`), then, with `close`, close it.
+    pub async fn send_stdin(&self, id: &str, exec_id: &str, data: Vec<u8>, close: bool) -> Result<(), EngineError> {
+        let live = self.live(id).await?;
+        let sid = live.record.lock().await.id.clone();
+        let execs = live.execs.lock().await;
+        let e = execs.get(exec_id).ok_or_else(|| EngineError::NoExec { sandbox: sid.clone(), exec: exec_id.into() })?;
+        if e.done.borrow().is_some() {
+            return Err(EngineError::Conflict(format!("exec {exec_id} of sandbox {sid} has ended: it takes no input")));
+        }
+        let Some(tx) = &e.input else {
+            return Err(EngineError::Conflict(format!(
+                "exec {exec_id} of sandbox {sid} was started without stdin_open: its input cannot be written"
+            )));
+        };
+        let bytes = data.len();
+        if (!data.is_empty() && tx.send(crate::exec::Input::Data(data)).is_err()) || tx.is_closed() {
+            return Err(EngineError::Conflict(format!("the stdin of exec {exec_id} of sandbox {sid} is closed")));
+        }
+        if close {
+            let _ = tx.send(crate::exec::Input::Close);
+        }
+        drop(execs);
+        live.note(
+            "stdin",
+            serde_json::json!({"exec_id": exec_id, "bytes": bytes, "close": close}),
+            serde_json::json!({}),
+        );
+        Ok(())
+    }
+
     /// Kill an exec's process group and wait for it to end.
     pub async fn kill_exec(&self, id: &str, exec_id: &str) -> Result<ExecInfo, EngineError> {
         let live = self.live(id).await?;

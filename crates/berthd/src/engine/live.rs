@@ -58,6 +58,8 @@ pub(super) struct ExecEntry {
     pub(super) park: Option<tokio::sync::mpsc::UnboundedSender<crate::exec::Park>>,
     /// The task that records its end (see `record_end`), if the engine runs one.
     pub(super) recorder: Option<tokio::task::AbortHandle>,
+    /// Where input for its open stdin goes (an exec started with `stdin_open`).
+    pub(super) input: Option<tokio::sync::mpsc::UnboundedSender<crate::exec::Input>>,
 }
 
 impl Live {

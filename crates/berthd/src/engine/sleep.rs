@@ -237,6 +237,7 @@ impl Engine {
                 done: keeper.done_rx,
                 park,
                 recorder: Some(recorder),
+                input: None,
             };
             live.execs.lock().await.insert(saved.exec_id, entry);
         }
