@@ -24,7 +24,7 @@ fn the_e2b_sdks_work_against_berth() {
         "the E2B SDKs are not installed in {}: run scripts/setup",
         python.display()
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = common::free_port();
     let url = format!("http://127.0.0.1:{port}");
     let d = Daemon::start_with(&["--e2b-listen", &format!("127.0.0.1:{port}"), "--domain", "e2b.test"]);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

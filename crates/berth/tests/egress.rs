@@ -244,7 +244,7 @@ on_each_daemon_isolation! {
 
 #[test]
 fn a_session_token_sees_only_its_sandbox_and_stops_working_at_teardown() {
-    let api_port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let api_port = common::free_port();
     let d = Daemon::start_with(&["--listen", &format!("127.0.0.1:{api_port}")]);
     let id = d.create(&["--memory", "256M"]);
     let other = d.create(&[]);
@@ -297,7 +297,7 @@ fn a_session_token_sees_only_its_sandbox_and_stops_working_at_teardown() {
 
 #[test]
 fn a_session_ends_with_its_runtime_even_when_nobody_removed_it() {
-    let api_port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let api_port = common::free_port();
     let d = Daemon::start_with(&["--listen", &format!("127.0.0.1:{api_port}")]);
     let id = d.create(&[]);
     let token = text(&d.berth(&["exec", &id, "--", "printenv", "BERTH_TOKEN"]).stdout).trim().to_string();

@@ -6,7 +6,6 @@
 mod common;
 
 use std::io::Write;
-use std::net::TcpListener;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -151,7 +150,7 @@ fn memory_and_pids_limits_hold_on_daemon_sandboxes() {
 
 #[test]
 fn a_session_token_makes_at_most_eight_sandboxes_and_a_childs_token_makes_none() {
-    let api_port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let api_port = common::free_port();
     let d = Daemon::start_with(&["--listen", &format!("127.0.0.1:{api_port}")]);
     // Each child takes a share of its owner's memory and processes, so the owner has room for eight.
     let owner = d.create(&["--memory", "4G", "--pids", "1024"]);

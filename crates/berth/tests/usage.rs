@@ -230,7 +230,7 @@ fn find<'a>(samples: &'a [Sample], name: &str, labels: &[(&str, &str)]) -> Optio
 
 #[test]
 fn metrics_are_prometheus_text_with_every_sandbox_and_the_daemons_counts() {
-    let api_port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let api_port = common::free_port();
     let d = Daemon::start_with(&["--listen", &format!("127.0.0.1:{api_port}")]);
     let id = d.create(&["--name", "metered"]);
     d.sh(&id, "true");
@@ -331,7 +331,7 @@ fn a_wall_budget_ends_an_idle_sandbox() {
 
 #[test]
 fn a_child_draws_on_its_owners_budget_and_a_session_sees_only_its_own_metrics() {
-    let api_port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let api_port = common::free_port();
     let d = Daemon::start_with(&["--listen", &format!("127.0.0.1:{api_port}")]);
     let owner = d.create(&["--budget", "cpu=2s"]);
     let other = d.create(&[]);

@@ -64,7 +64,7 @@ impl Daemon {
     /// A daemon that also serves the API on a free TCP port of 127.0.0.1 (`--listen`), started with extra
     /// options, once that port answers. Returns the daemon and `ADDR:PORT`.
     pub fn start_with_tcp(extra: &[&str]) -> (Daemon, String) {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = super::free_port();
         let addr = format!("127.0.0.1:{port}");
         let mut args = vec!["--listen", addr.as_str()];
         args.extend_from_slice(extra);

@@ -242,3 +242,22 @@ pub fn terminate(child: &mut std::process::Child) {
     let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
 }
+
+/// A TCP port of 127.0.0.1 free now, below the kernel's ephemeral range (32768 up), so that no connection's
+/// or `bind(0)`'s port can take it before the daemon that is given it listens on it.
+pub fn free_port() -> u16 {
+    let seed = std::process::id() as u64
+        ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
+    let mut x = seed | 1;
+    for _ in 0..1000 {
+        // xorshift: a different order per process and call.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let port = 20000 + (x % 12000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between 20000 and 32000 on 127.0.0.1");
+}
