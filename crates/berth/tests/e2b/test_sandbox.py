@@ -268,3 +268,50 @@ def test_input_to_a_running_command(sandbox):
         sandbox.commands.send_stdin(quiet.pid, "x")
     assert "stdin_open" in str(refused.value) or "without" in str(refused.value)
     quiet.kill()
+
+
+def test_watching_a_directory(sandbox):
+    from e2b import FilesystemEventType
+
+    sandbox.files.make_dir("watched/sub")
+    sandbox.files.write("watched/old.txt", "old")
+    w = sandbox.files.watch_dir("watched", recursive=True)
+    try:
+        sandbox.files.write("watched/new.txt", "new")
+        sandbox.files.write("watched/sub/deep.txt", "deep")
+        sandbox.files.write("watched/old.txt", "changed, longer")
+        sandbox.files.remove("watched/old.txt")
+        events = {(e.name, e.type) for e in w.get_new_events()}
+        assert ("new.txt", FilesystemEventType.CREATE) in events
+        assert ("sub/deep.txt", FilesystemEventType.CREATE) in events
+        assert ("old.txt", FilesystemEventType.REMOVE) in events
+        assert w.get_new_events() == []
+        sandbox.commands.run("chmod 600 /home/user/watched/new.txt; echo more >> /home/user/watched/new.txt")
+        later = {(e.name, e.type) for e in w.get_new_events()}
+        assert later == {("new.txt", FilesystemEventType.CHMOD), ("new.txt", FilesystemEventType.WRITE)}
+    finally:
+        w.stop()
+    with pytest.raises(Exception):
+        sandbox.files.watch_dir("watched/new.txt")
+
+
+@pytest.mark.anyio
+async def test_the_async_watch_stream(test_id):
+    import asyncio
+
+    from e2b import AsyncSandbox, FilesystemEventType
+
+    sb = await AsyncSandbox.create("base", metadata={"sandbox_test_id": test_id})
+    try:
+        await sb.files.make_dir("w")
+        seen = []
+        handle = await sb.files.watch_dir("w", on_event=lambda e: seen.append((e.name, e.type)))
+        await sb.files.write("w/a.txt", "a")
+        for _ in range(100):
+            if ("a.txt", FilesystemEventType.CREATE) in seen:
+                break
+            await asyncio.sleep(0.1)
+        assert ("a.txt", FilesystemEventType.CREATE) in seen, seen
+        await handle.stop()
+    finally:
+        await sb.kill()

@@ -21,7 +21,7 @@ pub(crate) struct Proc {
     tag: Option<String>,
 }
 
-pub(super) async fn serve(s: &E2b, id: &str, req: Request) -> Response {
+pub(super) async fn serve(s: &std::sync::Arc<E2b>, id: &str, req: Request) -> Response {
     // A trailing slash on E2B_SANDBOX_URL makes the SDK ask for `//process.Process/Start`.
     let path = req.uri().path().trim_start_matches('/').to_string();
     if path == "health" {
@@ -73,9 +73,10 @@ pub(super) async fn serve(s: &E2b, id: &str, req: Request) -> Response {
         ("filesystem.Filesystem", "MakeDir") => make_dir(s, &key, id, &m).await,
         ("filesystem.Filesystem", "Move") => rename(s, &key, id, &m).await,
         ("filesystem.Filesystem", "Remove") => remove(s, &key, id, &m).await,
-        ("filesystem.Filesystem", _) => {
-            err("unimplemented", format!("{method}: berth's E2B API does not watch directories yet"))
-        }
+        ("filesystem.Filesystem", "CreateWatcher") => super::watch::create(s, &key, id, &m).await,
+        ("filesystem.Filesystem", "GetWatcherEvents") => super::watch::events(s, id, &m).await,
+        ("filesystem.Filesystem", "RemoveWatcher") => super::watch::remove(s, id, &m),
+        ("filesystem.Filesystem", "WatchDir") => super::watch::stream(s, &key, id, &m).await,
         _ => err("unimplemented", format!("envd has no {path} on berth")),
     }
 }

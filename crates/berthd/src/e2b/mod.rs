@@ -22,6 +22,7 @@ mod envd;
 mod files;
 mod interpreter;
 pub(crate) mod tls;
+mod watch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -56,6 +57,8 @@ pub(crate) struct E2b {
     procs: Arc<Mutex<HashMap<(String, i32), envd::Proc>>>,
     /// Each sandbox's default code context of each language.
     defaults: Mutex<HashMap<(String, String), String>>,
+    /// Directory watchers (envd's `CreateWatcher`).
+    watchers: watch::Watchers,
 }
 
 #[derive(Clone)]
@@ -74,6 +77,7 @@ pub fn app(engine: Arc<Engine>, domain: Option<String>) -> Router {
         access: Mutex::new(HashMap::new()),
         procs: Arc::new(Mutex::new(HashMap::new())),
         defaults: Mutex::new(HashMap::new()),
+        watchers: watch::Watchers::default(),
     });
     Router::new().fallback(dispatch).with_state(state)
 }
@@ -218,6 +222,7 @@ impl E2b {
         self.access.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, a| a.sandbox != sandbox);
         self.procs.lock().unwrap_or_else(|p| p.into_inner()).retain(|(s, _), _| s != sandbox);
         self.defaults.lock().unwrap_or_else(|p| p.into_inner()).retain(|(s, _), _| s != sandbox);
+        self.watchers.forget(sandbox);
     }
 }
 
