@@ -315,3 +315,35 @@ async def test_the_async_watch_stream(test_id):
         await handle.stop()
     finally:
         await sb.kill()
+
+
+def test_a_pty(sandbox):
+    import threading
+
+    from e2b import CommandExitException, PtySize
+
+    got, ended = [], {}
+    term = sandbox.pty.create(PtySize(rows=30, cols=100))
+
+    def read():
+        try:
+            ended["result"] = term.wait(on_pty=got.append)
+        except CommandExitException as e:
+            ended["result"] = e
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        sandbox.pty.send_stdin(term.pid, b"stty size; tty; echo answer=$((6*7))\n")
+        wait_for("the terminal's answer", lambda: b"answer=42" in b"".join(got))
+        text = b"".join(got).decode(errors="replace")
+        assert "30 100" in text and "/dev/pts/" in text, text
+        sandbox.pty.resize(term.pid, PtySize(rows=40, cols=120))
+        sandbox.pty.send_stdin(term.pid, b"stty size\n")
+        wait_for("the new size", lambda: b"40 120" in b"".join(got))
+        sandbox.pty.send_stdin(term.pid, b"exit 5\n")
+        reader.join(30)
+        assert ended["result"].exit_code == 5
+    finally:
+        if reader.is_alive():
+            term.kill()

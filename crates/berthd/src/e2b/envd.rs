@@ -21,6 +21,11 @@ pub(crate) struct Proc {
     tag: Option<String>,
 }
 
+/// A shell word, quoted for `sh`.
+fn quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
 pub(super) async fn serve(s: &std::sync::Arc<E2b>, id: &str, req: Request) -> Response {
     // A trailing slash on E2B_SANDBOX_URL makes the SDK ask for `//process.Process/Start`.
     let path = req.uri().path().trim_start_matches('/').to_string();
@@ -65,9 +70,7 @@ pub(super) async fn serve(s: &std::sync::Arc<E2b>, id: &str, req: Request) -> Re
         ("process.Process", "SendInput") => input(s, &key, id, &m["process"], &m["input"], false).await,
         ("process.Process", "CloseStdin") => input(s, &key, id, &m["process"], &Value::Null, true).await,
         ("process.Process", "StreamInput") => stream_input(s, &key, id, &body).await,
-        ("process.Process", "Update") => {
-            err("unimplemented", "berth's E2B API does not open terminals yet: use berth shell, or the shell WebSocket")
-        }
+        ("process.Process", "Update") => resize(s, &key, id, &m).await,
         ("filesystem.Filesystem", "Stat") => stat(s, &key, id, &m).await,
         ("filesystem.Filesystem", "ListDir") => list_dir(s, &key, id, &m).await,
         ("filesystem.Filesystem", "MakeDir") => make_dir(s, &key, id, &m).await,
@@ -119,18 +122,24 @@ async fn start(s: &E2b, key: &str, id: &str, m: &Value, timeout_ms: Option<u64>)
     let Some(cmd) = p["cmd"].as_str().filter(|c| !c.is_empty()) else {
         return err("invalid_argument", "process.cmd names the command to run");
     };
-    if !m["pty"].is_null() {
-        return err(
-            "unimplemented",
-            "berth's E2B API does not open terminals yet: use berth shell, or the shell WebSocket",
-        );
-    }
     let mut argv = vec![cmd.to_string()];
     argv.extend(strings(&p["args"]));
+    // A terminal: the command runs on a pseudo-terminal of the sandbox's own that `script` opens inside, its
+    // input and output the terminal's (the size set before the command starts; `Update` changes it).
+    let pty = !m["pty"].is_null();
+    if pty {
+        let size = |k: &str| m["pty"]["size"][k].as_u64().filter(|n| *n > 0 && *n < 10_000);
+        let (Some(rows), Some(cols)) = (size("rows"), size("cols")) else {
+            return err("invalid_argument", "pty.size needs rows and cols between 1 and 9999");
+        };
+        let line: Vec<String> = argv.iter().map(|w| quoted(w)).collect();
+        let inner = format!("stty rows {rows} cols {cols} 2>/dev/null; exec {}", line.join(" "));
+        argv = vec!["script".into(), "-qfec".into(), inner, "/dev/null".into()];
+    }
     let envs = p["envs"].as_object().cloned().unwrap_or_default();
     let cwd = p["cwd"].as_str().map(absolute).unwrap_or_else(|| HOME.to_string());
     let mut req = json!({"argv": argv, "env": envs, "workdir": cwd, "max_output_bytes": 1u64 << 40});
-    if m["stdin"].as_bool() == Some(true) {
+    if pty || m["stdin"].as_bool() == Some(true) {
         req["stdin_open"] = json!(true);
     }
     if let Some(ms) = timeout_ms.filter(|ms| *ms > 0) {
@@ -167,7 +176,11 @@ async fn start(s: &E2b, key: &str, id: &str, m: &Value, timeout_ms: Option<u64>)
                         connect::message(json!({"event": {"start": {"pid": p}}}))
                     }
                     ExecFrame::Output { stream, data, .. } => {
-                        let which = if stream == berth_api::Stream::Stderr { "stderr" } else { "stdout" };
+                        let which = match stream {
+                            _ if pty => "pty",
+                            berth_api::Stream::Stderr => "stderr",
+                            _ => "stdout",
+                        };
                         connect::message(json!({"event": {"data": {which: b64.encode(data.as_bytes())}}}))
                     }
                     ExecFrame::Truncated { dropped_bytes } => {
@@ -320,6 +333,34 @@ async fn signal(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
     // SIGTERM and SIGKILL alike end the command's whole process tree (berth's kill).
     let a = s.call(key, Method::DELETE, &format!("/v1/sandboxes/{}/execs/{}", encode(id), proc.exec_id), None).await;
     if a.ok() { ok(json!({})) } else { err(code_of(a.status), a.message()) }
+}
+
+/// `Update`: a terminal's new size, set on the terminal the command's processes hold (they get SIGWINCH).
+async fn resize(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
+    let Some((pid, _)) = s.proc_of(id, &m["process"]) else {
+        return err("not_found", format!("no running process {} in sandbox {id}", m["process"]));
+    };
+    let size = |k: &str| m["pty"]["size"][k].as_u64().filter(|n| *n > 0 && *n < 10_000);
+    let (Some(rows), Some(cols)) = (size("rows"), size("cols")) else {
+        return err("invalid_argument", "pty.size needs rows and cols between 1 and 9999");
+    };
+    let script = format!(
+        "for c in $(cat /proc/{pid}/task/*/children); do t=$(readlink /proc/$c/fd/0) && stty -F \"$t\" rows {rows} cols {cols} && exit 0; done; exit 1"
+    );
+    let a = s
+        .call(
+            key,
+            Method::POST,
+            &format!("/v1/sandboxes/{}/execs", encode(id)),
+            Some(json!({"argv": ["sh", "-c", script]})),
+        )
+        .await;
+    let done = String::from_utf8_lossy(&a.body).contains("\"exit_code\":0");
+    if a.ok() && done {
+        ok(json!({}))
+    } else {
+        err("failed_precondition", format!("process {pid} has no terminal to resize"))
+    }
 }
 
 /// `SendInput` (and, with `close`, `CloseStdin`): bytes for a running process's stdin, which it must have been
