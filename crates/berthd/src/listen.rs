@@ -160,6 +160,10 @@ where
     let http = Arc::new(http);
     loop {
         let (io, _) = listener.accept().await;
+        // On TCP: each small write of a stream (an exec's frames, events) goes out at once instead of waiting
+        // for the peer's delayed acknowledgement of the one before (40 ms a frame). A unix socket has no such
+        // option, and says so.
+        let _ = rustix::net::sockopt::set_tcp_nodelay(io.as_fd(), true);
         let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
             warn_full(&last_warned, name, cap);
             tokio::spawn(refuse(io, cap));

@@ -60,6 +60,8 @@ pub(crate) async fn serve(
     let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok((io, _)) = listener.accept().await else { continue };
+        // Streams send many small frames: each goes at once, not held for the last one's acknowledgement.
+        let _ = io.set_nodelay(true);
         let Ok(permit) = Arc::clone(&open).try_acquire_owned() else { continue };
         let (app, acceptor) = (app.clone(), acceptor.clone());
         tokio::spawn(async move {
