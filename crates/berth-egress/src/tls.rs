@@ -79,15 +79,7 @@ impl CertificateAuthority {
     /// A server configuration (HTTP/1.1) presenting a certificate this authority signs for `names` (which may
     /// be wildcards, `*.example.test`).
     pub fn server_config_for(&self, names: &[String]) -> Result<Arc<ServerConfig>, TlsError> {
-        let mut params = CertificateParams::new(names.to_vec())?;
-        params.distinguished_name.push(DnType::CommonName, names.first().cloned().unwrap_or_default());
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.use_authority_key_identifier_extension = true;
-        let key = KeyPair::generate()?;
-        let cert = params.signed_by(&key, &Issuer::from_params(&self.params, &self.key))?;
-        let chain = vec![cert.der().clone(), self.der.clone()];
-        let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let (chain, private) = self.leaf_for(names)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
@@ -111,8 +103,13 @@ impl CertificateAuthority {
     }
 
     fn leaf(&self, host: &Host) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
-        let mut params = CertificateParams::new(vec![host.to_string()])?;
-        params.distinguished_name.push(DnType::CommonName, host.to_string());
+        self.leaf_for(&[host.to_string()])
+    }
+
+    /// A certificate for `names` (the first its common name) signed by this authority, with its chain and key.
+    fn leaf_for(&self, names: &[String]) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
+        let mut params = CertificateParams::new(names.to_vec())?;
+        params.distinguished_name.push(DnType::CommonName, names.first().cloned().unwrap_or_default());
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.use_authority_key_identifier_extension = true;

@@ -257,7 +257,17 @@ impl Engine {
             berth_api::Isolation::Gvisor => None,
             berth_api::Isolation::Namespaces => Some(self.criu.clone().map_err(EngineError::Unsupported)?),
         };
-        let _busy = self.busy(&hib.id, "waking")?;
+        // A hibernation that has written the sandbox's state may still be finishing (its last files, its
+        // guard): a call that wakes the sandbox then waits for it rather than being refused.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let _busy = loop {
+            match self.busy(&hib.id, "waking") {
+                Err(EngineError::Busy { op: "hibernating", .. }) if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                other => break other?,
+            }
+        };
         // Someone else woke it while this call waited for its turn.
         if let Ok(l) = self.live(&hib.id).await {
             return Ok(l.record.lock().await.clone());
