@@ -124,9 +124,24 @@ pub(crate) fn usage(dirs: &Dirs) -> Result<Usage, CgroupError> {
 }
 
 pub(crate) fn oom_kills(dirs: &Dirs) -> Result<u64, CgroupError> {
-    // Counted in the cgroup of the process killed (v1 does not add them to the parents').
+    // Counted in the cgroup of the process killed, which v1 does not add to its parents': the cgroup's own
+    // count and every cgroup's below it (a runtime may have put the process the killer chose in one).
     let oom_control = fsio::read(&dirs.memory.join("memory.oom_control"))?;
-    Ok(fsio::keyed(&oom_control, "oom_kill").unwrap_or(0))
+    let mut total = fsio::keyed(&oom_control, "oom_kill").unwrap_or(0);
+    let mut todo = vec![dirs.memory.clone()];
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                let below = e.path();
+                if let Ok(c) = fsio::read(&below.join("memory.oom_control")) {
+                    total += fsio::keyed(&c, "oom_kill").unwrap_or(0);
+                }
+                todo.push(below);
+            }
+        }
+    }
+    Ok(total)
 }
 
 pub(crate) fn counters(dirs: &Dirs) -> Result<Counters, CgroupError> {
