@@ -90,7 +90,7 @@ struct Target {
 }
 
 /// The port and sandbox a request's host names under `domain` (`<port>-<id>.<domain>`).
-fn host_target(req: &Request, domain: &str) -> Option<(u16, String)> {
+pub(crate) fn host_target(req: &Request, domain: &str) -> Option<(u16, String)> {
     let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).or(req.uri().host())?;
     let host = host.rsplit_once(':').filter(|(_, p)| p.chars().all(|c| c.is_ascii_digit())).map_or(host, |(h, _)| h);
     let label = host.to_ascii_lowercase().strip_suffix(&format!(".{domain}"))?.to_string();

@@ -107,8 +107,7 @@ pub(crate) fn render(usage: &[Usage], states: &[(SandboxState, usize)], counts: 
 
 /// `GET /metrics`: every sandbox, or with a session token its own sandbox and its children only.
 async fn metrics(State(e): Api) -> Response {
-    let actor = crate::engine::actor();
-    let session = actor.strip_prefix("session:").map(str::to_string);
+    let session = crate::http::session_of_actor();
     let mut records = e.list().await;
     let mut usage = e.usage_all().await;
     if let Some(own) = &session {

@@ -123,12 +123,8 @@ fn target(req: &Request, domain: Option<&str>) -> Option<(String, u16)> {
     if let (Some(id), Some(port)) = (text("e2b-sandbox-id"), text("e2b-sandbox-port")) {
         return Some((id.to_string(), port.parse().ok()?));
     }
-    let domain = domain?;
-    let host = text("host")?;
-    let host = host.rsplit_once(':').filter(|(_, p)| p.chars().all(|c| c.is_ascii_digit())).map_or(host, |(h, _)| h);
-    let label = host.to_ascii_lowercase().strip_suffix(&format!(".{domain}"))?.to_string();
-    let (port, id) = label.split_once('-')?;
-    Some((id.to_string(), port.parse().ok()?))
+    // The same host form as previews': `<port>-<id>.<domain>`.
+    crate::preview_http::host_target(req, domain?).map(|(port, id)| (id, port))
 }
 
 /// What the API answered: its status, content type and body.
