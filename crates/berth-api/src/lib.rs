@@ -226,6 +226,11 @@ pub struct ExecRequest {
     /// (`POST /v1/sandboxes/{id}/execs/{exec}/stdin`), until that closes it or the command ends.
     #[serde(default)]
     pub stdin_open: bool,
+    /// Who the command runs as inside the sandbox: a user of its `/etc/passwd` by name (`user`), or ids
+    /// (`1000`, `1000:1000`). Default: root. A named user's `HOME`, `USER` and `LOGNAME` are set, and the
+    /// working directory defaults to its home.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 /// Which output stream a frame carries.

@@ -26,6 +26,22 @@ pub struct FsIds {
 /// from the thread's effective set; they are raised again from its permitted set, so the thread keeps the
 /// access it had. The guard must be dropped on the thread that made it.
 pub fn act_as(uid: u32, gid: u32) -> SysResult<FsIds> {
+    let guard = switch(uid, gid)?;
+    set_capabilities(None, guard.caps).ctx(|| "keep this thread's capabilities")?;
+    Ok(guard)
+}
+
+/// As [`act_as`], but without the file capabilities: the thread's access is that of `uid` and `gid` alone
+/// (with no supplementary groups beyond the thread's own), as a process of that user would have it.
+pub fn act_as_unprivileged(uid: u32, gid: u32) -> SysResult<FsIds> {
+    if uid == 0 {
+        return Err(SysError::new("act as an unprivileged uid", std::io::Error::from_raw_os_error(libc::EINVAL)));
+    }
+    switch(uid, gid)
+}
+
+/// Switch the fsuid and fsgid (which clears the file capabilities from the effective set).
+fn switch(uid: u32, gid: u32) -> SysResult<FsIds> {
     let caps = capabilities(None).ctx(|| "read this thread's capabilities")?;
     let old_gid = set_fsgid(gid);
     if current_fsgid() != gid {
@@ -37,7 +53,6 @@ pub fn act_as(uid: u32, gid: u32) -> SysResult<FsIds> {
     if current_fsuid() != uid {
         return Err(SysError::new(format!("act as uid {uid}"), std::io::Error::from_raw_os_error(libc::EPERM)));
     }
-    set_capabilities(None, caps).ctx(|| "keep this thread's capabilities")?;
     Ok(guard)
 }
 
@@ -98,5 +113,31 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn an_unprivileged_thread_is_held_to_the_files_permissions() {
+        let dir = std::env::temp_dir().join(format!("berth-fsids-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        let inside = dir.join("f");
+        let result = std::thread::spawn(move || {
+            let before = capabilities(None).unwrap();
+            let refused = {
+                let _g = act_as_unprivileged(123_456, 123_457).unwrap();
+                std::fs::write(&inside, b"x").map_err(|e| e.raw_os_error())
+            };
+            let privileged = {
+                let _g = act_as(123_456, 123_457).unwrap();
+                std::fs::write(&inside, b"x").map_err(|e| e.raw_os_error())
+            };
+            assert_eq!(capabilities(None).unwrap(), before);
+            (refused, privileged)
+        })
+        .join()
+        .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(result, (Err(Some(libc::EACCES)), Ok(())));
+        assert!(act_as_unprivileged(0, 0).is_err());
     }
 }

@@ -355,3 +355,46 @@ on_each_daemon_isolation! {
         assert_eq!(d.sh(&id, "ls /workspace/t/ok 2>/dev/null | wc -l"), "0\n");
     }
 }
+
+on_each_daemon_isolation! {
+    fn execs_and_file_calls_run_as_the_user_asked_for(d, iso) {
+        let id = d.create(&["--name", "as-user"]);
+        // berth exec --user: the user's ids, environment and home; root without it.
+        let out = d.berth(&["exec", &id, "--user", "user", "--", "sh", "-c", "id -u; id -g; id -G; echo $HOME $USER $LOGNAME; pwd"]);
+        assert!(out.status.success(), "{iso}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "1000\n1000\n1000\n/home/user user user\n/home/user\n", "{iso}");
+        assert_eq!(text(&d.berth(&["exec", &id, "-u", "4242:100", "--", "sh", "-c", "id -u; id -g; echo $HOME"]).stdout), "4242\n100\n/\n");
+        assert_eq!(d.sh(&id, "id -u"), "0\n");
+        // The user has no capabilities: root's files are closed to it.
+        let denied = d.berth(&["exec", &id, "-u", "user", "--", "sh", "-c", "cat /root/.x 2>&1; touch /etc/x 2>&1; grep CapEff /proc/self/status"]);
+        let said = text(&denied.stdout);
+        assert!(said.contains("Permission denied") && said.contains("CapEff:\t0000000000000000"), "{iso}: {said}");
+        // Refusals, before anything runs.
+        for (user, why) in [("ghost", "no user named ghost"), ("65536", "neither a user name"), ("Root", "neither a user name")] {
+            let out = d.berth(&["exec", &id, "--user", user, "--", "true"]);
+            assert_eq!(out.status.code(), Some(125), "{user}");
+            assert!(text(&out.stderr).contains(why), "{user}: {}", text(&out.stderr));
+        }
+        // The files API as the user: what it makes is the user's, where the user may write; refused elsewhere.
+        let (status, e) = d.json("PUT", &id, "files", "/home/user/n/notes.txt", "&parents=true&user=user", b"mine");
+        assert_eq!((status, e["uid"].as_u64(), e["gid"].as_u64()), (201, Some(1000), Some(1000)), "{iso}: {e}");
+        assert_eq!(d.sh(&id, "stat -c '%u:%g %a' /home/user/n /home/user/n/notes.txt"), "1000:1000 755\n1000:1000 644\n");
+        let appended = d.berth(&["exec", &id, "-u", "user", "--", "sh", "-c", "echo more >> n/notes.txt && cat n/notes.txt"]);
+        assert_eq!(text(&appended.stdout), "minemore\n", "{iso}");
+        let (status, e) = d.json("PUT", &id, "files", "/etc/by-user", "&user=user", b"x");
+        assert_eq!(status, 409, "{iso}: {e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains("Permission denied"), "{e}");
+        assert_eq!(d.json("GET", &id, "files", "/root", "&user=user", b"").0, 409);
+        assert_eq!(d.json("DELETE", &id, "files", "/etc/hostname", "&user=1000", b"").0, 409);
+        assert_eq!(d.json("POST", &id, "mkdir", "/home/user/d", "&user=1000:1000", b"").1["uid"], 1000);
+        let (status, e) = d.json("PUT", &id, "files", "/home/user/x", "&user=ghost", b"x");
+        assert_eq!((status, e["error"]["code"].as_str()), (400, Some("invalid_request")), "{e}");
+        // As root (no user), the same calls work.
+        assert_eq!(d.json("PUT", &id, "files", "/etc/by-root", "", b"x").0, 201);
+        assert_eq!(d.sh(&id, "stat -c '%u' /etc/by-root; test -e /etc/by-user || echo none"), "0\nnone\n");
+        // The journal says who ran.
+        let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
+        assert!(journal.contains(r#""user":"user""#), "{journal}");
+        d.berth(&["rm", &id]);
+    }
+}

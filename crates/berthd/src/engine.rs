@@ -43,6 +43,7 @@ mod sleep;
 mod storage;
 mod ttl;
 mod usage;
+pub(crate) mod users;
 mod warm;
 
 pub(crate) use attach::AttachedExec;
@@ -448,15 +449,31 @@ impl Engine {
                 self.bounds.max_log_bytes
             )));
         }
+        let user = req.user.as_deref().map(users::parse).transpose()?;
         let live = self.live_or_wake(id, cause).await?;
         self.touch(&live, cause).await?;
-        let (sid, isolation) = {
+        let (sid, isolation, pid) = {
             let r = live.record.lock().await;
-            (r.id.clone(), r.isolation)
+            (r.id.clone(), r.isolation, r.pid)
+        };
+        let account = match (&user, pid) {
+            (Some(spec), Some(pid)) => Some(users::account(pid, isolation, spec).await?),
+            (Some(_), None) => return Err(EngineError::Conflict(format!("sandbox {sid} has no running init"))),
+            (None, _) => None,
+        };
+        let workdir = match (&req.workdir, account.as_ref().and_then(|a| a.home.clone())) {
+            (None, Some(home)) => home,
+            _ => workdir,
         };
         let starting = self.admit_exec(&live, &sid).await?;
         let mut env: BTreeMap<String, String> =
             berth_runtime::spec::BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        for (k, v) in account.iter().flat_map(users::Account::env) {
+            match v {
+                Some(v) => env.insert(k.to_string(), v),
+                None => env.remove(k),
+            };
+        }
         env.insert("PWD".into(), workdir.clone());
         for (k, v) in live.env.iter().chain(req.env.iter()) {
             berth_runtime::spec::parse_env(&format!("{k}={v}")).map_err(|e| EngineError::invalid(e.to_string()))?;
@@ -473,6 +490,7 @@ impl Engine {
             argv: req.argv.clone(),
             env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
             workdir,
+            ids: account.as_ref().map_or((0, 0), |a| (a.uid, a.gid)),
             timeout: req.timeout_seconds.map(Duration::from_secs_f64),
             max_output,
             log: logs.join(format!("{exec_id}.log")),
@@ -487,7 +505,7 @@ impl Engine {
         let log_path = plan.log.clone();
         let env_names: Vec<&String> = live.env.keys().chain(req.env.keys()).collect();
         let args = serde_json::json!({
-            "exec_id": exec_id, "argv": req.argv, "workdir": plan.workdir, "env_names": env_names,
+            "exec_id": exec_id, "argv": req.argv, "workdir": plan.workdir, "env_names": env_names, "user": req.user,
             "timeout_seconds": req.timeout_seconds, "max_output_bytes": max_output, "max_log_bytes": max_log, "detach": req.detach, "stdin_bytes": req.stdin.as_ref().map(String::len), "stdin_open": req.stdin_open,
         });
         // Taken before the command starts: what it does at once (a proxy connection) is after its start.

@@ -33,6 +33,8 @@ pub struct ExecPlan {
     pub argv: Vec<String>,
     pub env: Vec<String>,
     pub workdir: String,
+    /// Uid and gid inside the sandbox.
+    pub ids: (u32, u32),
     pub timeout: Option<Duration>,
     pub max_output: u64,
     pub log: PathBuf,
@@ -97,7 +99,8 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
     let started_at = Instant::now();
     let mut fds: Vec<_> = stdin.iter().map(|(r, _)| r.as_fd()).collect();
     fds.extend([out_w.as_fd(), err_w.as_fd()]);
-    let cmd = launch::Command { argv: &plan.argv, env: &plan.env, cwd: &plan.workdir, tty: false, pty: None };
+    let cmd =
+        launch::Command { argv: &plan.argv, env: &plan.env, cwd: &plan.workdir, ids: plan.ids, tty: false, pty: None };
     let attached = Attached { stdin: piped, stdout: true, stderr: true };
     let launched = match launch::launch(&session, &cmd, attached, &fds, plan.cgroup.as_ref()).await {
         Ok(l) => l,

@@ -16,6 +16,8 @@ pub struct Command<'a> {
     /// `KEY=VALUE` strings: the whole environment.
     pub env: &'a [String],
     pub cwd: &'a str,
+    /// Uid and gid inside the sandbox.
+    pub ids: (u32, u32),
     /// The attached stdin is a terminal that becomes the command's controlling terminal.
     pub tty: bool,
     /// Init opens the terminal itself, of this size, and copies it to the attached stdin (a stream socket).
@@ -58,8 +60,8 @@ pub async fn launch(
         argv: cmd.argv.to_vec(),
         env: cmd.env.to_vec(),
         cwd: cmd.cwd.to_string(),
-        uid: 0,
-        gid: 0,
+        uid: cmd.ids.0,
+        gid: cmd.ids.1,
         attached,
         join_cgroup: join.len(),
         tty: cmd.tty,

@@ -235,40 +235,47 @@ class ClientAPI:
 
 
 class Files(_Namespace):
-    """``sandbox.files``: read and write inside a running sandbox. Paths are absolute paths inside it."""
+    """``sandbox.files``: read and write inside a running sandbox. Paths are absolute paths inside it.
+
+    ``user`` (on each call): work as that user of the sandbox (a name of its ``/etc/passwd``, or ``"UID[:GID]"``)
+    instead of root: the sandbox's permissions apply as to that user's processes, and what is made is theirs."""
 
     def __init__(self, sandbox: Any):
         super().__init__(sandbox._client)
         self._base = f"/v1/sandboxes/{seg(sandbox.id)}"
 
-    def read(self, path: str) -> bytes:
-        return self._do(Op("GET", f"{self._base}/files", params={"path": path}, parse=as_bytes))
+    def read(self, path: str, *, user: str | None = None) -> bytes:
+        return self._do(Op("GET", f"{self._base}/files", params={"path": path, "user": user}, parse=as_bytes))
 
-    def read_text(self, path: str, encoding: str = "utf-8") -> str:
-        return self._do(Op("GET", f"{self._base}/files", params={"path": path}, parse=lambda r: r.content.decode(encoding)))
+    def read_text(self, path: str, encoding: str = "utf-8", *, user: str | None = None) -> str:
+        params = {"path": path, "user": user}
+        return self._do(Op("GET", f"{self._base}/files", params=params, parse=lambda r: r.content.decode(encoding)))
 
-    def write(self, path: str, data: str | bytes, *, mode: int | str | None = None, parents: bool = False) -> m.FileEntry:
+    def write(self, path: str, data: str | bytes, *, mode: int | str | None = None, parents: bool = False,
+              user: str | None = None) -> m.FileEntry:  # fmt: skip
         """Write a whole file (created or truncated). ``mode`` as an int (``0o755``) or octal text."""
         body = data.encode() if isinstance(data, str) else bytes(data)
-        params = {"path": path, "mode": octal(mode), "parents": flag(True) if parents else None}
+        params = {"path": path, "mode": octal(mode), "parents": flag(True) if parents else None, "user": user}
         return self._do(Op("PUT", f"{self._base}/files", params=params, content=body, content_type="application/octet-stream", parse=model(m.FileEntry)))
 
-    def list(self, path: str = "/workspace") -> list[m.FileEntry]:
-        return self._do(Op("GET", f"{self._base}/files", params={"path": path}, parse=models(m.FileEntry)))
+    def list(self, path: str = "/workspace", *, user: str | None = None) -> list[m.FileEntry]:
+        return self._do(Op("GET", f"{self._base}/files", params={"path": path, "user": user}, parse=models(m.FileEntry)))
 
-    def stat(self, path: str) -> m.FileEntry:
-        return self._do(Op("GET", f"{self._base}/stat", params={"path": path}, parse=model(m.FileEntry)))
+    def stat(self, path: str, *, user: str | None = None) -> m.FileEntry:
+        return self._do(Op("GET", f"{self._base}/stat", params={"path": path, "user": user}, parse=model(m.FileEntry)))
 
-    def exists(self, path: str) -> bool:
-        op = Op("GET", f"{self._base}/stat", params={"path": path}, parse=model(m.FileEntry), none_on_404=True)
+    def exists(self, path: str, *, user: str | None = None) -> bool:
+        params = {"path": path, "user": user}
+        op = Op("GET", f"{self._base}/stat", params=params, parse=model(m.FileEntry), none_on_404=True)
         return self._do(op, lambda e: e is not None)
 
-    def remove(self, path: str, *, recursive: bool = False) -> None:
-        params = {"path": path, "recursive": flag(True) if recursive else None}
+    def remove(self, path: str, *, recursive: bool = False, user: str | None = None) -> None:
+        params = {"path": path, "recursive": flag(True) if recursive else None, "user": user}
         return self._do(Op("DELETE", f"{self._base}/files", params=params))
 
-    def mkdir(self, path: str, *, mode: int | str | None = None, parents: bool = False) -> m.FileEntry:
-        params = {"path": path, "mode": octal(mode), "parents": flag(True) if parents else None}
+    def mkdir(self, path: str, *, mode: int | str | None = None, parents: bool = False,
+              user: str | None = None) -> m.FileEntry:  # fmt: skip
+        params = {"path": path, "mode": octal(mode), "parents": flag(True) if parents else None, "user": user}
         return self._do(Op("POST", f"{self._base}/mkdir", params=params, parse=model(m.FileEntry)))
 
     def upload_tar(self, path: str, data: bytes, *, parents: bool = False) -> m.Extracted:

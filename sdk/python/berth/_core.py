@@ -230,6 +230,7 @@ def exec_body(
     stdin: str | bytes | None = None,
     detach: bool = False,
     stdin_open: bool = False,
+    user: str | None = None,
 ) -> dict[str, Any]:
     if isinstance(stdin, bytes):
         stdin = stdin.decode("utf-8")
@@ -241,6 +242,7 @@ def exec_body(
         "max_output_bytes": max_output,
         "max_log_bytes": max_log,
         "stdin": stdin,
+        "user": user,
     }
     if detach:
         body["detach"] = True

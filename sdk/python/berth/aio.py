@@ -224,26 +224,26 @@ class AsyncSandbox(SandboxAPI):
         return [type(self)(info, self._client) for info in forked.sandboxes]
 
     async def exec(self, cmd: str | list[str], *, timeout: float | None = None, max_output: int | None = None,
-                   max_log: int | None = None, env: dict[str, str] | None = None, cwd: str | None = None,
+                   max_log: int | None = None, env: dict[str, str] | None = None, cwd: str | None = None, user: str | None = None,
                    stdin: str | bytes | None = None, on_stdout: Callable[[str], Any] | None = None,
                    on_stderr: Callable[[str], Any] | None = None, background: bool = False, check: bool = False,
              idempotency_key: str | None = None) -> Any:  # fmt: skip
         """As :meth:`berth.Sandbox.exec`; callbacks may be plain functions or coroutines."""
         if background:
-            body = exec_body(cmd, timeout=timeout, max_output=max_output, max_log=max_log, env=env, cwd=cwd, stdin=stdin, detach=True)
+            body = exec_body(cmd, timeout=timeout, max_output=max_output, max_log=max_log, env=env, cwd=cwd, user=user, stdin=stdin, detach=True)
             info = await self._do(Op("POST", f"{self._base}/execs", json=body, parse=model(m.ExecInfo), key=idempotency_key))
             return AsyncProcess(self, info)
         stream = await self.exec_stream(cmd, timeout=timeout, max_output=max_output, max_log=max_log, env=env,
-                                        cwd=cwd, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, idempotency_key=idempotency_key)  # fmt: skip
+                                        cwd=cwd, user=user, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, idempotency_key=idempotency_key)  # fmt: skip
         result = await stream.wait()
         return result.check() if check else result
 
     async def exec_stream(self, cmd: str | list[str], *, timeout: float | None = None, max_output: int | None = None,
-                          max_log: int | None = None, env: dict[str, str] | None = None, cwd: str | None = None,
+                          max_log: int | None = None, env: dict[str, str] | None = None, cwd: str | None = None, user: str | None = None,
                           stdin: str | bytes | None = None, on_stdout: Callable[[str], Any] | None = None,
                           on_stderr: Callable[[str], Any] | None = None, idempotency_key: str | None = None) -> "AsyncExecStream":  # fmt: skip
         """Start a command; ``async for frame in stream`` reads its frames, ``await stream.wait()`` its end."""
-        body = exec_body(cmd, timeout=timeout, max_output=max_output, max_log=max_log, env=env, cwd=cwd, stdin=stdin)
+        body = exec_body(cmd, timeout=timeout, max_output=max_output, max_log=max_log, env=env, cwd=cwd, user=user, stdin=stdin)
         r = await self._client._stream(Op("POST", f"{self._base}/execs", json=body, timeout=stream_timeout(timeout), key=idempotency_key))
         return AsyncExecStream(self, r, ExecGather(argv_of(cmd), on_stdout, on_stderr))
 

@@ -100,7 +100,7 @@ class Sandbox(SandboxAPI):
     # ---- execs ----
 
     def exec(self, cmd: str | list[str], *, timeout: float | None = None, max_output: int | None = None,
-             max_log: int | None = None, env: dict[str, str] | None = None, cwd: str | None = None,
+             max_log: int | None = None, env: dict[str, str] | None = None, cwd: str | None = None, user: str | None = None,
              stdin: str | bytes | None = None, on_stdout: Callable[[str], Any] | None = None,
              on_stderr: Callable[[str], Any] | None = None, background: bool = False, check: bool = False,
              idempotency_key: str | None = None, stdin_open: bool = False) -> Any:  # fmt: skip
@@ -114,24 +114,27 @@ class Sandbox(SandboxAPI):
         does not run the command again: it follows the first one's exec and answers its result, with its log
         (stdout and stderr interleaved) as ``stdout``.
 
-        ``stdin_open=True`` (with ``background=True``) keeps its stdin open for :meth:`Process.write_stdin`."""
+        ``stdin_open=True`` (with ``background=True``) keeps its stdin open for :meth:`Process.write_stdin`.
+
+        ``user``: who it runs as, a user of the sandbox's ``/etc/passwd`` by name or ``"UID[:GID]"`` (default
+        root); a named user's ``HOME``, ``USER`` and ``LOGNAME`` are set and ``cwd`` defaults to its home."""
         if background:
-            body = exec_body(cmd, timeout=timeout, max_output=max_output, max_log=max_log, env=env, cwd=cwd, stdin=stdin,
+            body = exec_body(cmd, timeout=timeout, max_output=max_output, max_log=max_log, env=env, cwd=cwd, user=user, stdin=stdin,
                              detach=True, stdin_open=stdin_open)  # fmt: skip
             info = self._do(Op("POST", f"{self._base}/execs", json=body, parse=model(m.ExecInfo), key=idempotency_key))
             return Process(self, info)
-        stream = self.exec_stream(cmd, timeout=timeout, max_output=max_output, max_log=max_log, env=env, cwd=cwd,
+        stream = self.exec_stream(cmd, timeout=timeout, max_output=max_output, max_log=max_log, env=env, cwd=cwd, user=user,
                                   stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, idempotency_key=idempotency_key)  # fmt: skip
         result = stream.wait()
         return result.check() if check else result
 
     def exec_stream(self, cmd: str | list[str], *, timeout: float | None = None, max_output: int | None = None,
-                    max_log: int | None = None, env: dict[str, str] | None = None, cwd: str | None = None,
+                    max_log: int | None = None, env: dict[str, str] | None = None, cwd: str | None = None, user: str | None = None,
                     stdin: str | bytes | None = None, on_stdout: Callable[[str], Any] | None = None,
                     on_stderr: Callable[[str], Any] | None = None, idempotency_key: str | None = None) -> "ExecStream":  # fmt: skip
         """Run a command and iterate over its frames as they come (:class:`berth.models.ExecStarted`,
         ``ExecOutput``, ``ExecTruncated``, ``ExecExit``); ``.result`` once it has ended."""
-        body = exec_body(cmd, timeout=timeout, max_output=max_output, max_log=max_log, env=env, cwd=cwd, stdin=stdin)
+        body = exec_body(cmd, timeout=timeout, max_output=max_output, max_log=max_log, env=env, cwd=cwd, user=user, stdin=stdin)
         return ExecStream(self, body, ExecGather(argv_of(cmd), on_stdout, on_stderr), idempotency_key)
 
     def process(self, exec_id: str) -> "Process":

@@ -27,6 +27,28 @@ def test_env_cwd_and_stdin(sandbox):
     assert sandbox.exec("cat", stdin=b"bytes too", timeout=10).stdout == "bytes too"
 
 
+def test_a_command_runs_as_the_user_asked_for_and_files_are_theirs(sandbox):
+    r = sandbox.exec("id -u; id -g; echo $HOME $USER; pwd", user="user", timeout=10)
+    assert r.stdout == "1000\n1000\n/home/user user\n/home/user\n"
+    assert sandbox.exec("id -u; id -g", user="4242:100", timeout=10).stdout == "4242\n100\n"
+    assert sandbox.exec("id -u", timeout=10).stdout == "0\n"
+    denied = sandbox.exec("touch /etc/by-user", user="user", timeout=10)
+    assert denied.exit_code == 1 and "Permission denied" in denied.stderr
+    with pytest.raises(berth.InvalidRequest, match="no user named ghost"):
+        sandbox.exec("true", user="ghost", timeout=10)
+    with pytest.raises(berth.InvalidRequest, match="neither a user name"):
+        sandbox.exec("true", user="70000", timeout=10)
+    entry = sandbox.files.write("/home/user/made.txt", "theirs", user="user")
+    assert (entry.uid, entry.gid) == (1000, 1000)
+    assert sandbox.exec("echo more >> made.txt && cat made.txt", user="user", timeout=10).stdout == "theirsmore\n"
+    with pytest.raises(berth.Conflict, match="Permission denied"):
+        sandbox.files.write("/etc/by-user", "x", user="user")
+    with pytest.raises(berth.Conflict, match="Permission denied"):
+        sandbox.files.read("/root/.bashrc-or-not", user="user")
+    assert sandbox.files.mkdir("/home/user/d", user="user").uid == 1000
+    assert sandbox.files.stat("/etc/hostname").uid == 0
+
+
 def test_state_persists_between_execs(sandbox):
     sandbox.exec("echo kept > /workspace/note", timeout=10).check()
     assert sandbox.exec("cat /workspace/note", timeout=10).stdout == "kept\n"

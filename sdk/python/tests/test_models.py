@@ -137,7 +137,7 @@ def test_create_options_are_the_specs_fields(spec):
 
 def test_exec_options_cover_the_exec_request(spec):
     body = exec_body(["x"], timeout=1, max_output=64, max_log=1024, env={"A": "b"}, cwd="/w", stdin="s", detach=True,
-                     stdin_open=True)  # fmt: skip
+                     stdin_open=True, user="user")  # fmt: skip
     assert set(body) == set(spec["components"]["schemas"]["ExecRequest"]["properties"])
 
 

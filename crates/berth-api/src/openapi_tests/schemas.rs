@@ -236,6 +236,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         detach: true,
         stdin: Some("input\n".into()),
         stdin_open: true,
+        user: Some("user".into()),
     };
     let info = ExecInfo {
         exec_id: "x3".into(),

@@ -167,9 +167,12 @@ pub struct ExecArgs {
     /// Set an environment variable (repeatable).
     #[arg(long = "env", short = 'e', value_parser = parse_env, value_name = "KEY=VALUE")]
     pub env: Vec<(String, String)>,
-    /// Working directory inside the sandbox. Default: /workspace.
+    /// Working directory inside the sandbox. Default: /workspace (a named --user's home).
     #[arg(long, short = 'w', value_parser = parse_sandbox_path, value_name = "DIR")]
     pub workdir: Option<String>,
+    /// Run as this user of the sandbox's /etc/passwd (a name), or as these ids (UID or UID:GID). Default: root.
+    #[arg(long, short = 'u', value_name = "USER")]
+    pub user: Option<String>,
     /// Start the command, print its exec id and return; read its output with berth logs.
     #[arg(long, short = 'd')]
     pub detach: bool,

@@ -27,6 +27,7 @@ pub fn exec(socket: &Path, args: ExecArgs) -> anyhow::Result<i32> {
             None
         },
         stdin_open: false,
+        user: args.user,
     };
     let client = Client::connect(socket)?;
     let path = format!("/v1/sandboxes/{}/execs", client::segment(&args.id));

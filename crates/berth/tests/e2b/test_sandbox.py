@@ -17,7 +17,7 @@ from e2b import (
 )
 from e2b.exceptions import SandboxException
 
-from conftest import wait_for
+from conftest import domain, get_port, wait_for
 
 
 def test_create_run_exact_output_env_and_home(test_id):
@@ -42,6 +42,40 @@ def test_create_run_exact_output_env_and_home(test_id):
         assert sb.kill() is True
     assert Sandbox.kill(sb.sandbox_id) is False
     assert not sb.is_running()
+
+
+def test_commands_and_files_are_the_users_unless_root_is_asked_for(sandbox):
+    r = sandbox.commands.run("whoami; id -u; id -g; echo $HOME $USER $LOGNAME; pwd")
+    assert r.stdout == "user\n1000\n1000\n/home/user user user\n/home/user\n"
+    r = sandbox.commands.run("whoami; echo $HOME; pwd", user="root")
+    assert r.stdout == "root\n/root\n/root\n"
+    # What the user writes is theirs: a command of theirs may change it, and it shows as theirs.
+    sandbox.files.write("mine/notes.txt", "one\n")
+    sandbox.commands.run("echo two >> mine/notes.txt")
+    assert sandbox.files.read("mine/notes.txt") == "one\ntwo\n"
+    info = sandbox.files.get_info("mine/notes.txt")
+    assert (info.owner, info.group) == ("user", "user")
+    assert sandbox.files.get_info("/home/user/mine").owner == "user"
+    # The user cannot write where root's files are; root can, and relative paths are then in /root.
+    with pytest.raises(CommandExitException) as refused:
+        sandbox.commands.run("touch /etc/by-user")
+    assert "Permission denied" in refused.value.stderr
+    with pytest.raises(SandboxException):
+        sandbox.files.write("/etc/by-user", "x")
+    with pytest.raises(SandboxException):
+        sandbox.files.make_dir("/etc/by-user.d")
+    with pytest.raises(SandboxException):
+        sandbox.files.read("/root/.profile-or-nothing")
+    assert not sandbox.files.exists("/etc/by-user", user="root")
+    sandbox.files.write("/etc/by-root", "x", user="root")
+    assert sandbox.files.get_info("/etc/by-root").owner == "root"
+    sandbox.files.write("rel.txt", "r", user="root")
+    assert sandbox.commands.run("cat /root/rel.txt", user="root").stdout == "r"
+    with pytest.raises(SandboxException):
+        sandbox.files.remove("/etc/by-root")
+    assert sandbox.files.exists("/etc/by-root")
+    sandbox.files.remove("/etc/by-root", user="root")
+    assert not sandbox.files.exists("/etc/by-root")
 
 
 def test_background_commands_are_listed_connected_to_and_killed(sandbox):
@@ -195,41 +229,31 @@ async def test_the_async_sdk(test_id):
 
 
 def test_get_host_reaches_a_server_in_the_sandbox(sandbox):
-    import httpx
-
     sandbox.files.write("site/index.html", "served from the sandbox")
     sandbox.commands.run("cd /home/user/site && python3 -m http.server 8000 --bind 127.0.0.1", background=True)
     host = sandbox.get_host(8000)
-    assert host == f"8000-{sandbox.sandbox_id}.{os.environ['BERTH_E2B_DOMAIN']}"
-    url = os.environ["E2B_SANDBOX_URL"]
-
-    def fetch(**kw):
-        try:
-            return httpx.get(url + "/index.html", timeout=10, **kw)
-        except httpx.HTTPError:
-            return None
+    assert host == f"8000-{sandbox.sandbox_id}.{domain()}"
 
     # By its host (what a wildcard DNS name for the domain gives), and by E2B's routing headers.
-    wait_for("the server's start", lambda: (r := fetch(headers={"Host": host})) is not None and r.status_code == 200)
-    assert fetch(headers={"Host": host}).text == "served from the sandbox"
-    routed = fetch(headers={"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "8000"})
+    up = lambda: (r := get_port(host, "/index.html")) is not None and r.status_code == 200
+    wait_for("the server's start", up)
+    assert get_port(host, "/index.html").text == "served from the sandbox"
+    routed = get_port(host, "/index.html", routed_by=(sandbox.sandbox_id, 8000))
     assert routed.status_code == 200 and routed.text == "served from the sandbox"
-    closed = fetch(headers={"Host": sandbox.get_host(8001)})
+    closed = get_port(sandbox.get_host(8001))
     assert closed.status_code == 502 and "port is not open" in closed.text
 
 
 def test_private_traffic_needs_the_traffic_token(test_id):
-    import httpx
-
     sb = Sandbox.create("base", metadata={"sandbox_test_id": test_id}, network={"allow_public_traffic": False})
     try:
         sb.commands.run("cd /tmp && python3 -m http.server 8000 --bind 127.0.0.1", background=True)
-        url, host = os.environ["E2B_SANDBOX_URL"], sb.get_host(8000)
-        refused = httpx.get(url, headers={"Host": host}, timeout=10)
+        host = sb.get_host(8000)
+        refused = get_port(host)
         assert refused.status_code == 403 and "traffic access token" in refused.text
         token = sb.traffic_access_token
         assert token
-        ok = lambda: httpx.get(url, headers={"Host": host, "e2b-traffic-access-token": token}, timeout=10).status_code == 200
+        ok = lambda: (r := get_port(host, headers={"e2b-traffic-access-token": token})) is not None and r.status_code == 200
         wait_for("the server's answer with the token", ok)
     finally:
         sb.kill()

@@ -73,6 +73,7 @@ pub(crate) fn code_of(status: u16) -> &'static str {
     match status {
         400 | 413 => "invalid_argument",
         401 => "unauthenticated",
+        403 => "permission_denied",
         404 => "not_found",
         409 => "failed_precondition",
         429 => "resource_exhausted",

@@ -130,11 +130,11 @@ async fn create(s: &E2b, key: &str, body: &Value, idempotency: Option<HeaderValu
     if body["network"]["allowPublicTraffic"].as_bool() == Some(false) {
         labels.insert(super::PRIVATE_TRAFFIC.into(), "true".into());
     }
-    let mut env = match strings(&body["envVars"], "envVars") {
+    // The environment of every command, over the user's `HOME`, `USER` and `LOGNAME`, as envd's.
+    let env = match strings(&body["envVars"], "envVars") {
         Ok(m) => m,
         Err(r) => return r,
     };
-    env.entry("HOME".into()).or_insert_with(|| HOME.into());
     let timeout = match &body["timeout"] {
         Value::Null => DEFAULT_TIMEOUT,
         v => match v.as_f64().filter(|t| *t > 0.0) {

@@ -11,7 +11,8 @@ use berth_api::{ExecFrame, FileEntry, FileKind, SandboxState};
 use serde_json::{Value, json};
 
 use super::connect::{self, code_of, err, ok};
-use super::{E2b, HOME, absolute, encode};
+use super::users::Who;
+use super::{E2b, encode};
 
 /// A process started through envd.
 #[derive(Clone)]
@@ -19,6 +20,8 @@ pub(crate) struct Proc {
     exec_id: String,
     config: Value,
     tag: Option<String>,
+    /// Who it runs as (what a resize of its terminal runs as too).
+    user: Option<String>,
 }
 
 /// A shell word, quoted for `sh`.
@@ -38,8 +41,10 @@ pub(super) async fn serve(s: &std::sync::Arc<E2b>, id: &str, req: Request) -> Re
             format!("no access token for sandbox {id}: connect to it again (Sandbox.connect) for a new one"),
         );
     };
+    let asked = super::users::asked(req.headers(), req.uri().query());
     if path == "files" {
-        return super::files::serve(s, &key, id, req).await;
+        let who = s.who(&key, id, asked).await;
+        return super::files::serve(s, &key, id, &who, req).await;
     }
     let timeout_ms: Option<u64> =
         req.headers().get("connect-timeout-ms").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
@@ -48,6 +53,10 @@ pub(super) async fn serve(s: &std::sync::Arc<E2b>, id: &str, req: Request) -> Re
         Err(_) => return err("resource_exhausted", format!("a message is at most {} bytes", connect::MAX_MESSAGE)),
     };
     let (service, method) = path.split_once('/').unwrap_or((&path, ""));
+    let who = match method {
+        "Start" | "Stat" | "ListDir" | "MakeDir" | "Move" | "Remove" => s.who(&key, id, asked).await,
+        _ => Who { user: asked, home: super::HOME.into() },
+    };
     let streamed = matches!(method, "Start" | "Connect" | "WatchDir" | "StreamInput");
     let m = if streamed {
         match connect::messages(&body) {
@@ -63,7 +72,7 @@ pub(super) async fn serve(s: &std::sync::Arc<E2b>, id: &str, req: Request) -> Re
         }
     };
     match (service, method) {
-        ("process.Process", "Start") => start(s, &key, id, &m, timeout_ms).await,
+        ("process.Process", "Start") => start(s, &key, id, &m, timeout_ms, &who).await,
         ("process.Process", "Connect") => attach(s, &key, id, &m).await,
         ("process.Process", "List") => list(s, &key, id).await,
         ("process.Process", "SendSignal") => signal(s, &key, id, &m).await,
@@ -71,11 +80,11 @@ pub(super) async fn serve(s: &std::sync::Arc<E2b>, id: &str, req: Request) -> Re
         ("process.Process", "CloseStdin") => input(s, &key, id, &m["process"], &Value::Null, true).await,
         ("process.Process", "StreamInput") => stream_input(s, &key, id, &body).await,
         ("process.Process", "Update") => resize(s, &key, id, &m).await,
-        ("filesystem.Filesystem", "Stat") => stat(s, &key, id, &m).await,
-        ("filesystem.Filesystem", "ListDir") => list_dir(s, &key, id, &m).await,
-        ("filesystem.Filesystem", "MakeDir") => make_dir(s, &key, id, &m).await,
-        ("filesystem.Filesystem", "Move") => rename(s, &key, id, &m).await,
-        ("filesystem.Filesystem", "Remove") => remove(s, &key, id, &m).await,
+        ("filesystem.Filesystem", "Stat") => stat(s, &key, id, &m, &who).await,
+        ("filesystem.Filesystem", "ListDir") => list_dir(s, &key, id, &m, &who).await,
+        ("filesystem.Filesystem", "MakeDir") => make_dir(s, &key, id, &m, &who).await,
+        ("filesystem.Filesystem", "Move") => rename(s, &key, id, &m, &who).await,
+        ("filesystem.Filesystem", "Remove") => remove(s, &key, id, &m, &who).await,
         ("filesystem.Filesystem", "CreateWatcher") => super::watch::create(s, &key, id, &m).await,
         ("filesystem.Filesystem", "GetWatcherEvents") => super::watch::events(s, id, &m).await,
         ("filesystem.Filesystem", "RemoveWatcher") => super::watch::remove(s, id, &m),
@@ -117,7 +126,7 @@ fn end_event(r: &berth_api::ExecResult) -> Value {
     json!({"event": {"end": end}})
 }
 
-async fn start(s: &E2b, key: &str, id: &str, m: &Value, timeout_ms: Option<u64>) -> Response {
+async fn start(s: &E2b, key: &str, id: &str, m: &Value, timeout_ms: Option<u64>, who: &Who) -> Response {
     let p = &m["process"];
     let Some(cmd) = p["cmd"].as_str().filter(|c| !c.is_empty()) else {
         return err("invalid_argument", "process.cmd names the command to run");
@@ -137,8 +146,15 @@ async fn start(s: &E2b, key: &str, id: &str, m: &Value, timeout_ms: Option<u64>)
         argv = vec!["script".into(), "-qfec".into(), inner, "/dev/null".into()];
     }
     let envs = p["envs"].as_object().cloned().unwrap_or_default();
-    let cwd = p["cwd"].as_str().map(absolute).unwrap_or_else(|| HOME.to_string());
-    let mut req = json!({"argv": argv, "env": envs, "workdir": cwd, "max_output_bytes": 1u64 << 40});
+    let cwd = p["cwd"].as_str().map(|c| who.absolute(c)).unwrap_or_else(|| who.home.clone());
+    let mut env = envs.clone();
+    if who.user.is_none() {
+        env.entry("HOME").or_insert_with(|| json!(who.home));
+    }
+    let mut req = json!({"argv": argv, "env": env, "workdir": cwd, "max_output_bytes": 1u64 << 40});
+    if let Some(u) = &who.user {
+        req["user"] = json!(u);
+    }
     if pty || m["stdin"].as_bool() == Some(true) {
         req["stdin_open"] = json!(true);
     }
@@ -153,6 +169,7 @@ async fn start(s: &E2b, key: &str, id: &str, m: &Value, timeout_ms: Option<u64>)
     }
     let config = json!({"cmd": cmd, "args": strings(&p["args"]), "envs": envs, "cwd": cwd});
     let tag = m["tag"].as_str().map(str::to_string);
+    let user = who.user.clone();
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let procs = s.procs_handle();
     let sandbox = id.to_string();
@@ -171,7 +188,7 @@ async fn start(s: &E2b, key: &str, id: &str, m: &Value, timeout_ms: Option<u64>)
                 let out = match frame {
                     ExecFrame::Started { exec_id, pid: p } => {
                         pid = Some(p);
-                        let proc = Proc { exec_id, config: config.clone(), tag: tag.clone() };
+                        let proc = Proc { exec_id, config: config.clone(), tag: tag.clone(), user: user.clone() };
                         procs.lock().unwrap_or_else(|e| e.into_inner()).insert((sandbox.clone(), p), proc);
                         connect::message(json!({"event": {"start": {"pid": p}}}))
                     }
@@ -337,7 +354,7 @@ async fn signal(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
 
 /// `Update`: a terminal's new size, set on the terminal the command's processes hold (they get SIGWINCH).
 async fn resize(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
-    let Some((pid, _)) = s.proc_of(id, &m["process"]) else {
+    let Some((pid, proc)) = s.proc_of(id, &m["process"]) else {
         return err("not_found", format!("no running process {} in sandbox {id}", m["process"]));
     };
     let size = |k: &str| m["pty"]["size"][k].as_u64().filter(|n| *n > 0 && *n < 10_000);
@@ -352,7 +369,7 @@ async fn resize(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
             key,
             Method::POST,
             &format!("/v1/sandboxes/{}/execs", encode(id)),
-            Some(json!({"argv": ["sh", "-c", script]})),
+            Some(json!({"argv": ["sh", "-c", script], "user": proc.user})),
         )
         .await;
     let done = String::from_utf8_lossy(&a.body).contains("\"exit_code\":0");
@@ -441,26 +458,33 @@ fn entry_info(path: &str, f: &FileEntry) -> Value {
     v
 }
 
-async fn stat_of(s: &E2b, key: &str, id: &str, path: &str) -> Result<FileEntry, Response> {
-    let a = s.call(key, Method::GET, &format!("/v1/sandboxes/{}/stat?path={}", encode(id), encode(path)), None).await;
+async fn stat_of(s: &E2b, key: &str, id: &str, path: &str, who: &Who) -> Result<FileEntry, Response> {
+    let a = s
+        .call(
+            key,
+            Method::GET,
+            &format!("/v1/sandboxes/{}/stat?path={}{}", encode(id), encode(path), who.query()),
+            None,
+        )
+        .await;
     if !a.ok() {
-        return Err(err(code_of(a.status), a.message()));
+        return Err(err(code_of(a.file_status()), a.message()));
     }
     serde_json::from_slice(&a.body).map_err(|_| err("internal", "berth's answer was not a file entry"))
 }
 
-async fn stat(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
-    let path = absolute(m["path"].as_str().unwrap_or(""));
-    match stat_of(s, key, id, &path).await {
+async fn stat(s: &E2b, key: &str, id: &str, m: &Value, who: &Who) -> Response {
+    let path = who.absolute(m["path"].as_str().unwrap_or(""));
+    match stat_of(s, key, id, &path, who).await {
         Ok(f) => ok(json!({"entry": entry_info(&path, &f)})),
         Err(r) => r,
     }
 }
 
-async fn list_dir(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
-    let root = absolute(m["path"].as_str().unwrap_or(""));
+async fn list_dir(s: &E2b, key: &str, id: &str, m: &Value, who: &Who) -> Response {
+    let root = who.absolute(m["path"].as_str().unwrap_or(""));
     let depth = m["depth"].as_u64().filter(|d| *d > 0).unwrap_or(1);
-    match stat_of(s, key, id, &root).await {
+    match stat_of(s, key, id, &root, who).await {
         Ok(f) if f.kind == FileKind::Directory => {}
         Ok(_) => return err("invalid_argument", format!("{root} is not a directory")),
         Err(r) => return r,
@@ -472,12 +496,17 @@ async fn list_dir(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
             .call(
                 key,
                 Method::GET,
-                &format!("/v1/sandboxes/{}/files?path={}", encode(id), encode(if dir.is_empty() { "/" } else { &dir })),
+                &format!(
+                    "/v1/sandboxes/{}/files?path={}{}",
+                    encode(id),
+                    encode(if dir.is_empty() { "/" } else { &dir }),
+                    who.query()
+                ),
                 None,
             )
             .await;
         if !a.ok() {
-            return err(code_of(a.status), a.message());
+            return err(code_of(a.file_status()), a.message());
         }
         let Ok(files) = serde_json::from_slice::<Vec<FileEntry>>(&a.body) else {
             return err("internal", "berth's answer was not a directory listing");
@@ -493,13 +522,13 @@ async fn list_dir(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
     ok(json!({"entries": entries}))
 }
 
-async fn make_dir(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
-    let path = absolute(m["path"].as_str().unwrap_or(""));
+async fn make_dir(s: &E2b, key: &str, id: &str, m: &Value, who: &Who) -> Response {
+    let path = who.absolute(m["path"].as_str().unwrap_or(""));
     let a = s
         .call(
             key,
             Method::POST,
-            &format!("/v1/sandboxes/{}/mkdir?path={}&parents=true", encode(id), encode(&path)),
+            &format!("/v1/sandboxes/{}/mkdir?path={}&parents=true{}", encode(id), encode(&path), who.query()),
             None,
         )
         .await;
@@ -509,22 +538,25 @@ async fn make_dir(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
             Err(_) => err("internal", "berth's answer was not a file entry"),
         },
         200 => err("already_exists", format!("{path} already exists")),
-        _ => err(code_of(a.status), a.message()),
+        _ => err(code_of(a.file_status()), a.message()),
     }
 }
 
-async fn rename(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
+async fn rename(s: &E2b, key: &str, id: &str, m: &Value, who: &Who) -> Response {
     let (Some(from), Some(to)) = (m["source"].as_str(), m["destination"].as_str()) else {
         return err("invalid_argument", "Move takes a source and a destination");
     };
-    let (from, to) = (absolute(from), absolute(to));
-    if let Err(r) = stat_of(s, key, id, &from).await {
+    let (from, to) = (who.absolute(from), who.absolute(to));
+    if let Err(r) = stat_of(s, key, id, &from, who).await {
         return r;
     }
-    let req = json!({"argv": ["mv", "-T", "--", from, to], "detach": false});
+    let mut req = json!({"argv": ["mv", "-T", "--", from, to], "detach": false});
+    if let Some(u) = &who.user {
+        req["user"] = json!(u);
+    }
     let a = s.call(key, Method::POST, &format!("/v1/sandboxes/{}/execs", encode(id)), Some(req)).await;
     if !a.ok() {
-        return err(code_of(a.status), a.message());
+        return err(code_of(a.file_status()), a.message());
     }
     let text = String::from_utf8_lossy(&a.body);
     let exit = text.lines().filter_map(|l| serde_json::from_str::<ExecFrame>(l).ok()).find_map(|f| match f {
@@ -539,21 +571,22 @@ async fn rename(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
                 _ => None,
             })
             .collect();
-        return err("failed_precondition", format!("{from} could not be moved to {to}: {}", said.trim()));
+        let code = if said.contains("Permission denied") { "permission_denied" } else { "failed_precondition" };
+        return err(code, format!("{from} could not be moved to {to}: {}", said.trim()));
     }
-    match stat_of(s, key, id, &to).await {
+    match stat_of(s, key, id, &to, who).await {
         Ok(f) => ok(json!({"entry": entry_info(&to, &f)})),
         Err(r) => r,
     }
 }
 
-async fn remove(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
-    let path = absolute(m["path"].as_str().unwrap_or(""));
+async fn remove(s: &E2b, key: &str, id: &str, m: &Value, who: &Who) -> Response {
+    let path = who.absolute(m["path"].as_str().unwrap_or(""));
     let a = s
         .call(
             key,
             Method::DELETE,
-            &format!("/v1/sandboxes/{}/files?path={}&recursive=true", encode(id), encode(&path)),
+            &format!("/v1/sandboxes/{}/files?path={}&recursive=true{}", encode(id), encode(&path), who.query()),
             None,
         )
         .await;
@@ -561,6 +594,6 @@ async fn remove(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
     if a.ok() || a.status == 404 && s.engine.get(id).await.is_ok() {
         ok(json!({}))
     } else {
-        err(code_of(a.status), a.message())
+        err(code_of(a.file_status()), a.message())
     }
 }

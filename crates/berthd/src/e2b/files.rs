@@ -10,29 +10,35 @@ use axum::http::{Method, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{E2b, absolute, encode, error, query_param};
+use super::users::Who;
+use super::{E2b, encode, error, query_param};
 
-pub(super) async fn serve(s: &E2b, key: &str, id: &str, req: Request) -> Response {
+pub(super) async fn serve(s: &E2b, key: &str, id: &str, who: &Who, req: Request) -> Response {
     let query = req.uri().query().map(str::to_string);
-    let path = query_param(query.as_deref(), "path").map(|p| absolute(&p));
+    let path = query_param(query.as_deref(), "path").map(|p| who.absolute(&p));
     match *req.method() {
         Method::GET => {
             let Some(path) = path else { return error(400, "GET /files needs ?path=") };
             let answer = s
-                .stream(key, Method::GET, &format!("/v1/sandboxes/{}/files?path={}", encode(id), encode(&path)), None)
+                .stream(
+                    key,
+                    Method::GET,
+                    &format!("/v1/sandboxes/{}/files?path={}{}", encode(id), encode(&path), who.query()),
+                    None,
+                )
                 .await;
             if answer.status().is_success() {
                 return answer;
             }
             let a = s.read(answer).await;
-            error(a.status, a.message())
+            error(a.file_status(), a.message())
         }
-        Method::POST => upload(s, key, id, path, req).await,
+        Method::POST => upload(s, key, id, who, path, req).await,
         ref m => error(405, format!("/files takes GET and POST, not {m}")),
     }
 }
 
-async fn upload(s: &E2b, key: &str, id: &str, path: Option<String>, req: Request) -> Response {
+async fn upload(s: &E2b, key: &str, id: &str, who: &Who, path: Option<String>, req: Request) -> Response {
     let headers = req.headers().clone();
     let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     let gzip = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()).is_some_and(|e| e.contains("gzip"));
@@ -54,7 +60,7 @@ async fn upload(s: &E2b, key: &str, id: &str, path: Option<String>, req: Request
             match parts(&body, &boundary) {
                 Ok(ps) => ps
                     .into_iter()
-                    .filter_map(|(name, data)| path.clone().or(name.map(|n| absolute(&n))).map(|p| (p, data)))
+                    .filter_map(|(name, data)| path.clone().or(name.map(|n| who.absolute(&n))).map(|p| (p, data)))
                     .collect(),
                 Err(e) => return error(400, e),
             }
@@ -71,12 +77,12 @@ async fn upload(s: &E2b, key: &str, id: &str, path: Option<String>, req: Request
             .call_bytes(
                 key,
                 Method::PUT,
-                &format!("/v1/sandboxes/{}/files?path={}&parents=true", encode(id), encode(&path)),
+                &format!("/v1/sandboxes/{}/files?path={}&parents=true{}", encode(id), encode(&path), who.query()),
                 data,
             )
             .await;
         if !a.ok() {
-            return error(a.status, a.message());
+            return error(a.file_status(), a.message());
         }
         let name = path.rsplit('/').next().unwrap_or("").to_string();
         written.push(json!({"name": name, "type": "file", "path": path}));

@@ -22,6 +22,7 @@ mod envd;
 mod files;
 mod interpreter;
 pub(crate) mod tls;
+mod users;
 mod watch;
 
 use std::collections::HashMap;
@@ -59,6 +60,8 @@ pub(crate) struct E2b {
     defaults: Mutex<HashMap<(String, String), String>>,
     /// Directory watchers (envd's `CreateWatcher`).
     watchers: watch::Watchers,
+    /// Whether each sandbox's `/etc/passwd` has E2B's `user` (see `users`), once looked at.
+    has_user: Mutex<HashMap<String, bool>>,
 }
 
 #[derive(Clone)]
@@ -78,6 +81,7 @@ pub fn app(engine: Arc<Engine>, domain: Option<String>) -> Router {
         procs: Arc::new(Mutex::new(HashMap::new())),
         defaults: Mutex::new(HashMap::new()),
         watchers: watch::Watchers::default(),
+        has_user: Mutex::new(HashMap::new()),
     });
     Router::new().fallback(dispatch).with_state(state)
 }
@@ -140,6 +144,11 @@ impl Answer {
 
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// The status as envd would answer a file call: berth's 409 for what the user may not do is a 403.
+    pub fn file_status(&self) -> u16 {
+        if self.status == 409 && self.message().contains("Permission denied") { 403 } else { self.status }
     }
 
     /// The API's error sentence.
@@ -219,6 +228,7 @@ impl E2b {
         self.procs.lock().unwrap_or_else(|p| p.into_inner()).retain(|(s, _), _| s != sandbox);
         self.defaults.lock().unwrap_or_else(|p| p.into_inner()).retain(|(s, _), _| s != sandbox);
         self.watchers.forget(sandbox);
+        self.has_user.lock().unwrap_or_else(|p| p.into_inner()).remove(sandbox);
     }
 }
 

@@ -83,7 +83,7 @@ impl Engine {
         let oom = self.oom_count(&sid, cgroup.as_ref(), isolation);
         let started_at = std::time::Instant::now();
         let started_at_ms = now_ms();
-        let cmd = launch::Command { argv: &argv, env: &env_list, cwd: &workdir, tty, pty };
+        let cmd = launch::Command { argv: &argv, env: &env_list, cwd: &workdir, ids: (0, 0), tty, pty };
         let attached = Attached { stdin: true, stdout: pty.is_none(), stderr: pty.is_none() };
         let launched = launch::launch(&live.session, &cmd, attached, stdio, cgroup.as_ref()).await?;
         let env_names: Vec<&String> = live.env.keys().chain(env.keys()).collect();

@@ -250,8 +250,8 @@ pub(super) fn extract_at<R: Read>(dest: BorrowedFd<'_>, input: R, ids: Option<Id
                     rustix::fs::chownat(
                         &dir,
                         name,
-                        Some(rustix::fs::Uid::from_raw(ids.uid)),
-                        Some(rustix::fs::Gid::from_raw(ids.gid)),
+                        Some(rustix::fs::Uid::from_raw(ids.owner().0)),
+                        Some(rustix::fs::Gid::from_raw(ids.owner().1)),
                         AtFlags::SYMLINK_NOFOLLOW,
                     )
                     .map_err(|e| sys("set the owner of", &shown, e))?;

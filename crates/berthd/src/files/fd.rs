@@ -78,9 +78,10 @@ pub(super) fn open_new_dir(parent: &OwnedFd, name: &str, ids: Ids, path: &str) -
     Ok(d)
 }
 
-/// Give a new file or directory to root inside the sandbox.
+/// Give a new file or directory to root inside the sandbox (or the user the work is done as).
 pub(super) fn own(fd: &OwnedFd, ids: Ids, path: &str) -> Result<()> {
-    rustix::fs::fchown(fd, Some(rustix::fs::Uid::from_raw(ids.uid)), Some(rustix::fs::Gid::from_raw(ids.gid)))
+    let (uid, gid) = ids.owner();
+    rustix::fs::fchown(fd, Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(gid)))
         .map_err(|e| sys("set the owner of", path, e))
 }
 

@@ -19,15 +19,23 @@ const DEFAULT_ID_COUNT: u32 = 65536;
 /// What inside ids outside the map show as.
 const NOBODY: u32 = 65534;
 
-/// The host ids that are root inside a sandbox, and how many ids its maps cover.
+/// The host ids that are root inside a sandbox, how many ids its maps cover, and the inside ids the work is
+/// done as (root unless [`SandboxFs::as_user`] said otherwise).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Ids {
     pub(super) uid: u32,
     pub(super) gid: u32,
     pub(super) count: u32,
+    pub(super) user: (u32, u32),
 }
 
 impl Ids {
+    /// The host ids of the user the work is done as: what new files are owned by, and whose permissions
+    /// the sandbox's files are checked against.
+    pub(super) fn owner(&self) -> (u32, u32) {
+        (self.uid + self.user.0, self.gid + self.user.1)
+    }
+
     pub(super) fn inside(base: u32, count: u32, host: u32) -> u32 {
         if host >= base && host - base < count { host - base } else { NOBODY }
     }
@@ -93,11 +101,22 @@ impl SandboxFs {
             let root =
                 rustix::fs::openat(&root, inner, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
                     .map_err(gone)?;
-            return Ok(SandboxFs { root, ids: Ids { uid: 0, gid: 0, count: DEFAULT_ID_COUNT }, gvisor: true });
+            let ids = Ids { uid: 0, gid: 0, count: DEFAULT_ID_COUNT, user: (0, 0) };
+            return Ok(SandboxFs { root, ids, gvisor: true });
         }
         let (uid, count) = id_map(&proc, "uid_map")?;
         let (gid, _) = id_map(&proc, "gid_map")?;
-        Ok(SandboxFs { root, ids: Ids { uid, gid, count }, gvisor: false })
+        Ok(SandboxFs { root, ids: Ids { uid, gid, count, user: (0, 0) }, gvisor: false })
+    }
+
+    /// Do the work as inside user `uid` and group `gid` instead of root: the sandbox's permissions apply to
+    /// it as to that user's processes, and what it makes is theirs.
+    pub fn as_user(mut self, uid: u32, gid: u32) -> Result<SandboxFs> {
+        if uid >= self.ids.count || gid >= self.ids.count {
+            return Err(FileError::Invalid(format!("ids {uid}:{gid} are beyond the sandbox's {}", self.ids.count)));
+        }
+        self.ids.user = (uid, gid);
+        Ok(self)
     }
 
     /// `path`'s components, refused when they name a file system of gVisor's own kernel (`/proc`, `/sys`,
@@ -113,10 +132,15 @@ impl SandboxFs {
         Ok(parts)
     }
 
-    /// Act as the sandbox's root on this thread until the guard drops.
+    /// Act as the sandbox's root (or the user of `as_user`) on this thread until the guard drops.
     fn act(&self) -> Result<berth_sys::fsids::FsIds> {
-        berth_sys::fsids::act_as(self.ids.uid, self.ids.gid)
-            .map_err(|e| FileError::Internal(berth_runtime::error_chain(&e)))
+        let (uid, gid) = self.ids.owner();
+        if self.ids.user.0 == 0 {
+            berth_sys::fsids::act_as(uid, gid)
+        } else {
+            berth_sys::fsids::act_as_unprivileged(uid, gid)
+        }
+        .map_err(|e| FileError::Internal(berth_runtime::error_chain(&e)))
     }
 
     /// Resolve `parts` from the sandbox's root, following symbolic links inside it.

@@ -66,6 +66,8 @@ impl From<FileError> for Failure {
 #[serde(deny_unknown_fields)]
 struct PathQuery {
     path: String,
+    /// Work as this user of the sandbox (a name of its /etc/passwd, or ids) instead of root.
+    user: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -75,6 +77,8 @@ struct PutQuery {
     mode: Option<String>,
     #[serde(default)]
     parents: bool,
+    /// Work as this user of the sandbox (a name of its /etc/passwd, or ids) instead of root.
+    user: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,6 +87,8 @@ struct DeleteQuery {
     path: String,
     #[serde(default)]
     recursive: bool,
+    /// Work as this user of the sandbox (a name of its /etc/passwd, or ids) instead of root.
+    user: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,6 +98,8 @@ struct MkdirQuery {
     mode: Option<String>,
     #[serde(default)]
     parents: bool,
+    /// Work as this user of the sandbox (a name of its /etc/passwd, or ids) instead of root.
+    user: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -100,6 +108,8 @@ struct ArchiveQuery {
     path: String,
     #[serde(default)]
     parents: bool,
+    /// Work as this user of the sandbox (a name of its /etc/passwd, or ids) instead of root.
+    user: Option<String>,
 }
 
 /// An octal mode such as `644`, `0644` or `0o644`.
@@ -150,6 +160,20 @@ async fn sandbox(e: &Engine, id: &str) -> Result<SandboxFs, Failure> {
     };
     let isolation = record.isolation;
     blocking(move || SandboxFs::open(pid, isolation)).await
+}
+
+/// The sandbox's file system, worked on as `user` (see `ExecRequest::user`) when one is given: its permissions
+/// apply as to that user's processes, and what is made is owned by it. The name is checked before the
+/// sandbox is woken.
+async fn sandbox_as(e: &Engine, id: &str, user: Option<&str>) -> Result<SandboxFs, Failure> {
+    let spec = user.map(crate::engine::users::parse).transpose()?;
+    let fs = sandbox(e, id).await?;
+    let Some(spec) = spec else { return Ok(fs) };
+    let account = tokio::task::spawn_blocking(move || crate::engine::users::account_in(&fs, &spec).map(|a| (fs, a)))
+        .await
+        .map_err(|_| Failure::new(ErrorCode::Internal, "a files task failed".to_string()))??;
+    let (fs, a) = account;
+    Ok(fs.as_user(a.uid, a.gid)?)
 }
 
 type Api = State<Arc<Engine>>;
@@ -207,7 +231,7 @@ async fn get_files(
     q: std::result::Result<Query<PathQuery>, QueryRejection>,
 ) -> Result<Response, Failure> {
     let q = query(q)?;
-    let fs = sandbox(&e, &id).await?;
+    let fs = sandbox_as(&e, &id, q.user.as_deref()).await?;
     Ok(match blocking(move || fs.get(&q.path)).await? {
         Got::File(data) => ([(header::CONTENT_TYPE, "application/octet-stream")], data).into_response(),
         Got::Dir(entries) => Json(entries).into_response(),
@@ -225,7 +249,7 @@ async fn put_file(
     parse_path(&q.path)?;
     let data = body(data)?;
     e.admit_record(&id, "no file is changed").await?;
-    let fs = sandbox(&e, &id).await?;
+    let fs = sandbox_as(&e, &id, q.user.as_deref()).await?;
     let (path, bytes) = (q.path.clone(), data.len());
     let (entry, created) = blocking(move || fs.write(&q.path, &data, mode, q.parents)).await?;
     e.note_files(&id, "write_file", serde_json::json!({"path": path, "bytes": bytes})).await;
@@ -239,7 +263,7 @@ async fn delete_files(
 ) -> Result<Response, Failure> {
     let q = query(q)?;
     e.admit_record(&id, "no file is changed").await?;
-    let fs = sandbox(&e, &id).await?;
+    let fs = sandbox_as(&e, &id, q.user.as_deref()).await?;
     let (path, recursive) = (q.path.clone(), q.recursive);
     blocking(move || fs.remove(&q.path, q.recursive)).await?;
     e.note_files(&id, "remove_file", serde_json::json!({"path": path, "recursive": recursive})).await;
@@ -252,7 +276,7 @@ async fn stat(
     q: std::result::Result<Query<PathQuery>, QueryRejection>,
 ) -> Result<Response, Failure> {
     let q = query(q)?;
-    let fs = sandbox(&e, &id).await?;
+    let fs = sandbox_as(&e, &id, q.user.as_deref()).await?;
     Ok(Json(blocking(move || fs.stat(&q.path)).await?).into_response())
 }
 
@@ -264,7 +288,7 @@ async fn mkdir(
     let q = query(q)?;
     let mode = parse_mode(q.mode.as_deref())?;
     e.admit_record(&id, "no file is changed").await?;
-    let fs = sandbox(&e, &id).await?;
+    let fs = sandbox_as(&e, &id, q.user.as_deref()).await?;
     let path = q.path.clone();
     let (entry, created) = blocking(move || fs.mkdir(&q.path, q.parents, mode)).await?;
     e.note_files(&id, "mkdir", serde_json::json!({"path": path})).await;
@@ -277,7 +301,7 @@ async fn get_archive(
     q: std::result::Result<Query<PathQuery>, QueryRejection>,
 ) -> Result<Response, Failure> {
     let q = query(q)?;
-    let fs = sandbox(&e, &id).await?;
+    let fs = sandbox_as(&e, &id, q.user.as_deref()).await?;
     // Errors up to here get a status; after it, one ends the stream early (the client sees a cut body).
     let (fs, dir) = blocking(move || {
         let dir = fs.open_dir(&q.path)?;
@@ -305,7 +329,7 @@ async fn put_archive(
     parse_path(&q.path)?;
     let data = body(data)?;
     e.admit_record(&id, "no file is changed").await?;
-    let fs = sandbox(&e, &id).await?;
+    let fs = sandbox_as(&e, &id, q.user.as_deref()).await?;
     let (path, bytes) = (q.path.clone(), data.len());
     let entries = blocking(move || fs.extract_tar(&q.path, &data, q.parents)).await?;
     e.note_files(&id, "extract_archive", serde_json::json!({"path": path, "bytes": bytes, "entries": entries})).await;
