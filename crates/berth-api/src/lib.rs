@@ -39,6 +39,9 @@ pub struct CreateSandbox {
     pub idle_hibernate_seconds: Option<f64>,
     /// The TTL counts only time running: time paused is added back to it at each resume.
     pub ttl_active_only: bool,
+    /// What happens when the TTL runs out: removed (the default), or put to sleep, `hibernate` (to disk;
+    /// paused where it cannot be) or `pause`, without a TTL until one is set again; any activity wakes it.
+    pub ttl_action: TtlAction,
     /// Environment for every exec (an exec's own `env` wins).
     pub env: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
@@ -154,6 +157,9 @@ pub struct Sandbox {
     pub idle_pause_seconds: Option<f64>,
     #[serde(default)]
     pub ttl_active_only: bool,
+    /// What happens when its TTL runs out.
+    #[serde(default)]
+    pub ttl_action: TtlAction,
     /// When it was paused, while it is.
     #[serde(default)]
     pub paused_at_ms: Option<u64>,
@@ -193,6 +199,20 @@ pub struct Sandbox {
     /// The boundary it runs behind.
     #[serde(default)]
     pub isolation: Isolation,
+}
+
+/// What a sandbox's TTL does when it runs out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TtlAction {
+    /// Removed, through the ordered teardown.
+    #[default]
+    Remove,
+    /// Paused: its processes frozen, their memory kept.
+    Pause,
+    /// Hibernated: its processes and their memory written to disk, its RAM released (paused where it cannot
+    /// be hibernated, such as with an exec running).
+    Hibernate,
 }
 
 /// `POST /v1/sandboxes/{id}/execs`

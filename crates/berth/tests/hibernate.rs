@@ -438,3 +438,43 @@ fn a_hibernated_sandbox_rebuilt_or_reset_gives_up_its_image_and_runs_afresh() {
         assert_eq!(kept, if op == "reset" { "gone\n" } else { "kept\n" }, "{op}");
     }
 }
+
+on_each_daemon_isolation! {
+fn the_end_of_a_ttl_can_put_a_sandbox_to_sleep_instead_of_removing_it(d, iso) {
+    let id = d.create(&["--ttl", "2s", "--ttl-action", "hibernate"]);
+    assert_eq!(record(d, &id)["ttl_action"], "hibernate");
+    d.sh(&id, "(i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done) >/dev/null 2>&1 &");
+    let paused = d.create(&["--ttl", "2s", "--ttl-action", "pause"]);
+    // One whose exec's stdin is open cannot be hibernated: it is paused instead.
+    let busy = d.create(&["--ttl", "2s", "--ttl-action", "hibernate"]);
+    let exec = r#"{"argv": ["sleep", "600"], "detach": true, "stdin_open": true}"#;
+    assert_eq!(d.http("POST", &format!("/v1/sandboxes/{busy}/execs"), exec).0, 201);
+    let removed = d.create(&["--ttl", "2s"]);
+    wait_for("the TTLs' ends", Duration::from_secs(60), || {
+        record(d, &id)["state"] == "hibernated"
+            && record(d, &paused)["state"] == "paused"
+            && record(d, &busy)["state"] == "paused"
+            && d.http("GET", &format!("/v1/sandboxes/{removed}"), "").0 == 404
+    });
+    for (sb, slept) in [(&id, "hibernated"), (&paused, "paused"), (&busy, "paused (it could not be hibernated)")] {
+        assert!(record(d, sb)["expires_at_ms"].is_null(), "{iso}: {sb} keeps no deadline");
+        let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{sb}/journal"), "");
+        assert!(journal.contains(&format!(r#""slept":"{slept}""#)), "{iso}: {journal}");
+    }
+    // Woken by activity, where it was; a new TTL puts it to sleep again.
+    let before: u64 = d.sh(&id, "cat /tmp/count").trim().parse().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let after: u64 = d.sh(&id, "cat /tmp/count").trim().parse().unwrap();
+    assert!(after > before, "{iso}: the counter goes on after the wake ({before} -> {after})");
+    assert!(d.berth(&["ttl", &id, "1s"]).status.success());
+    wait_for("the second sleep", Duration::from_secs(30), || record(d, &id)["state"] == "hibernated");
+    // Bad input.
+    let out = d.berth(&["create", "--ttl-action", "nap"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("not remove, hibernate or pause"), "{}", text(&out.stderr));
+    let (status, body) = d.http("POST", "/v1/sandboxes", r#"{"ttl_action": "nap"}"#);
+    assert_eq!(status, 400, "{body}");
+    for sb in [&id, &paused, &busy] {
+        assert!(d.berth(&["rm", sb]).status.success());
+    }
+}
+}

@@ -19,7 +19,7 @@ from .errors import ApiError, from_response
 # Fields of POST /v1/sandboxes (the conformance test holds this to the spec's CreateSandbox).
 CREATE_FIELDS = (
     "name", "image", "memory_bytes", "pids", "cpus", "ttl_seconds", "idle_timeout_seconds", "idle_pause_seconds",
-    "idle_hibernate_seconds", "ttl_active_only", "budget", "env", "labels",
+    "idle_hibernate_seconds", "ttl_active_only", "ttl_action", "budget", "env", "labels",
     "mounts", "persistent", "disk_bytes", "volumes", "from_snapshot", "outputs", "network", "secrets",
     "isolation",
 )  # fmt: skip

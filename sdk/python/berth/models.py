@@ -106,6 +106,7 @@ class SandboxInfo(Model):
     last_activity: Optional[str] = None
     idle_pause_seconds: Optional[float] = None
     ttl_active_only: bool = False
+    ttl_action: str = "remove"
     paused_at_ms: Optional[int] = None
     hibernated_at_ms: Optional[int] = None
     idle_hibernate_seconds: Optional[float] = None

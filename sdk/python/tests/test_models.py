@@ -24,7 +24,7 @@ SPEC_PATH = REPO / "crates" / "berth-api" / "openapi.json"
 NOT_MODELLED = {
     "CreateSandbox": "Sandbox.create's keyword options (checked below)",
     "ExecRequest": "Sandbox.exec's keyword options (checked below)",
-    "SandboxState": "a string field", "Isolation": "a string field", "Stream": "a string field", "ErrorCode": "BerthError subclasses (checked below)",
+    "SandboxState": "a string field", "Isolation": "a string field", "TtlAction": "a string field", "Stream": "a string field", "ErrorCode": "BerthError subclasses (checked below)",
     "ExecFrame": "the union of the ExecFrame* models", "ErrorBody": "raised as BerthError", "ApiError": "raised as BerthError",
     "EventKind": "a string field", "FileKind": "a string field", "ChangeKind": "a string field",
     "MintToken": "tokens.create(name)", "CreateSnapshot": "snapshot(name, with_processes=)", "ForkRequest": "fork(n, with_processes=)",

@@ -41,6 +41,10 @@ pub struct CreateArgs {
     /// The TTL counts only time running: time paused is added back at each resume.
     #[arg(long)]
     pub ttl_active_only: bool,
+    /// What the end of the TTL does: remove the sandbox, or put it to sleep (hibernate, or pause) without a
+    /// TTL until one is set again (berth ttl); any activity wakes it.
+    #[arg(long, value_name = "remove|hibernate|pause", default_value = "remove", value_parser = parse_ttl_action)]
+    pub ttl_action: berth_api::TtlAction,
     /// Set an environment variable for every exec (repeatable).
     #[arg(long = "env", short = 'e', value_parser = parse_env, value_name = "KEY=VALUE")]
     pub env: Vec<(String, String)>,
@@ -287,4 +291,13 @@ pub struct ShellArgs {
     /// The command's TERM. Default: xterm-256color.
     #[arg(long, value_name = "TERM")]
     pub term: Option<String>,
+}
+
+fn parse_ttl_action(s: &str) -> Result<berth_api::TtlAction, String> {
+    match s {
+        "remove" => Ok(berth_api::TtlAction::Remove),
+        "pause" => Ok(berth_api::TtlAction::Pause),
+        "hibernate" => Ok(berth_api::TtlAction::Hibernate),
+        other => Err(format!("{other:?} is not remove, hibernate or pause")),
+    }
 }

@@ -36,6 +36,7 @@ pub fn create(socket: &Path, args: CreateArgs) -> anyhow::Result<i32> {
         idle_pause_seconds: args.idle_pause.map(output::seconds),
         idle_hibernate_seconds: args.idle_hibernate.map(output::seconds),
         ttl_active_only: args.ttl_active_only,
+        ttl_action: args.ttl_action,
         env: args.env.into_iter().collect(),
         labels: args.labels.into_iter().collect(),
         mounts: args

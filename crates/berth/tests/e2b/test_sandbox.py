@@ -204,8 +204,8 @@ def test_errors_say_what_is_wrong():
         Sandbox.create("no-such-template")
     assert "no-such-template" in str(unknown.value)
     with pytest.raises(SandboxException) as refused:
-        Sandbox.create("base", lifecycle={"on_timeout": "pause"})
-    assert "autoPause" in str(refused.value)
+        Sandbox.create("base", network={"mask_request_host": "example.com"})
+    assert "network.maskRequestHost" in str(refused.value)
     with pytest.raises(NotFoundException):
         Sandbox.connect("000000000000")
 

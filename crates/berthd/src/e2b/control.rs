@@ -48,7 +48,11 @@ pub(super) async fn serve(s: &E2b, req: Request) -> Response {
         (Method::POST, ["v2", "sandboxes", id, "connect"] | ["sandboxes", id, "connect" | "resume"]) => {
             connect(s, &key, id, &body).await
         }
-        (Method::GET, ["sandboxes", id, "metrics"]) => metrics(s, &key, id).await,
+        (Method::GET, ["sandboxes", id, "metrics"]) => metrics(s, &key, id, query.as_deref()).await,
+        (Method::POST, ["sandboxes", id, "snapshots"]) => super::lifecycle::create_snapshot(s, &key, id, &body).await,
+        (Method::GET, ["snapshots"]) => super::lifecycle::list_snapshots(s, &key, query.as_deref()).await,
+        (Method::DELETE, ["templates", id]) => super::lifecycle::delete_template(s, &key, &decode(id)).await,
+        (Method::POST, ["sandboxes", id, "fork"]) => super::lifecycle::fork(s, &key, id, &body).await,
         (m, _) => {
             error(404, format!("berth's E2B API has no {m} {path}: see docs/e2b.md for what is served and what is not"))
         }
@@ -63,8 +67,8 @@ fn metadata_of(s: &Sandbox) -> BTreeMap<String, String> {
     s.labels.iter().filter(|(k, _)| !k.starts_with("e2b.")).map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
-/// A `Sandbox` answer (create, connect).
-fn sandbox_json(s: &E2b, sb: &Sandbox, access: &str) -> Value {
+/// A `Sandbox` answer (create, connect, fork).
+pub(super) fn sandbox_json(s: &E2b, sb: &Sandbox, access: &str) -> Value {
     json!({
         "templateID": template_of(sb), "sandboxID": sb.id, "clientID": "berth", "alias": template_of(sb),
         "envdVersion": ENVD_VERSION, "envdAccessToken": access, "trafficAccessToken": access,
@@ -90,25 +94,32 @@ fn listed_json(sb: &Sandbox, detail: bool) -> Value {
     });
     if detail {
         v["allowInternetAccess"] = json!(sb.network.mode.as_deref().is_some_and(|m| m != "none"));
+        let pauses = sb.ttl_action != berth_api::TtlAction::Remove;
+        v["lifecycle"] = json!({"onTimeout": if pauses { "pause" } else { "kill" }, "autoResume": pauses});
     }
     v
 }
 
 async fn create(s: &E2b, key: &str, body: &Value, idempotency: Option<HeaderValue>) -> Response {
     let template = body["templateID"].as_str().unwrap_or("base");
-    let image = if BUILT_IN.contains(&template) { "host" } else { template };
+    // A template is one of berth's own, a snapshot (create_snapshot's), or an image of berth's.
+    let snapshot = match BUILT_IN.contains(&template) {
+        true => None,
+        false => super::lifecycle::snapshot_named(s, key, template).await,
+    };
+    let image = match &snapshot {
+        Some(snap) => snap.image.as_str(),
+        None if BUILT_IN.contains(&template) => "host",
+        None => template,
+    };
     for refused in ["mcp", "iam", "volumeMounts"] {
         if !body[refused].is_null() {
             return error(400, format!("berth's E2B API does not take {refused:?} on create (see docs/e2b.md)"));
         }
     }
-    if body["autoPause"].as_bool() == Some(true) {
-        return error(
-            400,
-            "berth does not pause a sandbox when its timeout runs out (autoPause): it is removed, as without \
-             it; pause it yourself (sandbox.pause()) or give it a longer timeout",
-        );
-    }
+    // autoPause: the end of the timeout hibernates the sandbox (to disk; paused where it cannot be) instead
+    // of removing it. Any call wakes it (autoResume), whatever autoResume says.
+    let ttl_action = if body["autoPause"].as_bool() == Some(true) { "hibernate" } else { "remove" };
     let strings = |v: &Value, what: &str| -> Result<BTreeMap<String, String>, Response> {
         match v {
             Value::Null => Ok(BTreeMap::new()),
@@ -142,7 +153,11 @@ async fn create(s: &E2b, key: &str, body: &Value, idempotency: Option<HeaderValu
             None => return error(400, format!("timeout is a positive number of seconds, not {v}")),
         },
     };
-    let mut req = json!({"image": image, "ttl_seconds": timeout, "env": env, "labels": labels});
+    let mut req =
+        json!({"image": image, "ttl_seconds": timeout, "ttl_action": ttl_action, "env": env, "labels": labels});
+    if let Some(snap) = &snapshot {
+        req["from_snapshot"] = json!(snap.id);
+    }
     match network(body) {
         Ok(Some(n)) => req["network"] = n,
         Ok(None) => {}
@@ -237,12 +252,9 @@ impl E2b {
 /// A list query's filters: `metadata` (a query string in the parameter, its keys and values quoted once
 /// more), `state`, `template`, `startedAfter`, `order`, `limit` and `nextToken`.
 async fn list(s: &E2b, key: &str, query: Option<&str>) -> Response {
-    let all = s.call(key, Method::GET, "/v1/sandboxes", None).await;
-    if !all.ok() {
-        return failed(&all);
-    }
-    let Ok(mut sandboxes) = serde_json::from_slice::<Vec<Sandbox>>(&all.body) else {
-        return error(500, "berth's answer was not a list of sandboxes");
+    let mut sandboxes: Vec<Sandbox> = match s.list_of(key, "/v1/sandboxes", "sandboxes").await {
+        Ok(all) => all,
+        Err(r) => return r,
     };
     let param = |name: &str| super::query_param(query, name);
     let metadata: Vec<(String, String)> = param("metadata")
@@ -277,23 +289,7 @@ async fn list(s: &E2b, key: &str, query: Option<&str>) -> Response {
     if param("order").as_deref() != Some("asc") {
         sandboxes.reverse();
     }
-    let start: usize = param("nextToken").and_then(|t| t.parse().ok()).unwrap_or(0);
-    let limit: usize = match param("limit") {
-        Some(l) => match l.parse::<usize>() {
-            Ok(n) if n > 0 => n,
-            _ => return error(400, format!("limit is a positive whole number, not {l:?}")),
-        },
-        None => usize::MAX,
-    };
-    let page: Vec<Value> = sandboxes.iter().skip(start).take(limit).map(|sb| listed_json(sb, false)).collect();
-    let mut r = axum::Json(page).into_response();
-    let next = start.saturating_add(limit);
-    if next < sandboxes.len()
-        && let Ok(v) = HeaderValue::from_str(&next.to_string())
-    {
-        r.headers_mut().insert("x-next-token", v);
-    }
-    r
+    super::page(sandboxes.iter().map(|sb| listed_json(sb, false)).collect(), query)
 }
 
 /// An RFC 3339 time (`2026-12-03T18:21:52.626Z`, or with an offset), as milliseconds since the epoch.
@@ -325,7 +321,7 @@ fn parse_time(t: &str) -> Option<u64> {
     (ms >= 0.0).then_some(ms as u64)
 }
 
-async fn get(s: &E2b, key: &str, id: &str) -> Result<Sandbox, Response> {
+pub(super) async fn get(s: &E2b, key: &str, id: &str) -> Result<Sandbox, Response> {
     let a = s.call(key, Method::GET, &format!("/v1/sandboxes/{}", super::encode(id)), None).await;
     if a.status == 404 {
         return Err(error(404, format!("sandbox {id} was not found")));
@@ -402,10 +398,11 @@ async fn connect(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
         }
         status = StatusCode::CREATED;
     }
-    // A timeout only ever moves the end later.
+    // A timeout only ever moves the end later; one that slept at its timeout (autoPause) gets it anew.
     if let Some(t) = body["timeout"].as_f64().filter(|t| *t > 0.0) {
         let wanted = super::super::engine::now_ms() + (t * 1000.0) as u64;
-        if sb.expires_at_ms.is_some_and(|at| at < wanted) {
+        let slept = sb.expires_at_ms.is_none() && sb.ttl_action != berth_api::TtlAction::Remove;
+        if slept || sb.expires_at_ms.is_some_and(|at| at < wanted) {
             let a = s
                 .call(key, Method::POST, &format!("/v1/sandboxes/{}/ttl", sb.id), Some(json!({"ttl_seconds": t})))
                 .await;
@@ -421,7 +418,14 @@ async fn connect(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
     (status, axum::Json(sandbox_json(s, &sb, &access))).into_response()
 }
 
-async fn metrics(s: &E2b, key: &str, id: &str) -> Response {
+/// One point, now: berth keeps a sandbox's totals, not a series. A `start`..`end` window (Unix seconds) that
+/// does not hold now gives none.
+async fn metrics(s: &E2b, key: &str, id: &str, query: Option<&str>) -> Response {
+    let bound = |n: &str| super::query_param(query, n).map(|v| v.parse::<u64>().map_err(|_| v));
+    let (start, end) = match (bound("start").transpose(), bound("end").transpose()) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(v), _) | (_, Err(v)) => return error(400, format!("start and end are Unix seconds, not {v:?}")),
+    };
     let sb = match get(s, key, id).await {
         Ok(sb) => sb,
         Err(r) => return r,
@@ -438,6 +442,9 @@ async fn metrics(s: &E2b, key: &str, id: &str) -> Response {
     let running = u["running_seconds"].as_f64().unwrap_or(0.0).max(0.001);
     let pct = 100.0 * u["cpu_seconds"].as_f64().unwrap_or(0.0) / running / cpus as f64;
     let mem_total = sb.memory_bytes.unwrap_or(0);
+    if start.is_some_and(|t| now / 1000 < t) || end.is_some_and(|t| now / 1000 > t) {
+        return axum::Json(json!([])).into_response();
+    }
     axum::Json(json!([{
         "timestamp": rfc3339(now), "timestampUnix": now / 1000, "cpuCount": cpus, "cpuUsedPct": pct,
         "memUsed": u["memory_bytes"], "memTotal": mem_total, "memCache": 0,

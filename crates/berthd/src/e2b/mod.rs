@@ -21,6 +21,7 @@ mod control;
 mod envd;
 mod files;
 mod interpreter;
+mod lifecycle;
 pub(crate) mod tls;
 mod users;
 mod watch;
@@ -188,6 +189,20 @@ impl E2b {
         self.read(answer).await
     }
 
+    /// GET a list from the API as the holder of `key` (`what` names it in the error, should it not be one).
+    pub(crate) async fn list_of<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+        path: &str,
+        what: &str,
+    ) -> Result<Vec<T>, Response> {
+        let a = self.call(key, Method::GET, path, None).await;
+        if !a.ok() {
+            return Err(failed(&a));
+        }
+        serde_json::from_slice(&a.body).map_err(|_| error(500, format!("berth's answer was not a list of {what}")))
+    }
+
     async fn read(&self, answer: Response) -> Answer {
         let status = answer.status().as_u16();
         match axum::body::to_bytes(answer.into_body(), MAX_ANSWER).await {
@@ -230,6 +245,25 @@ impl E2b {
         self.watchers.forget(sandbox);
         self.has_user.lock().unwrap_or_else(|p| p.into_inner()).remove(sandbox);
     }
+}
+
+/// One page of a list (`limit` items from `nextToken`, an index), with `x-next-token` when more follow.
+pub(crate) fn page(items: Vec<Value>, query: Option<&str>) -> Response {
+    let start: usize = query_param(query, "nextToken").and_then(|t| t.parse().ok()).unwrap_or(0);
+    let limit = match query_param(query, "limit") {
+        Some(l) => match l.parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => return error(400, format!("limit is a positive whole number, not {l:?}")),
+        },
+        None => usize::MAX,
+    };
+    let next = start.saturating_add(limit);
+    let more = next < items.len();
+    let mut r = axum::Json(items.into_iter().skip(start).take(limit).collect::<Vec<_>>()).into_response();
+    if more && let Ok(v) = HeaderValue::from_str(&next.to_string()) {
+        r.headers_mut().insert("x-next-token", v);
+    }
+    r
 }
 
 /// A control-plane error as the SDK parses it: `{"code": <status>, "message": "…"}`.

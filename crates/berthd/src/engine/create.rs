@@ -218,6 +218,7 @@ impl Engine {
             last_activity: Some(if created_at_ms + 1000 < now { "start" } else { "create" }.into()),
             idle_pause_seconds: req.idle_pause_seconds,
             ttl_active_only: req.ttl_active_only,
+            ttl_action: req.ttl_action,
             paused_at_ms: None,
             hibernated_at_ms: None,
             idle_hibernate_seconds: req.idle_hibernate_seconds,

@@ -143,6 +143,7 @@ impl Engine {
         let mut ended = Vec::new();
         let mut to_pause = Vec::new();
         let mut to_hibernate = Vec::new();
+        let mut to_sleep = Vec::new();
         let mut next: Option<u64> = None;
         let mut soon = |t: u64| next = Some(next.map_or(t, |n| n.min(t)));
         let removing: std::collections::HashSet<String> = self.removing.lock().map(|r| r.clone()).unwrap_or_default();
@@ -182,7 +183,9 @@ impl Engine {
                     && matches!(r.state, SandboxState::Running | SandboxState::Paused)
                     && failed_at < r.last_activity_ms
             });
-            if expired {
+            if expired && r.ttl_action != berth_api::TtlAction::Remove {
+                to_sleep.push((r.id.clone(), r.ttl_action));
+            } else if expired {
                 due.push(r.id.clone());
             } else if idle && r.persistent {
                 // Idle costs nothing: a persistent sandbox is stopped, its files kept, not removed.
@@ -202,9 +205,10 @@ impl Engine {
                 }
             }
         }
-        // A stopped sandbox's lifetime runs out too.
+        // A stopped sandbox's lifetime runs out too (one that would sleep at its end sleeps already).
         for s in self.store.stopped().unwrap_or_default() {
             match s.expires_at_ms {
+                Some(_) if s.ttl_action != berth_api::TtlAction::Remove => {}
                 Some(t) if now >= t => due.push(s.id),
                 Some(t) => soon(t),
                 None => {}
@@ -212,6 +216,9 @@ impl Engine {
         }
         for id in &due {
             let _ = self.remove_because(id, "reaped").await;
+        }
+        for (id, action) in &to_sleep {
+            self.sleep_at_ttl(id, *action).await;
         }
         for id in &to_pause {
             let _ = self.pause(id, "idle").await;

@@ -1,0 +1,146 @@
+//! E2B's snapshots and forks, on berth's: `create_snapshot` is a berth snapshot (its processes too, where
+//! berth can checkpoint them), usable as a template (`Sandbox.create(snapshot_id)` starts from it);
+//! `list_snapshots` and `delete_snapshot` (E2B's `DELETE /templates/{id}`) list and remove them; `fork` is
+//! berth's fork, its copies continuing the source's processes where berth can.
+
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use berth_api::{Isolation, Sandbox, Snapshot};
+use serde_json::{Value, json};
+
+use super::{E2b, encode, error, failed};
+
+/// Most copies one fork makes (E2B's SDK asks for at most 20).
+const MAX_FORKS: u64 = 20;
+
+/// Whether berth can take the processes of a sandbox behind `isolation` along (a checkpoint with CRIU).
+fn processes_can_come(isolation: Isolation) -> bool {
+    isolation == Isolation::Namespaces
+}
+
+/// `POST /sandboxes/{id}/snapshots` `{name?, memory?}`: `memory` (E2B's "full", its default) takes the
+/// processes along; `false` ("filesystem") the files only. A name already taken is given to the new
+/// snapshot, as E2B gives the name a new build.
+pub(super) async fn create_snapshot(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
+    let sb = match super::control::get(s, key, id).await {
+        Ok(sb) => sb,
+        Err(r) => return r,
+    };
+    let name = body["name"].as_str().filter(|n| !n.is_empty());
+    let with_processes = match body["memory"].as_bool() {
+        Some(asked) => asked,
+        None => processes_can_come(sb.isolation) && sb.state != berth_api::SandboxState::Hibernated,
+    };
+    let req = json!({"name": name, "with_processes": with_processes});
+    let path = format!("/v1/sandboxes/{}/snapshots", encode(&sb.id));
+    let mut a = s.call(key, Method::POST, &path, Some(req.clone())).await;
+    if a.status == 409
+        && let Some(n) = name
+        && a.message().contains("already exists")
+    {
+        let gone = s.call(key, Method::DELETE, &format!("/v1/snapshots/{}", encode(n)), None).await;
+        if !gone.ok() {
+            return error(
+                409,
+                format!("the name {n:?} is taken by a snapshot berth cannot remove: {}", gone.message()),
+            );
+        }
+        a = s.call(key, Method::POST, &path, Some(req)).await;
+    }
+    if !a.ok() {
+        return failed(&a);
+    }
+    match serde_json::from_slice::<Snapshot>(&a.body) {
+        Ok(snap) => (StatusCode::CREATED, axum::Json(snapshot_json(&snap))).into_response(),
+        Err(_) => error(500, "berth's answer was not a snapshot"),
+    }
+}
+
+fn snapshot_json(snap: &Snapshot) -> Value {
+    json!({"snapshotID": snap.id, "names": snap.name.iter().collect::<Vec<_>>()})
+}
+
+/// `GET /snapshots?sandboxID=&name=&limit=&nextToken=`: the snapshots asked for (not the instants forks
+/// keep), newest first, in pages.
+pub(super) async fn list_snapshots(s: &E2b, key: &str, query: Option<&str>) -> Response {
+    let mut all: Vec<Snapshot> = match s.list_of(key, "/v1/snapshots", "snapshots").await {
+        Ok(all) => all,
+        Err(r) => return r,
+    };
+    let param = |n: &str| super::query_param(query, n);
+    let (sandbox, name) = (param("sandboxID"), param("name"));
+    all.retain(|snap| {
+        snap.origin == "snapshot"
+            && sandbox.as_ref().is_none_or(|id| &snap.sandbox_id == id)
+            && name.as_ref().is_none_or(|n| &snap.id == n || snap.name.as_ref() == Some(n))
+    });
+    all.sort_by_key(|snap| std::cmp::Reverse((snap.created_at_ms, snap.id.clone())));
+    super::page(all.iter().map(snapshot_json).collect(), query)
+}
+
+/// `DELETE /templates/{id}`: a snapshot (berth's templates themselves are images, removed with berth).
+pub(super) async fn delete_template(s: &E2b, key: &str, id: &str) -> Response {
+    let a = s.call(key, Method::DELETE, &format!("/v1/snapshots/{}", encode(id)), None).await;
+    match a.status {
+        200..=299 => StatusCode::NO_CONTENT.into_response(),
+        404 => error(404, format!("there is no snapshot {id} (berth's images are removed with berth image rm)")),
+        _ => failed(&a),
+    }
+}
+
+/// The snapshot a create's `templateID` names, if it names one.
+pub(super) async fn snapshot_named(s: &E2b, key: &str, template: &str) -> Option<Snapshot> {
+    let a = s.call(key, Method::GET, &format!("/v1/snapshots/{}", encode(template)), None).await;
+    if a.ok() { serde_json::from_slice(&a.body).ok() } else { None }
+}
+
+/// `POST /sandboxes/{id}/fork` `{timeout?, count?}`: berth's fork, the copies continuing the source's
+/// processes where berth can take them along; each copy's timeout is `timeout` (else the source's TTL).
+pub(super) async fn fork(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
+    let sb = match super::control::get(s, key, id).await {
+        Ok(sb) => sb,
+        Err(r) => return r,
+    };
+    let count = match &body["count"] {
+        Value::Null => 1,
+        v => match v.as_u64().filter(|n| (1..=MAX_FORKS).contains(n)) {
+            Some(n) => n,
+            None => return error(400, format!("count is a whole number from 1 to {MAX_FORKS}, not {v}")),
+        },
+    };
+    let timeout = match &body["timeout"] {
+        Value::Null => None,
+        v => match v.as_f64().filter(|t| *t > 0.0) {
+            Some(t) => Some(t),
+            None => return error(400, format!("timeout is a positive number of seconds, not {v}")),
+        },
+    };
+    let with_processes = processes_can_come(sb.isolation) && sb.state != berth_api::SandboxState::Hibernated;
+    let req = json!({"count": count, "with_processes": with_processes});
+    let a = s.call(key, Method::POST, &format!("/v1/sandboxes/{}/fork", encode(&sb.id)), Some(req)).await;
+    if a.status == 404 {
+        return error(404, format!("sandbox {id} was not found"));
+    }
+    if !a.ok() {
+        return failed(&a);
+    }
+    let Ok(copies) = serde_json::from_value::<Vec<Sandbox>>(a.json()["sandboxes"].clone()) else {
+        return error(500, "berth's answer was not a fork");
+    };
+    let mut results = Vec::new();
+    for copy in copies {
+        if let Some(t) = timeout {
+            let ttl = s
+                .call(key, Method::POST, &format!("/v1/sandboxes/{}/ttl", copy.id), Some(json!({"ttl_seconds": t})))
+                .await;
+            if !ttl.ok() {
+                let _ = s.call(key, Method::DELETE, &format!("/v1/sandboxes/{}", copy.id), None).await;
+                results.push(json!({"error": {"code": ttl.status, "message": ttl.message()}}));
+                continue;
+            }
+        }
+        let access = s.access_token(&copy.id, key);
+        results.push(json!({"sandbox": super::control::sandbox_json(s, &copy, &access)}));
+    }
+    (StatusCode::CREATED, axum::Json(results)).into_response()
+}
