@@ -272,6 +272,15 @@ def test_egress_is_berths_policy(test_id):
     try:
         r = sb.commands.run("curl -sS -i http://blocked.example/ || true")
         assert "no allow rule matches blocked.example:80" in r.stdout, r
+        # update_network replaces the lists: blocked.example is allowed now (and so no rule refuses it), pypi.org not.
+        sb.update_network({"allow_out": ["blocked.example:80"]})
+        r = sb.commands.run("curl -sS -i http://blocked.example/ || true")
+        assert "error=dns_error" in r.stdout and "denied" not in r.stdout, r
+        r = sb.commands.run("curl -sS -i https://pypi.org/ || true")
+        assert "pypi.org:443 is denied by rule pypi.org:443" in r.stdout, r
+        assert Sandbox.get_info(sb.sandbox_id).allow_internet_access is False
+        with pytest.raises(SandboxException, match="allow_internet_access"):
+            sb.update_network({"allow_internet_access": True})
     finally:
         sb.kill()
     with pytest.raises(SandboxException) as refused:

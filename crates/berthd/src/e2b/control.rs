@@ -53,6 +53,7 @@ pub(super) async fn serve(s: &E2b, req: Request) -> Response {
         (Method::GET, ["snapshots"]) => super::lifecycle::list_snapshots(s, &key, query.as_deref()).await,
         (Method::DELETE, ["templates", id]) => super::lifecycle::delete_template(s, &key, &decode(id)).await,
         (Method::POST, ["sandboxes", id, "fork"]) => super::lifecycle::fork(s, &key, id, &body).await,
+        (Method::PUT, ["sandboxes", id, "network"]) => super::lifecycle::update_network(s, &key, id, &body).await,
         (m, _) => {
             error(404, format!("berth's E2B API has no {m} {path}: see docs/e2b.md for what is served and what is not"))
         }
@@ -93,7 +94,7 @@ fn listed_json(sb: &Sandbox, detail: bool) -> Value {
         "metadata": metadata_of(sb),
     });
     if detail {
-        v["allowInternetAccess"] = json!(sb.network.mode.as_deref().is_some_and(|m| m != "none"));
+        v["allowInternetAccess"] = json!(sb.network.mode.as_deref() == Some("allow_all"));
         let pauses = sb.ttl_action != berth_api::TtlAction::Remove;
         v["lifecycle"] = json!({"onTimeout": if pauses { "pause" } else { "kill" }, "autoResume": pauses});
     }

@@ -144,3 +144,59 @@ pub(super) async fn fork(s: &E2b, key: &str, id: &str, body: &Value) -> Response
     }
     (StatusCode::CREATED, axum::Json(results)).into_response()
 }
+
+/// `PUT /sandboxes/{id}/network` (`update_network`): E2B's update replaces `allowOut` and `denyOut`. On
+/// berth's policy, which changes by rules allowed and denied: the new destinations are allowed or denied,
+/// and those no longer allowed are denied. A deny rule taken away is refused (lifting it would allow what
+/// it named), and so is a change of `allow_internet_access` (berth sets that mode at create).
+pub(super) async fn update_network(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
+    let sb = match super::control::get(s, key, id).await {
+        Ok(sb) => sb,
+        Err(r) => return r,
+    };
+    if let Some(other) = body.as_object().and_then(|o| {
+        o.iter().find(|(k, v)| !v.is_null() && !matches!(k.as_str(), "allowOut" | "denyOut" | "allow_internet_access"))
+    }) {
+        return error(400, format!("berth's egress policy takes allowOut and denyOut (host rules), not {}", other.0));
+    }
+    let list = |what: &str| -> Result<Vec<String>, Response> {
+        match &body[what] {
+            Value::Null => Ok(vec![]),
+            Value::Array(a) => a
+                .iter()
+                .map(|r| {
+                    r.as_str().map(str::to_string).ok_or_else(|| error(400, format!("{what} is a list of strings")))
+                })
+                .collect(),
+            _ => Err(error(400, format!("{what} is a list of strings"))),
+        }
+    };
+    let (allow, deny) = match (list("allowOut"), list("denyOut")) {
+        (Ok(a), Ok(d)) => (a, d),
+        (Err(r), _) | (_, Err(r)) => return r,
+    };
+    let net = &sb.network;
+    let all_open = net.mode.as_deref() == Some("allow_all");
+    if let Some(open) = body["allow_internet_access"].as_bool().filter(|open| *open != all_open) {
+        return error(
+            400,
+            format!(
+                "berth sets allow_internet_access when a sandbox is made; this one's is {all_open}, not {open}: \
+                 name destinations in allowOut instead"
+            ),
+        );
+    }
+    if let Some(lifted) = net.deny.iter().find(|d| !deny.contains(d)) {
+        return error(400, format!("berth cannot lift the deny rule {lifted} (it would allow what it names)"));
+    }
+    let gone: Vec<String> = net.allow.iter().filter(|a| !allow.contains(a) && !all_open).cloned().collect();
+    let change = json!({
+        "allow": allow.iter().filter(|a| !net.allow.contains(a)).collect::<Vec<_>>(),
+        "deny": deny.iter().filter(|d| !net.deny.contains(d)).chain(gone.iter()).collect::<Vec<_>>(),
+    });
+    if change["allow"].as_array().is_some_and(Vec::is_empty) && change["deny"].as_array().is_some_and(Vec::is_empty) {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    let a = s.call(key, Method::POST, &format!("/v1/sandboxes/{}/net", encode(&sb.id)), Some(change)).await;
+    if a.ok() { StatusCode::NO_CONTENT.into_response() } else { failed(&a) }
+}
