@@ -107,6 +107,20 @@ impl Vault {
         self.write_atomic(&path, &file)
     }
 
+    /// Seal `value` for this vault's key alone, bound to `label` (which names what it is for, and is not a
+    /// secret's name: labels of tokens start with `token:`). For a token the daemon hands out and reads back
+    /// later, after a restart too, that must say what it stands for without being readable or forgeable by
+    /// its holder.
+    pub fn seal_token(&self, label: &str, value: &[u8]) -> Result<Vec<u8>, SecretError> {
+        let now = now_ms();
+        self.sealer.seal(format!("token:{label}").as_bytes(), Header { created_at_ms: now, updated_at_ms: now }, value)
+    }
+
+    /// What `seal_token` sealed with `label`; `None` for anything else (another label, another key, altered).
+    pub fn open_token(&self, label: &str, sealed: &[u8]) -> Option<Zeroizing<Vec<u8>>> {
+        self.sealer.open(format!("token:{label}").as_bytes(), sealed).ok().map(|(_, value)| value)
+    }
+
     /// The value of secret `name`, or `None` if there is no such secret. The buffer is wiped when dropped.
     pub fn get(&self, name: &str) -> Result<Option<Zeroizing<Vec<u8>>>, SecretError> {
         check_name(name)?;

@@ -297,3 +297,24 @@ fn stale_temporary_files_are_removed() {
     assert!(fresh.exists(), "a write that may still be going on is left alone");
     assert!(vault.list().unwrap().is_empty());
 }
+
+#[test]
+fn sealed_tokens_open_with_their_label_and_key_only_and_outlive_the_vault_handle() {
+    let s = setup();
+    let vault = Vault::open(&s.root, &s.key).unwrap();
+    let sealed = vault.seal_token("e2b-access", b"sandbox\nkey").unwrap();
+    assert!(!sealed.windows(3).any(|w| w == b"key"), "the value is not readable in the token");
+    drop(vault);
+    let again = Vault::open(&s.root, &s.key).unwrap();
+    assert_eq!(again.open_token("e2b-access", &sealed).unwrap().as_slice(), b"sandbox\nkey");
+    assert!(again.open_token("other", &sealed).is_none());
+    let mut altered = sealed.clone();
+    let last = altered.len() - 1;
+    altered[last] ^= 1;
+    assert!(again.open_token("e2b-access", &altered).is_none());
+    assert!(again.open_token("e2b-access", b"short").is_none());
+    // Another key (another data root) cannot open it; tokens leave the vault's secrets alone.
+    let other = setup();
+    assert!(Vault::open(&other.root, &other.key).unwrap().open_token("e2b-access", &sealed).is_none());
+    assert!(again.list().unwrap().is_empty());
+}

@@ -158,3 +158,63 @@ fn the_e2b_sdks_reach_berth_by_domain_over_tls() {
     assert_eq!(status, 401);
     assert!(d.ids().is_empty(), "{:?}", d.ids());
 }
+
+/// An E2B client's handle on a sandbox goes on working through a restart of the daemon (its sandbox lives on
+/// in its shim): the access token it holds is sealed with the daemon's key, not only remembered.
+#[test]
+fn a_sandbox_handle_outlives_a_daemon_restart() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python = repo.join("target/venv/bin/python");
+    let port = common::free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let listen = format!("127.0.0.1:{port}");
+    let mut d = Daemon::start_with(&["--e2b-listen", &listen]);
+    let token = text(&d.berth(&["token", "create", "--name", "e2b-restart"]).stdout).trim().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, go) = (dir.path().join("ready"), dir.path().join("go"));
+    let script = r#"
+import os, sys, time
+from e2b import Sandbox
+sb = Sandbox.create("base")
+sb.commands.run("echo before > state")
+open(sys.argv[1], "w").write(sb.sandbox_id)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.05)
+print(sb.commands.run("cat state; echo after").stdout, end="")
+print(sb.files.read("state"), end="")
+import httpx
+headers = {"E2b-Sandbox-Id": sb.sandbox_id, "E2b-Sandbox-Port": "49983", "Content-Type": "application/json"}
+for forged in ["e2b_" + "A" * 150, "e2b_" + sb.sandbox_id]:
+    r = httpx.post(os.environ["E2B_SANDBOX_URL"] + "/process.Process/List", content="{}", headers={**headers, "X-Access-Token": forged})
+    print(r.status_code, r.json()["code"])
+sb.kill()
+"#;
+    let child = Command::new(&python)
+        .args(["-c", script])
+        .arg(&ready)
+        .arg(&go)
+        .env("E2B_API_URL", &url)
+        .env("E2B_SANDBOX_URL", &url)
+        .env("E2B_API_KEY", &token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !ready.exists() {
+        assert!(std::time::Instant::now() < deadline, "the script did not make its sandbox");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d.stop();
+    d.spawn();
+    let up = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < up, "the E2B listener did not come back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(&go, "").unwrap();
+    let out = common::daemon::wait_output(child, Duration::from_secs(120));
+    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(text(&out.stdout), "before\nafter\nbefore\n401 unauthenticated\n401 unauthenticated\n");
+    assert!(d.ids().is_empty(), "{:?}", d.ids());
+}

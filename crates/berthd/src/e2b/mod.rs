@@ -34,6 +34,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -63,6 +64,9 @@ pub(crate) struct E2b {
     watchers: watch::Watchers,
     /// Whether each sandbox's `/etc/passwd` has E2B's `user` (see `users`), once looked at.
     has_user: Mutex<HashMap<String, bool>>,
+    /// Seals access tokens, so that they still open after a restart (`None`: the secrets' key cannot be
+    /// had, and access tokens last as long as the daemon).
+    vault: Option<berth_secrets::Vault>,
 }
 
 #[derive(Clone)]
@@ -72,17 +76,30 @@ struct Access {
     made: std::time::Instant,
 }
 
+/// What access tokens are sealed as (see `berth_secrets::Vault::seal_token`).
+const ACCESS_LABEL: &str = "e2b-access";
+
 /// The listener's router.
 pub fn app(engine: Arc<Engine>, domain: Option<String>) -> Router {
     let state = Arc::new(E2b {
         api: crate::http::tcp_app(Arc::clone(&engine)),
-        engine,
         domain,
         access: Mutex::new(HashMap::new()),
         procs: Arc::new(Mutex::new(HashMap::new())),
         defaults: Mutex::new(HashMap::new()),
         watchers: watch::Watchers::default(),
         has_user: Mutex::new(HashMap::new()),
+        vault: match engine.vault() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                crate::log::warn(
+                    "e2b access tokens",
+                    json!({"error": e.to_string(), "then": "they last only as long as the daemon runs"}),
+                );
+                None
+            }
+        },
+        engine,
     });
     Router::new().fallback(dispatch).with_state(state)
 }
@@ -211,10 +228,24 @@ impl E2b {
         }
     }
 
-    /// A new access token for sandbox `sandbox`, standing for berth token `key`.
+    /// A new access token for sandbox `sandbox`, standing for berth token `key`: the two sealed with the
+    /// daemon's secrets key (it opens after a restart too, and says nothing to its holder), or where that key
+    /// cannot be had, a random one the daemon remembers while it runs.
     pub(crate) fn access_token(&self, sandbox: &str, key: &str) -> String {
+        let sealed =
+            self.vault.as_ref().and_then(|v| v.seal_token(ACCESS_LABEL, format!("{sandbox}\n{key}").as_bytes()).ok());
+        let token = match sealed {
+            Some(bytes) => format!("e2b_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)),
+            None => format!("e2b_{}", random_hex(24).unwrap_or_default()),
+        };
+        self.remember(&token, sandbox, key);
+        token
+    }
+
+    /// Keep an access token's meaning at hand: a few per sandbox (each connect makes one), the oldest dropped
+    /// first (a sealed one opens again when it comes back).
+    fn remember(&self, token: &str, sandbox: &str, key: &str) {
         let mut all = self.access.lock().unwrap_or_else(|p| p.into_inner());
-        // A few per sandbox (each connect makes one; earlier handles keep working), the oldest dropped first.
         let mine: Vec<String> = all.iter().filter(|(_, a)| a.sandbox == sandbox).map(|(d, _)| d.clone()).collect();
         if mine.len() >= 8 {
             let oldest = mine.iter().min_by_key(|d| all[*d].made).cloned();
@@ -222,18 +253,26 @@ impl E2b {
                 all.remove(&d);
             }
         }
-        let token = format!("e2b_{}", random_hex(24).unwrap_or_default());
         let made = std::time::Instant::now();
-        all.insert(digest(&token), Access { sandbox: sandbox.to_string(), key: key.to_string(), made });
-        token
+        all.insert(digest(token), Access { sandbox: sandbox.to_string(), key: key.to_string(), made });
     }
 
     /// The berth token a sandbox request's access token stands for, if it is one for this sandbox.
     pub(crate) fn key_for(&self, sandbox: &str, headers: &HeaderMap) -> Option<String> {
-        let all = self.access.lock().unwrap_or_else(|p| p.into_inner());
         ["x-access-token", "e2b-traffic-access-token"].iter().find_map(|name| {
             let token = headers.get(*name)?.to_str().ok()?;
-            all.get(&digest(token)).filter(|a| a.sandbox == sandbox).map(|a| a.key.clone())
+            let known = self.access.lock().unwrap_or_else(|p| p.into_inner()).get(&digest(token)).cloned();
+            if let Some(a) = known {
+                return (a.sandbox == sandbox).then_some(a.key);
+            }
+            let sealed = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token.strip_prefix("e2b_")?).ok()?;
+            let opened = self.vault.as_ref()?.open_token(ACCESS_LABEL, &sealed)?;
+            let (for_sandbox, key) = std::str::from_utf8(&opened).ok()?.split_once('\n')?;
+            if for_sandbox != sandbox {
+                return None;
+            }
+            self.remember(token, sandbox, key);
+            Some(key.to_string())
         })
     }
 
