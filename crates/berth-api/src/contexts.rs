@@ -74,6 +74,10 @@ pub struct RunCode {
     /// with a `truncated` frame; the run's log keeps all of it.
     #[serde(default)]
     pub max_output_bytes: Option<u64>,
+    /// Environment variables for this run only: set in the interpreter before the code runs (over the
+    /// context's), put back as they were after it.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// One line of a run's NDJSON response stream.

@@ -171,6 +171,15 @@ pub fn parse_env(s: &str) -> Result<(String, String), SpecError> {
     Ok((k.to_string(), v.to_string()))
 }
 
+/// Check one variable given as a name and a value (a map's entry): the name as `parse_env` takes it, and
+/// wholly the name (one with `=` in it would set another variable).
+pub fn check_env(name: &str, value: &str) -> Result<(), SpecError> {
+    match parse_env(&format!("{name}={value}")) {
+        Ok((k, _)) if k == name => Ok(()),
+        _ => Err(SpecError::Env(format!("{name}={value}"))),
+    }
+}
+
 /// Check that a path inside the sandbox is absolute and normal, and return it without a trailing slash.
 pub fn sandbox_path(s: &str) -> Result<String, SpecError> {
     let bad = || SpecError::SandboxPath(s.to_string());
@@ -272,6 +281,10 @@ mod tests {
         assert_eq!(parse_env("EMPTY=").unwrap(), ("EMPTY".into(), String::new()));
         for bad in ["NOEQ", "=v", "1A=v", "A-B=v"] {
             assert!(parse_env(bad).is_err(), "{bad}");
+        }
+        assert!(check_env("A_1", "x=y").is_ok());
+        for (name, value) in [("BAD=NAME", "x"), ("", "x"), ("A", "nul\0"), ("A B", "x")] {
+            assert!(check_env(name, value).is_err(), "{name:?}");
         }
     }
 

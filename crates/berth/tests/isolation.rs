@@ -282,6 +282,12 @@ on_each_daemon_isolation! {
             assert_eq!(s, 200);
             text(&b).trim().parse::<u64>().unwrap()
         };
+        // The loop runs in the background: its first count may come after the exec that started it has ended.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while d.files("GET", &id, "files", "/tmp/count", "", b"").0 != 200 {
+            assert!(std::time::Instant::now() < deadline, "the counter did not start");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         let out = d.berth(&["pause", &id]);
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert_eq!(inspect(d, &id)["state"], "paused");

@@ -476,7 +476,7 @@ impl Engine {
         }
         env.insert("PWD".into(), workdir.clone());
         for (k, v) in live.env.iter().chain(req.env.iter()) {
-            berth_runtime::spec::parse_env(&format!("{k}={v}")).map_err(|e| EngineError::invalid(e.to_string()))?;
+            berth_runtime::spec::check_env(k, v).map_err(|e| EngineError::invalid(e.to_string()))?;
             env.insert(k.clone(), v.clone());
         }
         let n = live.next_exec.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

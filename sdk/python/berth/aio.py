@@ -405,10 +405,10 @@ class AsyncCodeContext(ContextAPI):
     """A code context of an :class:`AsyncSandbox`."""
 
     async def run_code(self, code: str, *, timeout: float | None = None, max_output: int | None = None,
-                       on_stdout: Callable | None = None, on_stderr: Callable | None = None,
+                       env: dict[str, str] | None = None, on_stdout: Callable | None = None, on_stderr: Callable | None = None,
                        on_result: Callable | None = None, on_error: Callable | None = None) -> Execution:  # fmt: skip
         gather = RunGather(on_stdout, on_stderr, on_result, on_error)
-        r = await self.sandbox._client._stream(self._run_op(code, timeout, max_output))
+        r = await self.sandbox._client._stream(self._run_op(code, timeout, max_output, env))
         try:
             async for line in r.aiter_lines():
                 if line.strip():

@@ -27,8 +27,8 @@ def get_op(sandbox_id: str, ctx: str) -> Op:
     return Op("GET", f"/v1/sandboxes/{seg(sandbox_id)}/contexts/{seg(ctx)}", parse=model(m.ContextInfo))
 
 
-def run_body(code: str, timeout: float | None, max_output: int | None) -> dict[str, Any]:
-    return drop_none({"code": code, "timeout_seconds": timeout, "max_output_bytes": max_output})
+def run_body(code: str, timeout: float | None, max_output: int | None, env: dict[str, str] | None = None) -> dict[str, Any]:
+    return drop_none({"code": code, "timeout_seconds": timeout, "max_output_bytes": max_output, "env": dict(env) if env else None})
 
 
 class ContextAPI:
@@ -77,22 +77,22 @@ class ContextAPI:
     def remove(self) -> None:
         return self._do(Op("DELETE", self._base))
 
-    def _run_op(self, code: str, timeout: float | None, max_output: int | None) -> Op:
-        return Op("POST", f"{self._base}/run", json=run_body(code, timeout, max_output), timeout=stream_timeout(timeout))
+    def _run_op(self, code: str, timeout: float | None, max_output: int | None, env: dict[str, str] | None = None) -> Op:
+        return Op("POST", f"{self._base}/run", json=run_body(code, timeout, max_output, env), timeout=stream_timeout(timeout))
 
 
 class CodeContext(ContextAPI):
     """A code context of a :class:`berth.Sandbox`."""
 
     def run_code(self, code: str, *, timeout: float | None = None, max_output: int | None = None,
-                 on_stdout: Callable[[str], Any] | None = None, on_stderr: Callable[[str], Any] | None = None,
+                 env: dict[str, str] | None = None, on_stdout: Callable[[str], Any] | None = None, on_stderr: Callable[[str], Any] | None = None,
                  on_result: Callable[[Any], Any] | None = None, on_error: Callable[[Any], Any] | None = None) -> Execution:  # fmt: skip
         """Run ``code`` in this context and gather what it printed, the values it produced and its error.
 
-        ``timeout`` (seconds) interrupts the run when it runs out. The callbacks are called as the output,
+        ``timeout`` (seconds) interrupts the run when it runs out. ``env``: variables for this run only. The callbacks are called as the output,
         results and error arrive."""
         gather = RunGather(on_stdout, on_stderr, on_result, on_error)
-        r = self.sandbox._client._stream(self._run_op(code, timeout, max_output))
+        r = self.sandbox._client._stream(self._run_op(code, timeout, max_output, env))
         try:
             for line in r.iter_lines():
                 if line.strip():

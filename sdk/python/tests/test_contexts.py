@@ -49,6 +49,17 @@ def test_stdout_stderr_and_rich_results(sandbox):
     assert ex.main.json == {"a": [1, 2]} and ex.text == "{'a': [1, 2]}"
 
 
+def test_env_holds_for_one_run(sandbox):
+    ctx = sandbox.create_code_context("python", env={"KEPT": "context"})
+    assert ctx.run_code("import os; os.environ['KEPT'] + os.environ['ONCE']", env={"ONCE": "-run", "KEPT": "over"}).text == "'over-run'"
+    assert ctx.run_code("os.environ['KEPT'], os.environ.get('ONCE')").text == "('context', None)"
+    sh = sandbox.create_code_context("bash")
+    assert sh.run_code("echo \"$A|${B-none}\"", env={"A": "a b", "B": "it's"}).stdout == "a b|it's\n"
+    assert sh.run_code("echo \"${A-gone}|${B-gone}\"").stdout == "gone|gone\n"
+    with pytest.raises(berth.InvalidRequest):
+        ctx.run_code("1", env={"BAD=NAME": "x"})
+
+
 def test_an_error_has_name_value_and_traceback(sandbox):
     ctx = sandbox.create_code_context("python")
     ex = ctx.run_code("def f():\n    return 1 / 0\nf()", timeout=30)

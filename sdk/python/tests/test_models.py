@@ -32,7 +32,7 @@ NOT_MODELLED = {
     "CreateVolume": "volumes.create(name)", "InitStorage": "init_storage(size_bytes)", "ImportImage": "images.import_(name, source)",
     "ImportFrame": "images.import_", "ImportFrameDone": "images.import_", "ImportFrameError": "raised as BerthError",
     "NetChange": "net.change(allow, deny)", "SetTtl": "set_ttl(seconds)", "CreatePreview": "expose(port, public=, ttl=)",
-    "CreateContext": "create_code_context(language, cwd=, env=)", "RunCode": "run_code(code, timeout=, max_output=)",
+    "CreateContext": "create_code_context(language, cwd=, env=)", "RunCode": "run_code(code, timeout=, max_output=, env=)",
     "ContextLanguage": "a string field", "ContextState": "a string field", "Interrupted": "interrupt() -> bool",
     "RunFrame": "gathered into Execution",
 }  # fmt: skip

@@ -56,7 +56,12 @@ pub(super) fn contexts_full_samples() -> Vec<(&'static str, Value)> {
         cwd: Some("/workspace".into()),
         env: map(&[("NODE_ENV", "test")]),
     };
-    let run = RunCode { code: "x + 1".into(), timeout_seconds: Some(30.0), max_output_bytes: Some(65536) };
+    let run = RunCode {
+        code: "x + 1".into(),
+        timeout_seconds: Some(30.0),
+        max_output_bytes: Some(65536),
+        env: [("GREETING".to_string(), "hej".to_string())].into(),
+    };
     let mut samples = vec![
         ("Context", to_value(&context_sample())),
         ("CreateContext", to_value(&create)),

@@ -49,6 +49,9 @@ pub enum ContextCommand {
         /// Bytes of output to show: the head and tail, the middle marked as dropped.
         #[arg(long, value_parser = parse_size, value_name = "SIZE")]
         max_output: Option<u64>,
+        /// An environment variable for this run only (repeatable): set before the code runs, put back after.
+        #[arg(long = "env", short = 'e', value_parser = parse_env, value_name = "KEY=VALUE")]
+        env: Vec<(String, String)>,
         /// Print the run's frames as JSON lines.
         #[arg(long)]
         json: bool,

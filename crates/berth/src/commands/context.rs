@@ -52,7 +52,7 @@ pub fn context(socket: &Path, cmd: ContextCommand) -> anyhow::Result<i32> {
             output::print_table(&["CONTEXT", "LANGUAGE", "STATE", "RUNS", "CWD", "AGE"], &rows)?;
             Ok(0)
         }
-        ContextCommand::Run { id, context, code, timeout, max_output, json } => {
+        ContextCommand::Run { id, context, code, timeout, max_output, env, json } => {
             let code = match code.as_deref() {
                 None | Some("-") => {
                     let mut s = String::new();
@@ -61,7 +61,9 @@ pub fn context(socket: &Path, cmd: ContextCommand) -> anyhow::Result<i32> {
                 }
                 Some(c) => c.to_string(),
             };
-            let req = RunCode { code, timeout_seconds: timeout.map(output::seconds), max_output_bytes: max_output };
+            let env = env.into_iter().collect();
+            let req =
+                RunCode { code, timeout_seconds: timeout.map(output::seconds), max_output_bytes: max_output, env };
             run(&client, &path(&id, &format!("/{}/run", client::segment(&context))), &req, json)
         }
         ContextCommand::Interrupt { id, context } => {

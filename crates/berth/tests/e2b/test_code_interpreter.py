@@ -61,3 +61,24 @@ async def test_the_async_interpreter(test_id):
         assert (await sb.run_code("a + 1")).text == "21"
     finally:
         await sb.kill()
+
+
+def test_rich_results_and_per_run_env_vars(ci):
+    import base64
+
+    chart = ci.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()")
+    pngs = [r.png for r in chart.results if r.png]
+    assert chart.error is None and len(pngs) == 1, chart
+    assert base64.b64decode(pngs[0]).startswith(b"\x89PNG\r\n\x1a\n")
+    html = ci.run_code("class Bold:\n    def _repr_html_(self):\n        return '<b>hi</b>'\nBold()")
+    assert html.results[0].html == "<b>hi</b>" and html.results[0].is_main_result
+    # envs (sent as env_vars) hold for the run they are given to, and are gone after it.
+    run = ci.run_code("import os; os.environ.get('GREETING')", envs={"GREETING": "hej"})
+    assert run.text == "hej"
+    assert ci.run_code("import os; repr(os.environ.get('GREETING'))").text == "None"
+    js = ci.run_code("process.env.GREETING", language="javascript", envs={"GREETING": "js"})
+    assert js.text == "js"
+    assert ci.run_code("String(process.env.GREETING)", language="javascript").text == "undefined"
+    sh = ci.run_code("echo \"$GREETING\"", language="bash", envs={"GREETING": "it's sh"})
+    assert sh.logs.stdout == ["it's sh\n"], sh
+    assert ci.run_code("echo \"[${GREETING-unset}]\"", language="bash").logs.stdout == ["[unset]\n"]

@@ -182,7 +182,19 @@ listen(`${ctx}.sock`, (conn) => {
     heldBytes = 0;
     const count = Atomics.add(shared, 1, 1) + 1;
     Atomics.store(shared, 0, 1);
-    const interrupted = await run(String(req.code || ''), count);
+    // This run's variables, put back as they were after it.
+    const env = req.env && typeof req.env === 'object' ? req.env : {};
+    const saved = Object.keys(env).map((k) => [k, Object.prototype.hasOwnProperty.call(process.env, k), process.env[k]]);
+    for (const [k, v] of Object.entries(env)) process.env[k] = String(v);
+    let interrupted;
+    try {
+      interrupted = await run(String(req.code || ''), count);
+    } finally {
+      for (const [k, had, v] of saved) {
+        if (had) process.env[k] = v;
+        else delete process.env[k];
+      }
+    }
     Atomics.store(shared, 0, 0);
     send({ type: 'end', execution_count: count, interrupted });
     sink = null;

@@ -271,6 +271,18 @@ def start_bash():
     proc.stdin.flush()
 
 
+def with_bash_env(code, env):
+    """A run's code with `env` exported for it alone: each variable's value (or its absence) put back after."""
+    if not env:
+        return code
+    q = lambda v: "'" + v.replace("'", "'\\''") + "'"
+    before, after = [], []
+    for i, (k, v) in enumerate(env.items()):
+        before.append(f"__berth_set{i}=${{{k}+x}}; __berth_was{i}=${{{k}-}}; export {k}={q(v)}")
+        after.append(f'if [ -n "$__berth_set{i}" ]; then {k}=$__berth_was{i}; else unset {k}; fi; unset __berth_set{i} __berth_was{i}')
+    return "\n".join(before) + "\n{ " + code.rstrip("\n") + "\n}; __berth_status=$?\n" + "\n".join(after) + "\n(exit $__berth_status)\n"
+
+
 def run_bash(code, count):
     if shell["proc"] is None or shell["proc"].poll() is not None:
         start_bash()
@@ -364,8 +376,21 @@ def serve_one(conn):
     count = state["count"]
     state["busy"] = True
     interrupted = False
+    env = req.get("env") or {}
     try:
-        interrupted = run_bash(code, count) if LANG == "bash" else run_python(code, count)
+        if LANG == "bash":
+            interrupted = run_bash(with_bash_env(code, env), count)
+        else:
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            try:
+                interrupted = run_python(code, count)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
     except KeyboardInterrupt:
         interrupted = True
     state["busy"] = False

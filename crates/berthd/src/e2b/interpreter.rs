@@ -154,13 +154,11 @@ async fn execute(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
     if !body["context_id"].is_null() && !body["language"].is_null() {
         return fail(400, "give a context_id or a language, not both");
     }
-    if body["env_vars"].as_object().is_some_and(|e| !e.is_empty()) {
-        return fail(
-            400,
-            "berth runs code in a context whose environment is set when it is made: give envs on the sandbox \
-             (Sandbox.create(envs=…)) instead of env_vars on a run",
-        );
-    }
+    let env = match &body["env_vars"] {
+        Value::Null => serde_json::Map::new(),
+        Value::Object(m) if m.values().all(Value::is_string) => m.clone(),
+        _ => return fail(400, "env_vars is an object of strings"),
+    };
     let ctx = match body["context_id"].as_str() {
         Some(c) => c.to_string(),
         None => {
@@ -174,7 +172,7 @@ async fn execute(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
             }
         }
     };
-    let run = json!({"code": code, "max_output_bytes": 1u64 << 40});
+    let run = json!({"code": code, "max_output_bytes": 1u64 << 40, "env": env});
     let path = format!("/v1/sandboxes/{}/contexts/{}/run", encode(id), encode(&ctx));
     let answer = s.stream(key, Method::POST, &path, Some(run.to_string().into())).await;
     if !answer.status().is_success() {

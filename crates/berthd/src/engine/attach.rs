@@ -70,7 +70,7 @@ impl Engine {
         let mut full: BTreeMap<String, String> = BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         full.insert("PWD".into(), workdir.clone());
         for (k, v) in live.env.iter().chain(env.iter()) {
-            berth_runtime::spec::parse_env(&format!("{k}={v}")).map_err(|e| EngineError::invalid(e.to_string()))?;
+            berth_runtime::spec::check_env(k, v).map_err(|e| EngineError::invalid(e.to_string()))?;
             full.insert(k.clone(), v.clone());
         }
         let env_list: Vec<String> = full.into_iter().map(|(k, v)| format!("{k}={v}")).collect();

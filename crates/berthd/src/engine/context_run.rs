@@ -58,7 +58,10 @@ impl Engine {
         let r = c.snapshot();
         self.journal_room(&r.sandbox_id, live.journal_bytes(), "no code is run")?;
         let mut conn = connect(&Reach::of(&live, r.init_pid).await, &r.id, "sock").await?;
-        let body = serde_json::json!({"code": req.code}).to_string() + "\n";
+        for (k, v) in &req.env {
+            berth_runtime::spec::check_env(k, v).map_err(|e| EngineError::invalid(e.to_string()))?;
+        }
+        let body = serde_json::json!({"code": req.code, "env": req.env}).to_string() + "\n";
         conn.write_all(body.as_bytes())
             .await
             .map_err(|e| EngineError::Conflict(format!("the context's interpreter cannot be reached: {e}")))?;

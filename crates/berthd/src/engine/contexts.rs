@@ -175,7 +175,7 @@ impl Engine {
             None => "/workspace".to_string(),
         };
         for (k, v) in &req.env {
-            berth_runtime::spec::parse_env(&format!("{k}={v}")).map_err(|e| EngineError::invalid(e.to_string()))?;
+            berth_runtime::spec::check_env(k, v).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
         // Making a context is activity: a hibernated sandbox wakes for it, as for a run.
         self.live_or_wake(id, "context").await?;

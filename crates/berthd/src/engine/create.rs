@@ -56,7 +56,7 @@ impl Engine {
             check_gvisor()?;
         }
         for (k, v) in &req.env {
-            berth_runtime::spec::parse_env(&format!("{k}={v}")).map_err(|e| EngineError::invalid(e.to_string()))?;
+            berth_runtime::spec::check_env(k, v).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
         let owner = actor().strip_prefix("session:").map(str::to_string);
         // Children are made one at a time: their count and their share of the owner's limits are checked
