@@ -38,6 +38,18 @@ pub struct Usage {
     pub sampled_at_ms: u64,
 }
 
+/// One point of a sandbox's recent usage (`GET /v1/sandboxes/{id}/usage/history`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsagePoint {
+    pub at_ms: u64,
+    /// CPU seconds burned so far (as `Usage::cpu_seconds`): the difference between two points over the time
+    /// between them is the CPU it used then.
+    pub cpu_seconds: f64,
+    pub memory_bytes: u64,
+    /// Bytes its writable files take (read at most every 30 s).
+    pub disk_bytes: u64,
+}
+
 /// Limits on what a sandbox may use; at 80 % of one a warning, at 100 % it is removed. Each is optional.
 /// On `POST /v1/sandboxes/{id}/budget` the limits given replace those set; the others stay.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

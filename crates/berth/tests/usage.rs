@@ -64,6 +64,16 @@ fn cpu_seconds_are_what_the_sandbox_burned() {
     assert!(u["execs"].as_u64().unwrap() >= 1);
     assert_eq!(u["paused_seconds"], 0.0);
     assert_eq!(u["id"], id.as_str());
+    // In its recent usage: points 5 s apart, CPU counting up to what `usage` says now.
+    let points = wait_for("two usage points", || {
+        let out = d.berth(&["usage", &id, "--history", "--json"]);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v.as_array().unwrap().len() >= 2).then_some(v)
+    });
+    let (a, b) = (&points[0], &points[1]);
+    assert!(b["at_ms"].as_u64().unwrap() - a["at_ms"].as_u64().unwrap() >= 5000, "{points}");
+    assert!(b["cpu_seconds"].as_f64() >= a["cpu_seconds"].as_f64(), "{points}");
+    assert!(text(&d.berth(&["usage", &id, "--history"]).stdout).starts_with("TIME"));
     // In inspect too.
     let rec: Value = serde_json::from_slice(&d.berth(&["inspect", &id, "--json"]).stdout).unwrap();
     assert!(rec["usage"]["cpu_seconds"].as_f64().unwrap() >= burned, "{rec}");

@@ -178,6 +178,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/sandboxes/{id}/previews"),
     ("DELETE", "/v1/sandboxes/{id}/previews/{preview}"),
     ("GET", "/v1/sandboxes/{id}/usage"),
+    ("GET", "/v1/sandboxes/{id}/usage/history"),
     ("POST", "/v1/sandboxes/{id}/budget"),
     ("GET", "/v1/usage"),
     ("GET", "/metrics"),

@@ -17,6 +17,7 @@ use crate::http::{Api, ApiJson, Failure, detached};
 pub fn routes() -> Router<Arc<Engine>> {
     Router::new()
         .route("/v1/sandboxes/{id}/usage", get(usage))
+        .route("/v1/sandboxes/{id}/usage/history", get(history))
         .route("/v1/sandboxes/{id}/budget", post(budget))
         .route("/v1/usage", get(usage_all))
         .route("/metrics", get(metrics))
@@ -24,6 +25,21 @@ pub fn routes() -> Router<Arc<Engine>> {
 
 async fn usage(State(e): Api, UrlPath(id): UrlPath<String>) -> Result<Response, Failure> {
     Ok(Json(e.usage(&id).await?).into_response())
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    since_ms: Option<u64>,
+    until_ms: Option<u64>,
+}
+
+async fn history(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    crate::http::ApiQuery(q): crate::http::ApiQuery<HistoryQuery>,
+) -> Result<Response, Failure> {
+    Ok(Json(e.usage_history(&id, q.since_ms, q.until_ms).await?).into_response())
 }
 
 async fn usage_all(State(e): Api) -> Json<Vec<Usage>> {

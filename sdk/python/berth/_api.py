@@ -434,6 +434,11 @@ class SandboxAPI:
         """What it has used so far: CPU seconds, memory, disk, egress each way, and its budget."""
         return self._do(Op("GET", f"{self._base}/usage", parse=model(m.Usage)))
 
+    def usage_history(self, *, since_ms: int | None = None, until_ms: int | None = None) -> list[m.UsagePoint]:
+        """Its recent usage, a point every 5 s for the last hour it ran, oldest first (CPU as a running total)."""
+        params = {"since_ms": since_ms, "until_ms": until_ms}
+        return self._do(Op("GET", f"{self._base}/usage/history", params=params, parse=models(m.UsagePoint)))
+
     def set_budget(self, *, cpu_seconds: float | None = None, egress_bytes: int | None = None,
                    wall_seconds: float | None = None) -> m.Usage:  # fmt: skip
         """Change its budget live; the limits not given stay as they are."""

@@ -91,6 +91,17 @@ class Usage(Model):
 
 
 @dataclass
+class UsagePoint(Model):
+    """One point of a sandbox's recent usage."""
+
+    __schema__ = "UsagePoint"
+    at_ms: int = 0
+    cpu_seconds: float = 0.0
+    memory_bytes: int = 0
+    disk_bytes: int = 0
+
+
+@dataclass
 class SandboxInfo(Model):
     """A sandbox's record, as ``GET /v1/sandboxes/{id}`` shows it."""
 

@@ -267,3 +267,22 @@ def test_a_ttl_is_changed_from_now(client):
             sb.remove()
         except berth.NotFound:
             pass
+
+
+def test_usage_history_is_a_point_every_few_seconds(client):
+    import time
+
+    sb = berth.Sandbox.create(client=client, ttl=120)
+    try:
+        sb.exec("timeout 8 sh -c 'while :; do :; done' &", timeout=10)
+        deadline = time.time() + 30
+        while len(points := sb.usage_history()) < 2:
+            assert time.time() < deadline, "no second point"
+            time.sleep(0.5)
+        assert points[1].at_ms - points[0].at_ms >= 5000 and points[1].cpu_seconds > points[0].cpu_seconds
+        assert sb.usage_history(since_ms=points[1].at_ms)[0] == points[1]
+        assert sb.usage_history(until_ms=points[0].at_ms) == [points[0]]
+        with pytest.raises(berth.InvalidRequest):
+            client._do(Op("GET", f"/v1/sandboxes/{sb.id}/usage/history", params={"since_ms": "soon"}))
+    finally:
+        sb.remove()

@@ -282,6 +282,15 @@ fn full_samples() -> Vec<(&'static str, Value)> {
         ("OutputFile", to_value(&output)),
         ("ErrorBody", to_value(&error)),
         ("Usage", to_value(&usage_sample())),
+        (
+            "UsagePoint",
+            to_value(&UsagePoint {
+                at_ms: 1_700_000_005_000,
+                cpu_seconds: 1.25,
+                memory_bytes: 1 << 20,
+                disk_bytes: 4096,
+            }),
+        ),
         ("Budget", to_value(&budget_sample())),
         ("Charged", to_value(&usage_sample().charged)),
         ("ApiError", to_value(&error.error)),
@@ -453,6 +462,7 @@ fn string_enums_list_every_variant() {
         ("EventKind", all_event_kinds().iter().map(to_value).collect()),
         ("FileKind", all_file_kinds().iter().map(to_value).collect()),
         ("ChangeKind", all_change_kinds().iter().map(to_value).collect()),
+        ("TtlAction", [TtlAction::Remove, TtlAction::Pause, TtlAction::Hibernate].iter().map(to_value).collect()),
     ] {
         assert_eq!(schema(&spec, name)["enum"].as_array().unwrap(), &values, "{name}");
     }

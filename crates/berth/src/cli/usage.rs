@@ -10,6 +10,10 @@ pub struct UsageArgs {
     /// The sandbox's id or name (without: every running sandbox).
     #[arg(value_parser = parse_id, value_name = "ID")]
     pub id: Option<String>,
+    /// The sandbox's recent usage instead: a point every 5 s for the last hour it ran, CPU as the cores' share
+    /// used since the point before.
+    #[arg(long, requires = "id")]
+    pub history: bool,
     /// Print the API's JSON.
     #[arg(long)]
     pub json: bool,

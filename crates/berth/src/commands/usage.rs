@@ -10,6 +10,15 @@ use crate::client::{self, Client};
 
 pub fn usage(socket: &Path, args: UsageArgs) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
+    if let (true, Some(id)) = (args.history, &args.id) {
+        let (_, body) = client.get(&format!("/v1/sandboxes/{}/usage/history", client::segment(id)))?;
+        if args.json {
+            output::print_raw(&body)?;
+        } else {
+            history(&client::decode::<Vec<berth_api::UsagePoint>>(&body)?)?;
+        }
+        return Ok(0);
+    }
     let path = match &args.id {
         Some(id) => format!("/v1/sandboxes/{}/usage", client::segment(id)),
         None => "/v1/usage".to_string(),
@@ -25,6 +34,24 @@ pub fn usage(socket: &Path, args: UsageArgs) -> anyhow::Result<i32> {
     };
     table(&all)?;
     Ok(0)
+}
+
+/// A table of recent usage points: when, CPU used since the point before (in cores), memory and disk.
+fn history(points: &[berth_api::UsagePoint]) -> anyhow::Result<()> {
+    let mib = |b: u64| format!("{:.1}M", b as f64 / (1u64 << 20) as f64);
+    let now = berthd_now_ms();
+    let mut rows = Vec::with_capacity(points.len());
+    for pair in points.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        let seconds = (b.at_ms.saturating_sub(a.at_ms) as f64 / 1000.0).max(0.001);
+        rows.push(vec![
+            format!("{} ago", output::age(b.at_ms, now)),
+            format!("{:.2}", (b.cpu_seconds - a.cpu_seconds).max(0.0) / seconds),
+            mib(b.memory_bytes),
+            mib(b.disk_bytes),
+        ]);
+    }
+    output::print_table(&["TIME", "CPU (cores)", "MEMORY", "DISK"], &rows)
 }
 
 pub fn budget(socket: &Path, args: BudgetArgs) -> anyhow::Result<i32> {

@@ -195,6 +195,18 @@ def test_info_and_metrics(sandbox, test_id):
     assert info.template_id == "base" and info.state.value == "running" and info.memory_mb > 0
     metrics = sandbox.get_metrics()
     assert metrics and metrics[-1].mem_used > 0 and metrics[-1].cpu_count >= 1
+    # A series: a point every 5 s, CPU as the share used since the point before (a busy loop shows).
+    sandbox.commands.run("timeout 12 sh -c 'while :; do :; done'", background=True)
+    wait_for("three points", lambda: len(sandbox.get_metrics()) >= 3, 30)
+    series = sandbox.get_metrics()
+    times = [m.timestamp for m in series]
+    assert times == sorted(times) and all((b - a).total_seconds() >= 4.9 for a, b in zip(times, times[1:]))
+    assert max(m.cpu_used_pct for m in series[1:]) > 10, series
+    import datetime
+
+    late = sandbox.get_metrics(start=series[-1].timestamp - datetime.timedelta(seconds=1))
+    assert late[0].timestamp == series[-1].timestamp and len(late) < len(series)
+    assert sandbox.get_metrics(end=datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)) == []
 
 
 def test_errors_say_what_is_wrong():

@@ -419,8 +419,9 @@ async fn connect(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
     (status, axum::Json(sandbox_json(s, &sb, &access))).into_response()
 }
 
-/// One point, now: berth keeps a sandbox's totals, not a series. A `start`..`end` window (Unix seconds) that
-/// does not hold now gives none.
+/// The sandbox's recent usage (berth's meter keeps a point every 5 s, an hour of them), those in the
+/// `start`..`end` window (Unix seconds); CPU as the share of its cores used since the point before. A
+/// sandbox with no point yet gets one, now.
 async fn metrics(s: &E2b, key: &str, id: &str, query: Option<&str>) -> Response {
     let bound = |n: &str| super::query_param(query, n).map(|v| v.parse::<u64>().map_err(|_| v));
     let (start, end) = match (bound("start").transpose(), bound("end").transpose()) {
@@ -431,27 +432,39 @@ async fn metrics(s: &E2b, key: &str, id: &str, query: Option<&str>) -> Response 
         Ok(sb) => sb,
         Err(r) => return r,
     };
-    let a = s.call(key, Method::GET, &format!("/v1/sandboxes/{}/usage", sb.id), None).await;
-    if !a.ok() {
-        return failed(&a);
+    let mut points: Vec<berth_api::UsagePoint> =
+        match s.list_of(key, &format!("/v1/sandboxes/{}/usage/history", sb.id), "usage points").await {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+    if points.is_empty() {
+        let a = s.call(key, Method::GET, &format!("/v1/sandboxes/{}/usage", sb.id), None).await;
+        let Ok(u) = serde_json::from_slice::<berth_api::Usage>(&a.body) else { return failed(&a) };
+        points.push(berth_api::UsagePoint {
+            at_ms: u.sampled_at_ms,
+            cpu_seconds: u.cpu_seconds,
+            memory_bytes: u.memory_bytes,
+            disk_bytes: u.disk_bytes,
+        });
     }
-    let u = a.json();
-    let listed = listed_json(&sb, false);
-    let cpus = listed["cpuCount"].as_u64().unwrap_or(1).max(1);
-    let now = super::super::engine::now_ms();
-    // Over its life so far: berth keeps the CPU seconds, not a series.
-    let running = u["running_seconds"].as_f64().unwrap_or(0.0).max(0.001);
-    let pct = 100.0 * u["cpu_seconds"].as_f64().unwrap_or(0.0) / running / cpus as f64;
-    let mem_total = sb.memory_bytes.unwrap_or(0);
-    if start.is_some_and(|t| now / 1000 < t) || end.is_some_and(|t| now / 1000 > t) {
-        return axum::Json(json!([])).into_response();
+    let cpus = listed_json(&sb, false)["cpuCount"].as_u64().unwrap_or(1).max(1);
+    let mut before = (sb.created_at_ms, 0.0);
+    let mut out = Vec::new();
+    for p in points {
+        let seconds = (p.at_ms.saturating_sub(before.0) as f64 / 1000.0).max(0.001);
+        let pct = (100.0 * (p.cpu_seconds - before.1).max(0.0) / seconds / cpus as f64).min(100.0);
+        before = (p.at_ms, p.cpu_seconds);
+        let at = p.at_ms / 1000;
+        if start.is_some_and(|t| at < t) || end.is_some_and(|t| at > t) {
+            continue;
+        }
+        out.push(json!({
+            "timestamp": rfc3339(p.at_ms), "timestampUnix": at, "cpuCount": cpus, "cpuUsedPct": pct,
+            "memUsed": p.memory_bytes, "memTotal": sb.memory_bytes.unwrap_or(0), "memCache": 0,
+            "diskUsed": p.disk_bytes, "diskTotal": sb.disk_bytes.unwrap_or(0),
+        }));
     }
-    axum::Json(json!([{
-        "timestamp": rfc3339(now), "timestampUnix": now / 1000, "cpuCount": cpus, "cpuUsedPct": pct,
-        "memUsed": u["memory_bytes"], "memTotal": mem_total, "memCache": 0,
-        "diskUsed": u["disk_bytes"], "diskTotal": sb.disk_bytes.unwrap_or(0),
-    }]))
-    .into_response()
+    axum::Json(out).into_response()
 }
 
 #[cfg(test)]

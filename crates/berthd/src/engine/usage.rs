@@ -65,6 +65,31 @@ pub(super) struct Meter {
     /// The budget (from the sandbox's spec; read on the first sample).
     #[serde(skip)]
     budget: Option<Budget>,
+    /// Recent usage, a point every `HISTORY_EVERY_MS`, the last `HISTORY_POINTS` (in memory only).
+    #[serde(skip)]
+    history: std::collections::VecDeque<berth_api::UsagePoint>,
+}
+
+/// How often a point of a sandbox's recent usage is kept, and how many are (an hour's).
+const HISTORY_EVERY_MS: u64 = 5_000;
+const HISTORY_POINTS: usize = 720;
+
+impl Meter {
+    /// Keep `u` as a point of the recent usage, if the last one is old enough.
+    fn keep_point(&mut self, u: &Usage) {
+        if self.history.back().is_some_and(|p| u.sampled_at_ms < p.at_ms + HISTORY_EVERY_MS) {
+            return;
+        }
+        if self.history.len() >= HISTORY_POINTS {
+            self.history.pop_front();
+        }
+        self.history.push_back(berth_api::UsagePoint {
+            at_ms: u.sampled_at_ms,
+            cpu_seconds: u.cpu_seconds,
+            memory_bytes: u.memory_bytes,
+            disk_bytes: u.disk_bytes,
+        });
+    }
 }
 
 /// The file the meter of sandbox `id` is kept in.
@@ -360,6 +385,11 @@ impl Engine {
         self.charge_children(&mut usage).await;
         let mut ending = Vec::new();
         for u in &usage {
+            if let Some((_, l)) = live.iter().find(|(id, _)| id == &u.id)
+                && let Ok(mut m) = l.meter.lock()
+            {
+                m.keep_point(u);
+            }
             if let Some((kind, used, limit, unit)) = limits_reached(&u.budget, &u.charged, 1.0).into_iter().next() {
                 ending.push((u.id.clone(), reason(kind, used, limit, unit)));
                 continue;
@@ -398,6 +428,23 @@ impl Engine {
         }
         self.samples.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         usage.len()
+    }
+
+    /// Sandbox `id`'s recent usage: a point every 5 s for the last hour it ran (kept in memory), those from
+    /// `since_ms` to `until_ms`.
+    pub async fn usage_history(
+        &self,
+        id: &str,
+        since_ms: Option<u64>,
+        until_ms: Option<u64>,
+    ) -> Result<Vec<berth_api::UsagePoint>, EngineError> {
+        let live = self.live(id).await?;
+        let m = live.meter.lock().map_err(|_| EngineError::Storage("a meter's lock was poisoned".into()))?;
+        Ok(m.history
+            .iter()
+            .filter(|p| since_ms.is_none_or(|t| p.at_ms >= t) && until_ms.is_none_or(|t| p.at_ms <= t))
+            .cloned()
+            .collect())
     }
 
     /// What running sandbox `id` has used, measured now (its disk too).
