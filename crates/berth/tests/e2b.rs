@@ -74,7 +74,8 @@ fn the_e2b_sdks_work_against_berth() {
     let js = common::daemon::wait_output(js, Duration::from_secs(120));
     assert!(js.status.success(), "the JavaScript SDK's smoke test failed:\n{}\n{}", text(&js.stdout), text(&js.stderr));
     let seen: Value = serde_json::from_slice(&js.stdout).unwrap();
-    assert_eq!(seen["stdout"], "from-js\n/home/user\n", "{seen}");
+    assert_eq!(seen["stdout"], "from-js\n/home/user\nuser\n", "{seen}");
+    assert_eq!((seen["owner"].as_str(), seen["root"].as_str()), (Some("user"), Some("root\n")), "{seen}");
     assert_eq!((seen["stderr"].as_str(), seen["exit"].as_i64()), (Some("err\n"), Some(0)), "{seen}");
     assert_eq!((seen["file"].as_str(), seen["exists"].as_bool()), (Some("written by js"), Some(true)), "{seen}");
     assert_eq!((seen["killed"].as_bool(), seen["failed"].as_i64()), (Some(true), Some(4)), "{seen}");

@@ -8,13 +8,15 @@ const seen = {};
 const sb = await Sandbox.create('base', { metadata: { smoke: 'js' } });
 try {
   seen.id = sb.sandboxId;
-  const r = await sb.commands.run('echo from-js; echo err >&2; pwd');
+  const r = await sb.commands.run('echo from-js; echo err >&2; pwd; whoami');
   seen.stdout = r.stdout;
   seen.stderr = r.stderr;
   seen.exit = r.exitCode;
   await sb.files.write('js/hello.txt', 'written by js');
   seen.file = await sb.files.read('js/hello.txt');
   seen.exists = await sb.files.exists('js/hello.txt');
+  seen.owner = (await sb.files.getInfo('js/hello.txt')).owner;
+  seen.root = (await sb.commands.run('whoami', { user: 'root' })).stdout;
   const h = await sb.commands.run('sleep 60', { background: true });
   seen.killed = await sb.commands.kill(h.pid);
   try {
