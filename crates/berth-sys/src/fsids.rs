@@ -8,7 +8,7 @@
 //! setfsuid and setfsgid change only the calling thread's credentials (unlike setuid, the C library does not
 //! broadcast them to every thread), so the rest of the process is unaffected.
 
-use rustix::thread::{CapabilitySets, capabilities, set_capabilities};
+use rustix::thread::{CapabilitySet, CapabilitySets, capabilities, set_capabilities};
 
 use crate::error::{Context, SysError, SysResult};
 
@@ -18,6 +18,8 @@ pub struct FsIds {
     uid: u32,
     gid: u32,
     caps: CapabilitySets,
+    /// The thread's supplementary groups, when they were dropped for the guard's length.
+    groups: Option<Vec<rustix::process::Gid>>,
 }
 
 /// Make the calling thread's file-system uid and gid `uid` and `gid` until the returned guard is dropped.
@@ -31,13 +33,26 @@ pub fn act_as(uid: u32, gid: u32) -> SysResult<FsIds> {
     Ok(guard)
 }
 
-/// As [`act_as`], but without the file capabilities: the thread's access is that of `uid` and `gid` alone
-/// (with no supplementary groups beyond the thread's own), as a process of that user would have it.
+/// As [`act_as`], but as `uid` and `gid` alone: the thread's supplementary groups are dropped and its
+/// effective capabilities cleared for the guard's length (both per thread, and given back by the guard), so
+/// its access is that of a process of that user with no other group.
 pub fn act_as_unprivileged(uid: u32, gid: u32) -> SysResult<FsIds> {
     if uid == 0 {
         return Err(SysError::new("act as an unprivileged uid", std::io::Error::from_raw_os_error(libc::EINVAL)));
     }
-    switch(uid, gid)
+    let groups = rustix::process::getgroups().ctx(|| "read this thread's groups")?;
+    rustix::thread::set_thread_groups(&[]).ctx(|| "drop this thread's groups")?;
+    let mut guard = match switch(uid, gid) {
+        Ok(g) => g,
+        Err(e) => {
+            let _ = rustix::thread::set_thread_groups(&groups);
+            return Err(e);
+        }
+    };
+    guard.groups = Some(groups);
+    let none = CapabilitySets { effective: CapabilitySet::empty(), ..guard.caps };
+    set_capabilities(None, none).ctx(|| "clear this thread's effective capabilities")?;
+    Ok(guard)
 }
 
 /// Switch the fsuid and fsgid (which clears the file capabilities from the effective set).
@@ -49,7 +64,7 @@ fn switch(uid: u32, gid: u32) -> SysResult<FsIds> {
         return Err(SysError::new(format!("act as gid {gid}"), std::io::Error::from_raw_os_error(libc::EPERM)));
     }
     let old_uid = set_fsuid(uid);
-    let guard = FsIds { uid: old_uid, gid: old_gid, caps };
+    let guard = FsIds { uid: old_uid, gid: old_gid, caps, groups: None };
     if current_fsuid() != uid {
         return Err(SysError::new(format!("act as uid {uid}"), std::io::Error::from_raw_os_error(libc::EPERM)));
     }
@@ -61,6 +76,9 @@ impl Drop for FsIds {
         set_fsuid(self.uid);
         set_fsgid(self.gid);
         let _ = set_capabilities(None, self.caps);
+        if let Some(groups) = self.groups.take() {
+            let _ = rustix::thread::set_thread_groups(&groups);
+        }
     }
 }
 
@@ -131,6 +149,18 @@ mod tests {
                 let _g = act_as(123_456, 123_457).unwrap();
                 std::fs::write(&inside, b"x").map_err(|e| e.raw_os_error())
             };
+            assert_eq!(capabilities(None).unwrap(), before);
+            // Acting unprivileged, the thread has no effective capability and no supplementary group.
+            let extra = rustix::process::Gid::from_raw(4242);
+            rustix::thread::set_thread_groups(&[extra]).unwrap();
+            let groups_before = rustix::process::getgroups().unwrap();
+            assert_eq!(groups_before, vec![extra]);
+            {
+                let _g = act_as_unprivileged(123_456, 123_457).unwrap();
+                assert!(capabilities(None).unwrap().effective.is_empty());
+                assert!(rustix::process::getgroups().unwrap().is_empty());
+            }
+            assert_eq!(rustix::process::getgroups().unwrap(), groups_before);
             assert_eq!(capabilities(None).unwrap(), before);
             (refused, privileged)
         })

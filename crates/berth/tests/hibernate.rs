@@ -461,13 +461,18 @@ fn the_end_of_a_ttl_can_put_a_sandbox_to_sleep_instead_of_removing_it(d, iso) {
         let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{sb}/journal"), "");
         assert!(journal.contains(&format!(r#""slept":"{slept}""#)), "{iso}: {journal}");
     }
-    // Woken by activity, where it was; a new TTL puts it to sleep again.
+    // Woken by activity, where it was, with its TTL again: it sleeps again when that runs out.
     let before: u64 = d.sh(&id, "cat /tmp/count").trim().parse().unwrap();
+    assert!(record(d, &id)["expires_at_ms"].is_u64(), "{iso}: the wake gives it its TTL again");
     std::thread::sleep(Duration::from_millis(300));
     let after: u64 = d.sh(&id, "cat /tmp/count").trim().parse().unwrap();
     assert!(after > before, "{iso}: the counter goes on after the wake ({before} -> {after})");
-    assert!(d.berth(&["ttl", &id, "1s"]).status.success());
     wait_for("the second sleep", Duration::from_secs(30), || record(d, &id)["state"] == "hibernated");
+    // Without a TTL (berth ttl ID none), a wake leaves it awake.
+    d.sh(&id, "true");
+    assert!(d.berth(&["ttl", &id, "none"]).status.success());
+    assert!(d.berth(&["pause", &id]).status.success() && d.berth(&["resume", &id]).status.success());
+    assert!(record(d, &id)["expires_at_ms"].is_null(), "{iso}");
     // Bad input.
     let out = d.berth(&["create", "--ttl-action", "nap"]);
     assert!(!out.status.success() && text(&out.stderr).contains("not remove, hibernate or pause"), "{}", text(&out.stderr));

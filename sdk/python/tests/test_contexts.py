@@ -56,6 +56,10 @@ def test_env_holds_for_one_run(sandbox):
     sh = sandbox.create_code_context("bash")
     assert sh.run_code("echo \"$A|${B-none}\"", env={"A": "a b", "B": "it's"}).stdout == "a b|it's\n"
     assert sh.run_code("echo \"${A-gone}|${B-gone}\"").stdout == "gone|gone\n"
+    # Put back however the run ended (a `return` from the run's code), and a plain variable stays unexported.
+    sh.run_code("PLAIN=p")
+    sh.run_code("echo \"$PLAIN\"; return 3", env={"PLAIN": "x", "A": "r"})
+    assert sh.run_code("echo \"$PLAIN|${A-gone}\"; env | grep -c '^PLAIN=' || true").stdout == "p|gone\n0\n"
     with pytest.raises(berth.InvalidRequest):
         ctx.run_code("1", env={"BAD=NAME": "x"})
 

@@ -291,6 +291,11 @@ def test_egress_is_berths_policy(test_id):
         r = sb.commands.run("curl -sS -i https://pypi.org/ || true")
         assert "pypi.org:443 is denied by rule pypi.org:443" in r.stdout, r
         assert Sandbox.get_info(sb.sandbox_id).allow_internet_access is False
+        # The same update again is fine, and a destination in both lists is denied.
+        sb.update_network({"allow_out": ["blocked.example:80"]})
+        sb.update_network({"allow_out": ["blocked.example:80"], "deny_out": ["blocked.example:80"]})
+        r = sb.commands.run("curl -sS -i http://blocked.example/ || true")
+        assert "denied by rule blocked.example:80" in r.stdout, r
         with pytest.raises(SandboxException, match="allow_internet_access"):
             sb.update_network({"allow_internet_access": True})
     finally:

@@ -271,29 +271,34 @@ def start_bash():
     proc.stdin.flush()
 
 
-def with_bash_env(code, env):
-    """A run's code with `env` exported for it alone: each variable's value (or its absence) put back after."""
+def bash_env(env):
+    """The shell lines that export `env` for one run, and those (run after it, however it ended) that put each
+    variable's value, export flag, or absence back."""
     if not env:
-        return code
+        return "", ""
     q = lambda v: "'" + v.replace("'", "'\\''") + "'"
     before, after = [], []
     for i, (k, v) in enumerate(env.items()):
-        before.append(f"__berth_set{i}=${{{k}+x}}; __berth_was{i}=${{{k}-}}; export {k}={q(v)}")
-        after.append(f'if [ -n "$__berth_set{i}" ]; then {k}=$__berth_was{i}; else unset {k}; fi; unset __berth_set{i} __berth_was{i}')
-    return "\n".join(before) + "\n{ " + code.rstrip("\n") + "\n}; __berth_status=$?\n" + "\n".join(after) + "\n(exit $__berth_status)\n"
+        before.append(f"__berth_set{i}=${{{k}+x}}; __berth_was{i}=${{{k}-}}; __berth_attr{i}=${{{k}@a}}; export {k}={q(v)}")
+        after.append(
+            f'if [ -n "$__berth_set{i}" ]; then {k}=$__berth_was{i}; case "$__berth_attr{i}" in *x*) ;; *) export -n {k};; esac; '
+            f"else unset {k}; fi; unset __berth_set{i} __berth_was{i} __berth_attr{i}; "
+        )
+    return "\n".join(before) + "\n", "".join(after)
 
 
-def run_bash(code, count):
+def run_bash(code, count, env=None):
     if shell["proc"] is None or shell["proc"].poll() is not None:
         start_bash()
+    before, after = bash_env(env)
     cell = os.path.join(SOCK_DIR, f"{CTX}.cell")
     with open(cell, "w") as f:
-        f.write(code)
+        f.write(before + code)
         if not code.endswith("\n"):
             f.write("\n")
     proc = shell["proc"]
     try:
-        proc.stdin.write(f"source {cell}; printf '%d\\n' $? >&3\n".encode())
+        proc.stdin.write(f"source {cell}; __berth_status=$?; {after}printf '%d\\n' $__berth_status >&3; unset __berth_status\n".encode())
         proc.stdin.flush()
     except BrokenPipeError:
         pass
@@ -379,7 +384,7 @@ def serve_one(conn):
     env = req.get("env") or {}
     try:
         if LANG == "bash":
-            interrupted = run_bash(with_bash_env(code, env), count)
+            interrupted = run_bash(code, count, env)
         else:
             saved = {k: os.environ.get(k) for k in env}
             os.environ.update(env)

@@ -33,20 +33,24 @@ pub(super) async fn create_snapshot(s: &E2b, key: &str, id: &str, body: &Value) 
     };
     let req = json!({"name": name, "with_processes": with_processes});
     let path = format!("/v1/sandboxes/{}/snapshots", encode(&sb.id));
-    let mut a = s.call(key, Method::POST, &path, Some(req.clone())).await;
-    if a.status == 409
-        && let Some(n) = name
-        && a.message().contains("already exists")
-    {
-        let gone = s.call(key, Method::DELETE, &format!("/v1/snapshots/{}", encode(n)), None).await;
-        if !gone.ok() {
-            return error(
-                409,
-                format!("the name {n:?} is taken by a snapshot berth cannot remove: {}", gone.message()),
-            );
+    // The name's holder, if it is a snapshot asked for (not another snapshot's id, nor a fork's instant).
+    if let Some(n) = name {
+        let all: Vec<Snapshot> = s.list_of(key, "/v1/snapshots", "snapshots").await.unwrap_or_default();
+        if let Some(old) = all.iter().find(|x| x.name.as_deref() == Some(n) && x.origin == "snapshot") {
+            let gone = s.call(key, Method::DELETE, &format!("/v1/snapshots/{}", encode(&old.id)), None).await;
+            if !gone.ok() {
+                return error(
+                    409,
+                    format!(
+                        "the name {n:?} is taken by snapshot {} and it cannot be removed: {}",
+                        old.id,
+                        gone.message()
+                    ),
+                );
+            }
         }
-        a = s.call(key, Method::POST, &path, Some(req)).await;
     }
+    let a = s.call(key, Method::POST, &path, Some(req)).await;
     if !a.ok() {
         return failed(&a);
     }
@@ -186,13 +190,18 @@ pub(super) async fn update_network(s: &E2b, key: &str, id: &str, body: &Value) -
             ),
         );
     }
-    if let Some(lifted) = net.deny.iter().find(|d| !deny.contains(d)) {
+    // A deny rule left out need not be lifted where nothing would allow what it names: under berth's
+    // `enforce` only the allow rules open anything, and one named again in allowOut is allowed (below).
+    // Lifting it matters only beside everything allowed, or a wildcard allow that covers it.
+    let widens = all_open || allow.iter().any(|a| a.contains('*'));
+    if let Some(lifted) = net.deny.iter().find(|d| !deny.contains(d) && !allow.contains(d)).filter(|_| widens) {
         return error(400, format!("berth cannot lift the deny rule {lifted} (it would allow what it names)"));
     }
     let gone: Vec<String> = net.allow.iter().filter(|a| !allow.contains(a) && !all_open).cloned().collect();
+    // Allowed first, then denied (berth's order): a destination in both lists ends up denied.
     let change = json!({
-        "allow": allow.iter().filter(|a| !net.allow.contains(a)).collect::<Vec<_>>(),
-        "deny": deny.iter().filter(|d| !net.deny.contains(d)).chain(gone.iter()).collect::<Vec<_>>(),
+        "allow": allow.iter().filter(|a| !net.allow.contains(a) || net.deny.contains(a)).filter(|a| !deny.contains(a)).collect::<Vec<_>>(),
+        "deny": deny.iter().chain(gone.iter()).collect::<Vec<_>>(),
     });
     if change["allow"].as_array().is_some_and(Vec::is_empty) && change["deny"].as_array().is_some_and(Vec::is_empty) {
         return StatusCode::NO_CONTENT.into_response();

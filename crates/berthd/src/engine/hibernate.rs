@@ -312,6 +312,7 @@ impl Engine {
                 } else {
                     r.expires_at_ms = hib.expires_at_ms;
                 }
+                self.rearm_ttl(&mut r);
                 record = r.clone();
             }
             if let Ok(mut m) = live.meter.lock() {

@@ -164,6 +164,7 @@ impl Engine {
         if r.ttl_active_only {
             r.expires_at_ms = r.expires_at_ms.map(|t| t.saturating_add(lasted));
         }
+        self.rearm_ttl(&mut r);
         r.last_activity_ms = now;
         r.last_activity = Some(cause.to_string());
         let record = r.clone();

@@ -218,7 +218,10 @@ impl Engine {
             let _ = self.remove_because(id, "reaped").await;
         }
         for (id, action) in &to_sleep {
-            self.sleep_at_ttl(id, *action).await;
+            if !self.sleep_at_ttl(id, *action).await {
+                let again = now + BUSY_AGAIN_MS;
+                next = Some(next.map_or(again, |n| n.min(again)));
+            }
         }
         for id in &to_pause {
             let _ = self.pause(id, "idle").await;

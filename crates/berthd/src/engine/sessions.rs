@@ -40,7 +40,11 @@ impl Engine {
                 };
                 if record.id == owner {
                     // Itself: it may look, nothing more (it runs its own commands directly).
-                    return if method == "GET" && matches!(rest, [] | ["usage"]) { Ok(()) } else { refuse() };
+                    return if method == "GET" && matches!(rest, [] | ["usage"] | ["usage", "history"]) {
+                        Ok(())
+                    } else {
+                        refuse()
+                    };
                 }
                 if record.owner.as_deref() != Some(owner) {
                     return refuse();
@@ -60,7 +64,9 @@ impl Engine {
                     | ["mkdir"]
                     | ["archive"]
                     | ["shell"] => true,
-                    ["journal"] | ["receipt"] | ["diff"] | ["net", "log"] | ["usage"] => method == "GET",
+                    ["journal"] | ["receipt"] | ["diff"] | ["net", "log"] | ["usage"] | ["usage", "history"] => {
+                        method == "GET"
+                    }
                     _ => false,
                 };
                 if allowed { Ok(()) } else { refuse() }

@@ -102,7 +102,7 @@ pub(crate) async fn account(pid: i32, isolation: berth_api::Isolation, spec: &Sp
 /// `spec` resolved against the `/etc/passwd` of the sandbox `fs` reaches (blocking).
 pub(crate) fn account_in(fs: &crate::files::SandboxFs, spec: &Spec) -> Result<Account, EngineError> {
     if matches!(spec, Spec::Ids { uid: 0, gid: None | Some(0) }) {
-        return resolve(spec, Some("root:x:0:0:root:/root:/bin/sh"));
+        return resolve(spec, Some(ROOT));
     }
     let text = match fs.get("/etc/passwd") {
         Ok(crate::files::Got::File(data)) if data.len() <= MAX_PASSWD => {
@@ -115,8 +115,15 @@ pub(crate) fn account_in(fs: &crate::files::SandboxFs, spec: &Spec) -> Result<Ac
         }
         _ => None,
     };
-    resolve(spec, text.as_deref())
+    match resolve(spec, text.as_deref()) {
+        // Root is root, whether or not the image's /etc/passwd names it.
+        Err(_) if *spec == Spec::Name("root".into()) => resolve(&Spec::Ids { uid: 0, gid: None }, Some(ROOT)),
+        r => r,
+    }
 }
+
+/// Root's entry, for an image that has none.
+const ROOT: &str = "root:x:0:0:root:/root:/bin/sh";
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
