@@ -62,7 +62,7 @@ pub(crate) struct E2b {
     defaults: Mutex<HashMap<(String, String), String>>,
     /// Directory watchers (envd's `CreateWatcher`).
     watchers: watch::Watchers,
-    /// Whether each sandbox's `/etc/passwd` has E2B's `user` (see `users`), once looked at.
+    /// The sandboxes whose `/etc/passwd` was seen to have E2B's `user` (see `users`): only a yes is kept.
     has_user: Mutex<HashMap<String, bool>>,
     /// Seals access tokens, so that they still open after a restart (`None`: the secrets' key cannot be
     /// had, and access tokens last as long as the daemon).

@@ -72,7 +72,10 @@ impl E2b {
                     return Who { user: Some("user".into()), home: HOME.into() };
                 }
                 let has = String::from_utf8_lossy(&a.body).lines().any(|l| l.starts_with("user:"));
-                self.has_user.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), has);
+                // Only a yes is kept: a sandbox may make its `user` later (useradd), and is then asked again.
+                if has {
+                    self.has_user.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), true);
+                }
                 has
             }
         };
