@@ -128,25 +128,50 @@ pub async fn release_cgroup(cgroup: Option<Cgroup>, killed: bool) {
 pub struct OomCount {
     cgroup: Cgroup,
     before: u64,
+    /// The highest count seen while the command ran (`whole` only; see there).
+    seen: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
+
+/// How often a whole sandbox's count is looked at while a command of it runs.
+const OOM_LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
 
 impl OomCount {
     /// Start counting for a command whose own cgroup is `own`, in the sandbox whose cgroup is `sandbox`.
     pub fn start(sandbox: Cgroup, own: &Cgroup) -> Option<OomCount> {
         match own.oom_kills() {
-            Ok(before) => Some(OomCount { cgroup: own.clone(), before }),
-            Err(_) => sandbox.oom_kills().ok().map(|before| OomCount { cgroup: sandbox, before }),
+            Ok(before) => Some(OomCount { cgroup: own.clone(), before, seen: None }),
+            Err(_) => sandbox.oom_kills().ok().map(|before| OomCount { cgroup: sandbox, before, seen: None }),
         }
     }
 
-    /// Count the kills of the whole sandbox whose cgroup is `sandbox` (gVisor's: one kill ends it).
+    /// Count the kills of the whole sandbox whose cgroup is `sandbox` (gVisor's: one kill ends it). The kill
+    /// ends the sandbox, and its supervisor may remove the cgroup before the command's end is read: the count
+    /// is looked at every 20 ms while the command runs (until the cgroup is gone, or the count dropped), so
+    /// that the kill is still known then.
     pub fn whole(sandbox: Cgroup) -> Option<OomCount> {
-        sandbox.oom_kills().ok().map(|before| OomCount { cgroup: sandbox, before })
+        let before = sandbox.oom_kills().ok()?;
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(before));
+        let watch = (sandbox.clone(), std::sync::Arc::downgrade(&seen));
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let (cgroup, seen) = watch;
+                loop {
+                    tokio::time::sleep(OOM_LOOK_EVERY).await;
+                    let (Some(seen), Ok(n)) = (seen.upgrade(), cgroup.oom_kills()) else { return };
+                    seen.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+        Some(OomCount { cgroup: sandbox, before, seen: Some(seen) })
     }
 
     /// Whether the OOM killer killed a process of the command since it started (false when not counted).
     pub fn killed(count: Option<&OomCount>) -> bool {
-        count.is_some_and(|c| c.cgroup.oom_kills().is_ok_and(|n| n > c.before))
+        count.is_some_and(|c| {
+            let now = c.cgroup.oom_kills().ok();
+            let seen = c.seen.as_ref().map(|s| s.load(std::sync::atomic::Ordering::Relaxed));
+            now.max(seen).is_some_and(|n| n > c.before)
+        })
     }
 }
 
