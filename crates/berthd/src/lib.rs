@@ -15,6 +15,7 @@ mod e2b;
 mod engine;
 mod error;
 mod exec;
+mod exec_http;
 mod exec_log;
 mod exec_sleep;
 pub mod files;

@@ -195,20 +195,6 @@ async fn create(s: &E2b, key: &str, body: &Value, idempotency: Option<HeaderValu
 /// berth's egress policy for E2B's network options: `allow_internet_access` (all or nothing) and
 /// `network.allowOut` / `denyOut` (destinations). Without either, berth's default: no egress.
 fn network(body: &Value) -> Result<Option<Value>, Response> {
-    let rules = |v: &Value, what: &str| -> Result<Vec<String>, Response> {
-        match v {
-            Value::Null => Ok(vec![]),
-            Value::Array(a) => a
-                .iter()
-                .map(|r| {
-                    r.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| error(400, format!("network.{what} is a list of strings")))
-                })
-                .collect(),
-            _ => Err(error(400, format!("network.{what} is a list of strings"))),
-        }
-    };
     let n = &body["network"];
     if let Some(other) = n.as_object().and_then(|o| {
         o.iter().find(|(k, v)| !v.is_null() && !matches!(k.as_str(), "allowOut" | "denyOut" | "allowPublicTraffic"))
@@ -218,7 +204,10 @@ fn network(body: &Value) -> Result<Option<Value>, Response> {
             format!("berth's egress policy takes network.allowOut and denyOut (host rules), not network.{}", other.0),
         ));
     }
-    let (allow, deny) = (rules(&n["allowOut"], "allowOut")?, rules(&n["denyOut"], "denyOut")?);
+    let (allow, deny) = (
+        super::string_list(&n["allowOut"], "network.allowOut")?,
+        super::string_list(&n["denyOut"], "network.denyOut")?,
+    );
     let mode = match body["allow_internet_access"].as_bool() {
         Some(true) => Some("allow_all"),
         Some(false) => Some("none"),

@@ -163,22 +163,11 @@ pub(super) async fn update_network(s: &E2b, key: &str, id: &str, body: &Value) -
     }) {
         return error(400, format!("berth's egress policy takes allowOut and denyOut (host rules), not {}", other.0));
     }
-    let list = |what: &str| -> Result<Vec<String>, Response> {
-        match &body[what] {
-            Value::Null => Ok(vec![]),
-            Value::Array(a) => a
-                .iter()
-                .map(|r| {
-                    r.as_str().map(str::to_string).ok_or_else(|| error(400, format!("{what} is a list of strings")))
-                })
-                .collect(),
-            _ => Err(error(400, format!("{what} is a list of strings"))),
-        }
-    };
-    let (allow, deny) = match (list("allowOut"), list("denyOut")) {
-        (Ok(a), Ok(d)) => (a, d),
-        (Err(r), _) | (_, Err(r)) => return r,
-    };
+    let (allow, deny) =
+        match (super::string_list(&body["allowOut"], "allowOut"), super::string_list(&body["denyOut"], "denyOut")) {
+            (Ok(a), Ok(d)) => (a, d),
+            (Err(r), _) | (_, Err(r)) => return r,
+        };
     let net = &sb.network;
     let all_open = net.mode.as_deref() == Some("allow_all");
     if let Some(open) = body["allow_internet_access"].as_bool().filter(|open| *open != all_open) {

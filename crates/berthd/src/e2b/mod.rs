@@ -286,6 +286,16 @@ impl E2b {
     }
 }
 
+/// A list of strings in a body (`what` names it in the error), or none.
+pub(crate) fn string_list(v: &Value, what: &str) -> Result<Vec<String>, Response> {
+    let bad = || error(400, format!("{what} is a list of strings"));
+    match v {
+        Value::Null => Ok(vec![]),
+        Value::Array(a) => a.iter().map(|r| r.as_str().map(str::to_string).ok_or_else(bad)).collect(),
+        _ => Err(bad()),
+    }
+}
+
 /// One page of a list (`limit` items from `nextToken`, an index), with `x-next-token` when more follow.
 pub(crate) fn page(items: Vec<Value>, query: Option<&str>) -> Response {
     let start: usize = query_param(query, "nextToken").and_then(|t| t.parse().ok()).unwrap_or(0);

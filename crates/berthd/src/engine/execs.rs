@@ -1,18 +1,155 @@
-//! A sandbox's execs: the cgroup and OOM count each starts with, and after they started: list them, their
-//! logs, their end, killing one.
+//! A sandbox's execs: starting one (its user, environment, cgroup and OOM count), and after they started:
+//! list them, their logs, their end, killing one.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_api::{EventKind, ExecInfo, ExecResult};
-use tokio::sync::watch;
+use berth_api::{EventKind, ExecInfo, ExecRequest, ExecResult};
+use tokio::sync::{mpsc, watch};
 
-use super::{Engine, Live, now_ms};
+use super::live::ExecEntry;
+use super::{Engine, Live, actor, now_ms, users};
 use crate::EngineError;
+use crate::exec::{self, ExecPlan};
 use crate::journal;
 
 impl Engine {
+    /// Start an exec. Returns its id, and (unless detached) the stream of its frames.
+    pub async fn exec(
+        &self,
+        id: &str,
+        req: ExecRequest,
+    ) -> Result<(ExecInfo, Option<mpsc::Receiver<berth_api::ExecFrame>>), EngineError> {
+        self.exec_because(id, req, "exec").await
+    }
+
+    /// Start an exec, as activity of kind `cause` (`exec`, or `context` for a context's interpreter).
+    pub(crate) async fn exec_because(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        cause: &str,
+    ) -> Result<(ExecInfo, Option<mpsc::Receiver<berth_api::ExecFrame>>), EngineError> {
+        if req.argv.is_empty() || req.argv[0].is_empty() {
+            return Err(EngineError::invalid("argv must name a command"));
+        }
+        let workdir = match &req.workdir {
+            Some(w) => berth_runtime::spec::sandbox_path(w).map_err(|e| EngineError::invalid(e.to_string()))?,
+            None => "/workspace".to_string(),
+        };
+        if let Some(t) = req.timeout_seconds.filter(|t| !(*t > 0.0 && *t <= berth_api::MAX_DURATION_SECONDS)) {
+            return Err(EngineError::invalid(format!(
+                "timeout_seconds must be positive and at most {} (100 years), not {t}",
+                berth_api::MAX_DURATION_SECONDS
+            )));
+        }
+        let max_output = req.max_output_bytes.unwrap_or(exec::DEFAULT_MAX_OUTPUT);
+        if max_output < 64 {
+            return Err(EngineError::invalid("max_output_bytes must be at least 64"));
+        }
+        let max_log = req.max_log_bytes.unwrap_or(self.bounds.max_log_bytes);
+        if max_log < crate::bounds::MIN_LOG_BYTES || max_log > self.bounds.max_log_bytes {
+            return Err(EngineError::invalid(format!(
+                "max_log_bytes must be between {} and this daemon's bound of {} (berth daemon --max-log-bytes), \
+                 not {max_log}",
+                crate::bounds::MIN_LOG_BYTES,
+                self.bounds.max_log_bytes
+            )));
+        }
+        let user = req.user.as_deref().map(users::parse).transpose()?;
+        let live = self.live_or_wake(id, cause).await?;
+        self.touch(&live, cause).await?;
+        let (sid, isolation, pid) = {
+            let r = live.record.lock().await;
+            (r.id.clone(), r.isolation, r.pid)
+        };
+        let account = match (&user, pid) {
+            (Some(spec), Some(pid)) => Some(users::account(pid, isolation, spec).await?),
+            (Some(_), None) => return Err(EngineError::Conflict(format!("sandbox {sid} has no running init"))),
+            (None, _) => None,
+        };
+        let workdir = match (&req.workdir, account.as_ref().and_then(|a| a.home.clone())) {
+            (None, Some(home)) => home,
+            _ => workdir,
+        };
+        let starting = self.admit_exec(&live, &sid).await?;
+        let mut env: BTreeMap<String, String> =
+            berth_runtime::spec::BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        for (k, v) in account.iter().flat_map(users::Account::env) {
+            match v {
+                Some(v) => env.insert(k.to_string(), v),
+                None => env.remove(k),
+            };
+        }
+        env.insert("PWD".into(), workdir.clone());
+        for (k, v) in live.env.iter().chain(req.env.iter()) {
+            berth_runtime::spec::check_env(k, v).map_err(|e| EngineError::invalid(e.to_string()))?;
+            env.insert(k.clone(), v.clone());
+        }
+        let n = live.next_exec.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let exec_id = format!("x{n}");
+        let logs = self.root.join("logs").join(&sid);
+        tokio::fs::create_dir_all(&logs).await.map_err(EngineError::Log)?;
+        let cgroup = self.command_cgroup(&sid, &exec_id, isolation)?;
+        let oom = self.oom_count(&sid, cgroup.as_ref(), isolation);
+        let plan = ExecPlan {
+            exec_id: exec_id.clone(),
+            argv: req.argv.clone(),
+            env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            workdir,
+            ids: account.as_ref().map_or((0, 0), |a| (a.uid, a.gid)),
+            timeout: req.timeout_seconds.map(Duration::from_secs_f64),
+            max_output,
+            log: logs.join(format!("{exec_id}.log")),
+            max_log,
+            stdin: req.stdin.clone(),
+            stdin_open: req.stdin_open,
+            redactor: live.redactor.clone().filter(|r| !r.is_empty()),
+            pause: Some(Arc::clone(&live.pause)),
+            cgroup,
+            oom,
+        };
+        let log_path = plan.log.clone();
+        let env_names: Vec<&String> = live.env.keys().chain(req.env.keys()).collect();
+        let args = serde_json::json!({
+            "exec_id": exec_id, "argv": req.argv, "workdir": plan.workdir, "env_names": env_names, "user": req.user,
+            "timeout_seconds": req.timeout_seconds, "max_output_bytes": max_output, "max_log_bytes": max_log, "detach": req.detach, "stdin_bytes": req.stdin.as_ref().map(String::len), "stdin_open": req.stdin_open,
+        });
+        // Taken before the command starts: what it does at once (a proxy connection) is after its start.
+        let started_at_ms = now_ms();
+        let running = exec::start(Arc::clone(&live.session), plan).await?;
+        live.note("exec", args, serde_json::json!({"started": true}));
+        self.events.emit(&sid, EventKind::ExecStarted, Some(exec_id.clone()), None);
+        let recorder = self.record_end(&live, &sid, &exec_id, log_path, actor(), running.done.clone());
+        // One read of the watch: two guards held at once deadlock against the exec's end sending its result
+        // between them (the lock lets a waiting writer in first).
+        let result = running.done.borrow().clone();
+        let info = ExecInfo {
+            exec_id: exec_id.clone(),
+            argv: req.argv.clone(),
+            started_at_ms,
+            running: result.is_none(),
+            result,
+        };
+        live.execs.lock().await.insert(
+            exec_id,
+            ExecEntry {
+                argv: req.argv,
+                started_at_ms,
+                kill: running.kill,
+                done: running.done,
+                park: Some(running.park),
+                recorder: Some(recorder),
+                input: running.input,
+            },
+        );
+        // Listed: counted as running by its entry from here.
+        drop(starting);
+        Ok((info, (!req.detach).then_some(running.frames)))
+    }
+
     /// The cgroup of command `exec_id` of sandbox `sid`, inside the sandbox's: its whole tree, to be killed at
     /// once. None under gVisor, whose processes are not the host's: there a command's tree is its process
     /// group (what leaves it with setsid ends with the sandbox).
