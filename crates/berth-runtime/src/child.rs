@@ -15,14 +15,14 @@ use berth_sys::{SysError, process, seccomp::SeccompPolicy};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 use crate::cgroup::Entry;
-use crate::plan::{Plan, Step};
+use crate::plan::{Fallback, Plan, Step};
 use crate::{RuntimeError, error_chain};
 
 /// Capabilities root inside keeps (the rest leave the bounding set): what package managers and build tools
 /// need, and nothing that administers the kernel, the network stack or other processes' memory. SETFCAP is
 /// left out too: file capabilities written through an id-mapped mount could take effect on the host. Numbers from
 /// <linux/capability.h>.
-const KEPT_CAPABILITIES: [u32; 11] = [
+pub(crate) const KEPT_CAPABILITIES: [u32; 11] = [
     0,  // CHOWN
     1,  // DAC_OVERRIDE
     3,  // FOWNER
@@ -191,8 +191,77 @@ pub(crate) fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<()
             symlink(to, link).map_err(|e| SysError::new(format!("create the link {}", link.display()), e))?
         }
         Step::Pivot { new_root } => mount::pivot_into(new_root)?,
+        Step::MountInRoot { fstype, source, target, flags, data, fallback } => {
+            let at = resolve_in_root(root, target, false)?;
+            let shown = fd_path(&at);
+            match mount::mount_fs(source, &shown, fstype, *flags, data) {
+                Ok(()) => {}
+                Err(e) if e.errno() == Some(rustix::io::Errno::PERM.raw_os_error()) => match fallback {
+                    Fallback::None => return Err(e.into()),
+                    Fallback::Skip => {}
+                    Fallback::BindHostReadOnly(host) => {
+                        let tree = mount::clone_tree(
+                            host,
+                            Attrs { readonly: true, nosuid: true, nodev: true, noexec: true },
+                            true,
+                        )?;
+                        mount::attach_at(tree.as_fd(), at.as_fd(), Path::new(target))?;
+                    }
+                },
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Step::MaskInRoot { target } => {
+            let Some(at) = find_in_root(root, target)? else { return Ok(()) };
+            let shown = fd_path(&at);
+            if rustix::fs::fstat(&at).is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir()) {
+                mask(&shown)?;
+            } else {
+                mount::bind(Path::new("/dev/null"), &shown)?;
+            }
+        }
+        Step::ReadOnlyInRoot { target } => {
+            let Some(at) = find_in_root(root, target)? else { return Ok(()) };
+            let shown = fd_path(&at);
+            mount::bind(&shown, &shown)?;
+            // The new bind is on top now: address it by the path again, resolved within the root.
+            if let Some(top) = find_in_root(root, target)? {
+                let attrs = Attrs { readonly: true, nosuid: true, nodev: true, ..Attrs::default() };
+                mount::set_attr(&fd_path(&top), attrs, false)?;
+            }
+        }
+        Step::NoSymlinks { names } => {
+            for name in names {
+                if fs::symlink_metadata(root.join(name)).is_ok_and(|m| m.file_type().is_symlink()) {
+                    return Err(RuntimeError::Setup {
+                        message: format!(
+                            "the root file system's /{name} is a symbolic link; berth mounts there and will not follow it"
+                        ),
+                    });
+                }
+            }
+        }
     }
     Ok(())
+}
+
+/// The magic link that names an open descriptor, for calls that take a path.
+fn fd_path(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd)))
+}
+
+/// Open `target` inside `root` as an `O_PATH` descriptor without creating anything; `None` if it is missing.
+fn find_in_root(root: &Path, target: &str) -> Result<Option<OwnedFd>, RuntimeError> {
+    let fail = |e: rustix::io::Errno| SysError::new(format!("resolve {target} inside the sandbox"), e);
+    let rootfd =
+        rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(fail)?;
+    let rel = target.trim_start_matches('/');
+    let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+    match rustix::fs::openat2(&rootfd, rel, OFlags::PATH | OFlags::CLOEXEC, Mode::empty(), resolve) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => Ok(None),
+        Err(e) => Err(fail(e).into()),
+    }
 }
 
 /// The directories holding what the symlinks in `links` point to, each strictly inside `within`, without

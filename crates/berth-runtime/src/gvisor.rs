@@ -189,6 +189,10 @@ pub(crate) fn plan(mut plan: Plan) -> Plan {
         Step::Mkdir { path, .. } | Step::WriteFile { path, .. } => !gvisors(path),
         Step::Symlink { link, .. } => !gvisors(link),
         Step::Attach { .. } | Step::AttachInRoot { .. } | Step::Overlay { .. } => true,
+        // Only OCI containers' plans have these, and those do not run behind gVisor.
+        Step::MountInRoot { .. } | Step::MaskInRoot { .. } | Step::ReadOnlyInRoot { .. } | Step::NoSymlinks { .. } => {
+            true
+        }
     });
     plan
 }
@@ -484,7 +488,7 @@ fn trees(plan: &Plan) -> Result<Vec<OwnedFd>, RuntimeError> {
     for t in &plan.trees {
         let attrs = Attrs { readonly: t.readonly, nosuid: true, nodev: true, noexec: false };
         let tree = match t.idmap {
-            Idmap::Sandbox => mount::clone_tree(&t.source, attrs, true)?,
+            Idmap::Sandbox | Idmap::Host => mount::clone_tree(&t.source, attrs, true)?,
             Idmap::Storage => {
                 let map = format!("{STORAGE_BASE} 0 {IDS_PER_SANDBOX}\n");
                 let ns = berth_sys::clone::user_namespace(&map, &map)?;

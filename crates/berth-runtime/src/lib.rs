@@ -13,6 +13,7 @@ pub mod gvisor;
 mod gvisor_sleep;
 pub mod ids;
 pub mod image;
+pub mod oci;
 pub mod plan;
 mod rename;
 mod restore;

@@ -79,6 +79,8 @@ pub enum Idmap {
     Owner { uid: u32, gid: u32 },
     /// berth's storage: host id `STORAGE_BASE + N` is sandbox id N.
     Storage,
+    /// None: a plain bind, ownership as on the host (an OCI config's bind mount).
+    Host,
 }
 
 /// A tree the supervisor clones and id-maps before the sandbox builds its root.
@@ -173,6 +175,43 @@ pub enum Step {
     Pivot {
         new_root: PathBuf,
     },
+    /// Mount a file system at a path inside the root, resolved within it and created if missing (an OCI
+    /// config's mount). When the kernel refuses it (EPERM: a namespace the sandbox does not own), `fallback`
+    /// says what to do instead.
+    MountInRoot {
+        fstype: String,
+        source: String,
+        target: String,
+        flags: Flags,
+        data: String,
+        fallback: Fallback,
+    },
+    /// Cover a path inside the root: a directory with an empty read-only tmpfs, anything else with
+    /// /dev/null. Nothing to do if it is missing.
+    MaskInRoot {
+        target: String,
+    },
+    /// Make a path inside the root read-only (a bind onto itself). Nothing to do if it is missing.
+    ReadOnlyInRoot {
+        target: String,
+    },
+    /// Refuse to go on if any of these entries of the root is a symbolic link (berth mounts the kernel's
+    /// file systems there and addresses what is below them by path).
+    NoSymlinks {
+        names: Vec<&'static str>,
+    },
+}
+
+/// What [`Step::MountInRoot`] does when the kernel refuses the mount with EPERM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fallback {
+    /// Fail.
+    None,
+    /// Leave the target as it is.
+    Skip,
+    /// Bind the host's tree at this path, read-only, instead (sysfs in a network namespace the sandbox does
+    /// not own).
+    BindHostReadOnly(PathBuf),
 }
 
 /// Everything needed to build one sandbox's root.
@@ -189,7 +228,7 @@ pub struct Plan {
 /// count the host's interrupts per CPU and source, a side channel on other tenants (the total is still in
 /// the `intr` and `softirq` lines of `/proc/stat`, which `ps` and `top` need); `config.gz` names every
 /// piece of code built into the host's kernel.
-const PROC_MASKED_FILES: [&str; 10] = [
+pub(crate) const PROC_MASKED_FILES: [&str; 10] = [
     "kcore",
     "keys",
     "timer_list",
@@ -203,17 +242,17 @@ const PROC_MASKED_FILES: [&str; 10] = [
 ];
 /// Directories in /proc that reveal host hardware, covered with an empty tmpfs: `irq` holds each
 /// interrupt's affinity, its handlers' device names and (`spurious`) its counts.
-const PROC_MASKED_DIRS: [&str; 4] = ["acpi", "scsi", "asound", "irq"];
+pub(crate) const PROC_MASKED_DIRS: [&str; 4] = ["acpi", "scsi", "asound", "irq"];
 /// Directories in /sys covered with an empty tmpfs: firmware tables (ACPI, DMI, EFI variables, the memory
 /// map), the machine's identity as its hypervisor set it (DMI serials and UUID, Xen's `/sys/hypervisor`,
 /// Hyper-V's VMBus channel list, whose entries link to devices masked by [`Step::MaskLinkParents`]),
 /// power-capping counters (energy readings are a side channel), and SELinux's interface.
-const SYS_MASKED_DIRS: [&str; 6] =
+pub(crate) const SYS_MASKED_DIRS: [&str; 6] =
     ["firmware", "devices/virtual/powercap", "devices/virtual/dmi", "hypervisor", "bus/vmbus", "fs/selinux"];
 /// Files in /sys covered with /dev/null: the physical address of the host's crash-dump notes.
-const SYS_MASKED_FILES: [&str; 1] = ["kernel/vmcoreinfo"];
+pub(crate) const SYS_MASKED_FILES: [&str; 1] = ["kernel/vmcoreinfo"];
 /// Directories in /proc that would change the host if written, made read-only (`irq` is masked).
-const PROC_READONLY: [&str; 3] = ["sys", "bus", "fs"];
+pub(crate) const PROC_READONLY: [&str; 3] = ["sys", "bus", "fs"];
 /// The device nodes a sandbox gets, bound from the host.
 pub const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 

@@ -97,6 +97,11 @@ pub(crate) fn stage(plan: &Plan, layout: &Layout, root_id: u32) -> Staging {
                 }
             }
             Step::MaskEach { .. } | Step::MaskLinkParents { .. } | Step::Symlink { .. } => {}
+            // Only OCI containers' plans have these, and those are not restored.
+            Step::MountInRoot { .. }
+            | Step::MaskInRoot { .. }
+            | Step::ReadOnlyInRoot { .. }
+            | Step::NoSymlinks { .. } => {}
         }
     }
     // The staging directory itself, on the scratch tmpfs: right after that tmpfs is mounted.

@@ -317,6 +317,10 @@ pub(crate) fn clone_trees(plan: &Plan, base: u32, userns: BorrowedFd<'_>) -> Res
     for t in &plan.trees {
         let attrs = Attrs { readonly: t.readonly, nosuid: true, nodev: true, noexec: false };
         let ns = match t.idmap {
+            Idmap::Host => {
+                trees.push(berth_sys::mount::clone_tree(&t.source, attrs, true)?);
+                continue;
+            }
             Idmap::Sandbox => userns,
             Idmap::Storage => {
                 if storage_ns.is_none() {

@@ -214,6 +214,118 @@ pub fn overlay_as(
     }
 }
 
+/// The layers of an overlay to rebuild with [`overlay_idmapped`]: what an existing overlay mount was made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverlayLayers {
+    /// Top first, as in `lowerdir=`.
+    pub lower: Vec<std::path::PathBuf>,
+    pub upper: Option<std::path::PathBuf>,
+    pub work: Option<std::path::PathBuf>,
+    /// The other options (`index=off`, `redirect_dir=on`, ...), as `key` or `key=value`.
+    pub options: Vec<String>,
+}
+
+/// An overlay like the one `layers` describes, made in the host's user namespace (so the layers' `trusted.`
+/// overlay attributes keep their meaning), but with every layer an id-mapped mount seen through `userns`:
+/// files the image stores as root are root of that namespace, and what its root writes is stored as root,
+/// as it would be without a user namespace (an overlay mount itself cannot be id-mapped); read-only if asked.
+/// `root_id` is the host id that is root in `userns`. The upper and
+/// work directories must share a parent. Returns a detached mount; the caller must be single-threaded (a
+/// child with a mount namespace of its own is forked to stage the layers).
+pub fn overlay_idmapped(
+    userns: BorrowedFd<'_>,
+    layers: &OverlayLayers,
+    staging: &Path,
+    readonly: bool,
+    root_id: u32,
+) -> SysResult<OwnedFd> {
+    let (ours, theirs) = crate::fd::seqpacket_pair()?;
+    let none = crate::clone::Namespaces { user: false, mount: false, pid: false, net: false, ipc: false, uts: false };
+    match crate::clone::spawn(none, None)? {
+        crate::clone::Forked::Child => {
+            drop(ours);
+            let made = (|| -> SysResult<OwnedFd> {
+                // SAFETY: unshare(CLONE_NEWNS) only gives this process a mount namespace of its own; it is a
+                // freshly forked, single-threaded child that shares nothing with another thread.
+                unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS) }
+                    .ctx(|| "create a mount namespace to stage an overlay's layers in")?;
+                make_private_recursive()?;
+                mount_fs("tmpfs", staging, "tmpfs", MountFlags::NOSUID | MountFlags::NODEV, "mode=700,size=64k")?;
+                let read_only = Attrs { readonly: true, nosuid: true, nodev: true, noexec: false };
+                let mut lower = Vec::new();
+                for (i, layer) in layers.lower.iter().enumerate() {
+                    let at = staging.join(format!("l{i}"));
+                    std::fs::create_dir(&at).ctx(|| format!("create {}", at.display()))?;
+                    attach(clone_idmapped(layer, userns, read_only, false)?.as_fd(), &at)?;
+                    lower.push(at.display().to_string());
+                }
+                let fs = rustix::mount::fsopen("overlay", rustix::mount::FsOpenFlags::FSOPEN_CLOEXEC)
+                    .ctx(|| "open an overlay file system")?;
+                rustix::mount::fsconfig_set_string(&fs, "source", "overlay").ctx(|| "name the overlay")?;
+                rustix::mount::fsconfig_set_string(&fs, "lowerdir", lower.join(":"))
+                    .ctx(|| "set the overlay's lower layers")?;
+                if let (Some(upper), Some(work)) = (&layers.upper, &layers.work) {
+                    let parent = upper.parent().filter(|p| Some(*p) == work.parent()).ok_or_else(|| {
+                        SysError::new(
+                            "rebuild the overlay (its upper and work directories have different parents)",
+                            std::io::ErrorKind::InvalidInput,
+                        )
+                    })?;
+                    let at = staging.join("upper");
+                    std::fs::create_dir(&at).ctx(|| format!("create {}", at.display()))?;
+                    let writable = Attrs { readonly: false, nosuid: true, nodev: true, noexec: false };
+                    attach(clone_idmapped(parent, userns, writable, false)?.as_fd(), &at)?;
+                    for (key, dir) in [("upperdir", upper), ("workdir", work)] {
+                        let name = dir.file_name().unwrap_or_default();
+                        rustix::mount::fsconfig_set_string(&fs, key, at.join(name))
+                            .ctx(|| format!("set the overlay's {key}"))?;
+                    }
+                }
+                for option in &layers.options {
+                    match option.split_once('=') {
+                        Some((k, v)) => rustix::mount::fsconfig_set_string(&fs, k, v),
+                        None => rustix::mount::fsconfig_set_flag(&fs, option.as_str()),
+                    }
+                    .ctx(|| format!("set the overlay's {option}"))?;
+                }
+                // The overlay does its own work on the layers (its work directory, copy-ups) with its mounter's
+                // credentials, through the layers' id mappings: as the namespace's root (`root_id` on the host),
+                // whose ids they map, with host root's capabilities kept.
+                let _as_root = crate::fsids::act_as(root_id, root_id)?;
+                rustix::mount::fsconfig_create(&fs).ctx(|| "create the overlay on id-mapped layers")?;
+                let mut attrs =
+                    rustix::mount::MountAttrFlags::MOUNT_ATTR_NOSUID | rustix::mount::MountAttrFlags::MOUNT_ATTR_NODEV;
+                if readonly {
+                    attrs |= rustix::mount::MountAttrFlags::MOUNT_ATTR_RDONLY;
+                }
+                rustix::mount::fsmount(&fs, rustix::mount::FsMountFlags::FSMOUNT_CLOEXEC, attrs)
+                    .ctx(|| "mount the overlay")
+            })();
+            let sent = match made {
+                Ok(mnt) => crate::fd::send(theirs.as_fd(), b"", &[mnt.as_fd()]),
+                Err(e) => crate::fd::send(theirs.as_fd(), e.to_string().as_bytes(), &[]),
+            };
+            crate::clone::exit_now(i32::from(sent.is_err()))
+        }
+        crate::clone::Forked::Parent { pidfd, .. } => {
+            drop(theirs);
+            let mut buf = [0u8; 1024];
+            let got = crate::fd::recv(ours.as_fd(), &mut buf);
+            crate::process::pidfd_wait(pidfd.as_fd())?;
+            match got {
+                Ok((_, mut fds)) if fds.len() == 1 => {
+                    fds.pop().ok_or_else(|| SysError::new("mount the overlay", std::io::ErrorKind::Other))
+                }
+                Ok((n, _)) => Err(SysError::new(
+                    "rebuild the container's root overlay on id-mapped layers",
+                    std::io::Error::other(String::from_utf8_lossy(&buf[..n]).into_owned()),
+                )),
+                Err(e) => Err(e),
+            }
+        }
+    }
+}
+
 /// Make `new_root` the root of this mount namespace and detach the old root entirely.
 pub fn pivot_into(new_root: &Path) -> SysResult<()> {
     rustix::process::chdir(new_root).ctx(|| format!("enter {}", new_root.display()))?;

@@ -366,3 +366,65 @@ mod tests {
         assert_eq!(pin[0], 1);
     }
 }
+
+/// Replace this process with the program at `path` (looked up from the current root, no `PATH` search),
+/// never returning on success. Scripts work, as with `execve`: their interpreter is found by path too.
+pub fn exec_path(path: &str, argv: &[String], env: &[String]) -> SysError {
+    let bad =
+        || SysError::new(format!("run {path:?} (a NUL byte in it or its arguments)"), std::io::ErrorKind::InvalidInput);
+    let Ok(path_c) = CString::new(path) else { return bad() };
+    let Ok(argv_c) = argv.iter().map(|a| CString::new(a.as_str())).collect::<Result<Vec<_>, _>>() else { return bad() };
+    let Ok(env_c) = env.iter().map(|e| CString::new(e.as_str())).collect::<Result<Vec<_>, _>>() else { return bad() };
+    let mut argv_p: Vec<*const libc::c_char> = argv_c.iter().map(|c| c.as_ptr()).collect();
+    argv_p.push(std::ptr::null());
+    let mut env_p: Vec<*const libc::c_char> = env_c.iter().map(|c| c.as_ptr()).collect();
+    env_p.push(std::ptr::null());
+    // SAFETY: path, argv and envp are NUL-terminated strings and NULL-terminated arrays of pointers into
+    // CStrings that outlive the call; execve only returns on failure.
+    unsafe { libc::execve(path_c.as_ptr(), argv_p.as_ptr(), env_p.as_ptr()) };
+    SysError::new(format!("run {path}"), std::io::Error::last_os_error())
+}
+
+/// Which kind of namespace [`join_namespace`] enters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NamespaceKind {
+    User,
+    Mount,
+    Pid,
+    Net,
+    Ipc,
+    Uts,
+    Cgroup,
+}
+
+/// Move the calling thread into the namespace behind `ns` (a `/proc/PID/ns/*` or bind-mounted namespace
+/// file), which must be of `kind`. A pid namespace takes effect for the children forked afterwards.
+pub fn join_namespace(ns: BorrowedFd<'_>, kind: NamespaceKind) -> SysResult<()> {
+    use rustix::thread::LinkNameSpaceType as T;
+    let t = match kind {
+        NamespaceKind::User => T::User,
+        NamespaceKind::Mount => T::Mount,
+        NamespaceKind::Pid => T::ProcessID,
+        NamespaceKind::Net => T::Network,
+        NamespaceKind::Ipc => T::InterProcessCommunication,
+        NamespaceKind::Uts => T::HostNameAndNISDomainName,
+        NamespaceKind::Cgroup => T::ControlGroup,
+    };
+    rustix::thread::move_into_link_name_space(ns, Some(t)).ctx(|| format!("enter a {kind:?} namespace"))
+}
+
+/// Clear the parent-death signal set by [`die_with_parent`].
+pub fn live_on_without_parent() -> SysResult<()> {
+    rustix::process::set_parent_process_death_signal(None).ctx(|| "clear the parent-death signal")
+}
+
+/// Set supplementary groups and become `uid`/`gid` of the current user namespace (per thread; callers are
+/// single-threaded).
+pub fn become_user(uid: u32, gid: u32, groups: &[u32]) -> SysResult<()> {
+    let groups: Vec<rustix::process::Gid> = groups.iter().map(|g| rustix::process::Gid::from_raw(*g)).collect();
+    rustix::thread::set_thread_groups(&groups).ctx(|| "set supplementary groups")?;
+    let g = rustix::process::Gid::from_raw(gid);
+    rustix::thread::set_thread_res_gid(g, g, g).ctx(|| format!("become gid {gid}"))?;
+    let u = rustix::process::Uid::from_raw(uid);
+    rustix::thread::set_thread_res_uid(u, u, u).ctx(|| format!("become uid {uid}"))
+}

@@ -5,6 +5,7 @@ mod cli;
 mod client;
 mod commands;
 mod exit;
+mod oci;
 
 use clap::Parser;
 
@@ -13,6 +14,13 @@ fn main() {
     // beyond what init itself needs.
     if std::env::args_os().nth(1).is_some_and(|a| a == "init") && std::process::id() == 1 {
         std::process::exit(berth_init::main());
+    }
+    // Started as `berth-oci` (or `berth oci`): an OCI runtime command line, for containerd's runc shim.
+    if oci::invoked_as_oci() {
+        std::process::exit(oci::main(std::env::args_os().skip(1).collect()));
+    }
+    if std::env::args_os().nth(1).is_some_and(|a| a == "oci") {
+        std::process::exit(oci::main(std::env::args_os().skip(2).collect()));
     }
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,

@@ -181,7 +181,7 @@ impl FakeV2 {
 
     /// `berth/<name>`, made the way `create` would, without limits.
     pub(crate) fn leaf(&self, name: &str) -> PathBuf {
-        super::v2::prepare(self.root(), self.fs()).unwrap();
+        super::v2::prepare(self.root(), std::path::Path::new("berth"), self.fs()).unwrap();
         let dir = self.root().join("berth").join(name);
         self.fs().mkdir(&dir).unwrap();
         dir

@@ -22,6 +22,8 @@ const UNDO_TIMEOUT: Duration = Duration::from_millis(500);
 pub struct Hierarchy {
     layout: Layout,
     fs: Fs,
+    /// Where the cgroups live under each root: `berth` unless [`Hierarchy::nested`] moved them.
+    parent: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,13 +67,40 @@ impl Hierarchy {
                 reason: format!("no cgroup2 file system is mounted (see {MOUNTINFO})"),
             })?),
         };
-        Ok(Hierarchy { layout, fs: Fs::REAL })
+        Ok(Hierarchy { layout, fs: Fs::REAL, parent: PathBuf::from(PARENT_DIR) })
     }
 
     /// The same layout, with directories made and removed through `fs` (a fake tree in tests).
     #[cfg(test)]
     pub(crate) fn with_fs(self, fs: Fs) -> Hierarchy {
         Hierarchy { fs, ..self }
+    }
+
+    /// The same layout with the cgroups under `parent` (a relative path of valid names, such as
+    /// `kubepods/pod1234`) instead of `berth/`: the containers an OCI runtime starts live where their
+    /// engine says, and outside the sandboxes that [`crate::Runtime::sweep`] looks after.
+    pub fn nested(&self, parent: &Path) -> Result<Hierarchy, CgroupError> {
+        let mut rel = PathBuf::new();
+        for part in parent.components() {
+            match part {
+                std::path::Component::Normal(name) => {
+                    let name = name.to_str().unwrap_or("");
+                    validate_name(name)?;
+                    rel.push(name);
+                }
+                std::path::Component::RootDir | std::path::Component::CurDir => {}
+                _ => {
+                    return Err(CgroupError::InvalidName {
+                        name: parent.display().to_string(),
+                        reason: "must not be '.' or contain '..'",
+                    });
+                }
+            }
+        }
+        if rel.as_os_str().is_empty() {
+            return Err(CgroupError::InvalidName { name: parent.display().to_string(), reason: "empty" });
+        }
+        Ok(Hierarchy { parent: rel, ..self.clone() })
     }
 
     pub fn version(&self) -> Version {
@@ -84,8 +113,8 @@ impl Hierarchy {
     /// The `berth/` directories that hold the sandboxes' cgroups (one per hierarchy on v1).
     pub fn parent_dirs(&self) -> Vec<PathBuf> {
         match &self.layout {
-            Layout::V1(roots) => roots.join(Path::new(PARENT_DIR)).distinct(),
-            Layout::V2(root) => vec![root.join(PARENT_DIR)],
+            Layout::V1(roots) => roots.join(&self.parent).distinct(),
+            Layout::V2(root) => vec![root.join(&self.parent)],
         }
     }
 
@@ -96,8 +125,8 @@ impl Hierarchy {
         validate_name(name)?;
         limits.check()?;
         match &self.layout {
-            Layout::V1(roots) => v1::prepare(roots, self.fs)?,
-            Layout::V2(root) => v2::prepare(root, self.fs)?,
+            Layout::V1(roots) => v1::prepare(roots, &self.parent, self.fs)?,
+            Layout::V2(root) => v2::prepare(root, &self.parent, self.fs)?,
         }
         let cgroup = self.open(name);
         let mut made: Vec<&Path> = Vec::new();
@@ -134,7 +163,7 @@ impl Hierarchy {
     /// Nothing is checked on disk. If `name` is not a valid name the handle has no directories:
     /// it does not exist, and its fallible methods fail with [`CgroupError::InvalidName`].
     pub fn open(&self, name: &str) -> Cgroup {
-        let rel = Path::new(PARENT_DIR).join(name);
+        let rel = self.parent.join(name);
         let kind = match (name_problem(name), &self.layout) {
             (Some(reason), _) => Kind::Invalid { version: self.version(), reason },
             (None, Layout::V1(roots)) => Kind::V1(roots.join(&rel)),

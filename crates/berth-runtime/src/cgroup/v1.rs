@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::fsio::{self, Fs};
 use super::limits::{self, CPU_PERIOD_US, Limits};
 use super::mountinfo::Mount;
-use super::{CgroupError, Counters, PARENT_DIR, Usage};
+use super::{CgroupError, Counters, Usage};
 
 /// The controllers berth uses on v1.
 pub(crate) const CONTROLLERS: [&str; 5] = ["memory", "pids", "cpu", "cpuacct", "freezer"];
@@ -69,9 +69,9 @@ impl Dirs {
     }
 }
 
-/// Make the `berth/` parent in every hierarchy that lacks it.
-pub(crate) fn prepare(roots: &Dirs, fs: Fs) -> Result<(), CgroupError> {
-    for parent in roots.join(Path::new(PARENT_DIR)).distinct() {
+/// Make the parent (`berth/`, or a nested one) in every hierarchy that lacks it.
+pub(crate) fn prepare(roots: &Dirs, parent: &Path, fs: Fs) -> Result<(), CgroupError> {
+    for parent in roots.join(parent).distinct() {
         fsio::ensure_dir(fs, &parent)?;
     }
     Ok(())

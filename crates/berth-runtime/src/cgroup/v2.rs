@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::fsio::{self, Fs};
 use super::limits::{self, Limits};
 use super::mountinfo::Mount;
-use super::{CgroupError, Counters, PARENT_DIR, Usage};
+use super::{CgroupError, Counters, Usage};
 
 /// Where a pure-v2 host mounts the tree.
 pub(crate) const DEFAULT_ROOT: &str = "/sys/fs/cgroup";
@@ -24,15 +24,20 @@ pub(crate) fn find_root(mounts: &[Mount]) -> Option<PathBuf> {
         .map(|m| m.mount_point.clone())
 }
 
-/// Make sure new cgroups under `root/berth/` get the controllers: they must be available at the
-/// root, and are enabled in the `cgroup.subtree_control` of the root, then of `berth/` (made if
-/// missing).
-pub(crate) fn prepare(root: &Path, fs: Fs) -> Result<(), CgroupError> {
+/// Make sure new cgroups under `root/<parent>/` (`berth/`, or a nested parent) get the controllers:
+/// they must be available at the root, and are enabled in the `cgroup.subtree_control` of the root,
+/// then of each level of the parent (made if missing).
+pub(crate) fn prepare(root: &Path, parent: &Path, fs: Fs) -> Result<(), CgroupError> {
     require(&root.join("cgroup.controllers"))?;
     enable(root)?;
-    let parent = root.join(PARENT_DIR);
-    fsio::ensure_dir(fs, &parent)?;
-    enable(&parent)
+    // Every level down to the parent hands the controllers on.
+    let mut dir = root.to_path_buf();
+    for part in parent.components() {
+        dir.push(part);
+        fsio::ensure_dir(fs, &dir)?;
+        enable(&dir)?;
+    }
+    Ok(())
 }
 
 /// Fail with the first of [`CONTROLLERS`] not listed in a `cgroup.controllers` file.
@@ -175,7 +180,7 @@ mod tests {
     #[test]
     fn prepare_enables_controllers_in_root_and_parent() {
         let tree = fixtures::FakeV2::new("cpuset cpu io memory hugetlb pids rdma misc");
-        prepare(tree.root(), tree.fs()).unwrap();
+        prepare(tree.root(), Path::new("berth"), tree.fs()).unwrap();
         assert_eq!(read_trimmed(&tree.root().join("cgroup.subtree_control")), "+cpu +memory +pids");
         let parent = tree.root().join("berth");
         assert_eq!(read_trimmed(&parent.join("cgroup.controllers")), "cpu memory pids");
@@ -184,14 +189,14 @@ mod tests {
         // Already enabled: nothing is written (the fake would otherwise show the "+" form).
         fs::write(tree.root().join("cgroup.subtree_control"), "cpu memory pids\n").unwrap();
         fs::write(parent.join("cgroup.subtree_control"), "cpu memory pids\n").unwrap();
-        prepare(tree.root(), tree.fs()).unwrap();
+        prepare(tree.root(), Path::new("berth"), tree.fs()).unwrap();
         assert_eq!(read_trimmed(&tree.root().join("cgroup.subtree_control")), "cpu memory pids");
     }
 
     #[test]
     fn prepare_needs_the_controllers_at_the_root() {
         let tree = fixtures::FakeV2::new("cpu io memory");
-        let err = prepare(tree.root(), tree.fs()).unwrap_err();
+        let err = prepare(tree.root(), Path::new("berth"), tree.fs()).unwrap_err();
         assert!(matches!(&err, CgroupError::MissingController { name, .. } if name == "pids"), "{err}");
         assert!(!tree.root().join("berth").exists());
     }

@@ -1,0 +1,232 @@
+//! berth as an OCI runtime: the verbs containerd's runc shim calls (`create`, `start`, `state`, `kill`,
+//! `delete`, `exec`, `pause`, `resume`, `ps`, `features`), each one short-lived command acting on a
+//! container whose state is a small file under the runtime's root.
+//!
+//! A container is built with berth's own runtime (a user namespace with a host id block of its own,
+//! id-mapped mounts, berth's masks, seccomp filter, landlock rules and capability bound), but its first
+//! process is the config's program, forked by `create` itself: when `create` ends, the shim that started it
+//! (a subreaper) becomes that process's parent, reaps it and reports its exit, as with runc. berth's daemon
+//! is not involved.
+
+mod child;
+pub mod config;
+pub mod exec;
+pub mod plan;
+mod pods;
+mod state;
+
+use std::path::{Path, PathBuf};
+
+pub use exec::{ExecArgs, exec};
+pub use state::{State, Status};
+
+use crate::RuntimeError;
+use crate::cgroup::CgroupError;
+
+/// What went wrong with an OCI verb. Messages are what containerd shows its user.
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    #[error("container {0} does not exist")]
+    NotFound(String),
+    #[error("container {0} already exists")]
+    Exists(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("{0}")]
+    State(String),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    #[error(transparent)]
+    Sys(#[from] berth_sys::SysError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl OciError {
+    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> OciError {
+        let what = what.into();
+        move |source| OciError::Io { what, source }
+    }
+}
+
+/// What the container's first process tells `create`.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) enum Report {
+    /// Built and waiting for `start`.
+    Waiting,
+    Failed {
+        message: String,
+    },
+}
+
+/// The device paths landlock lets a container's terminal calls reach.
+pub(crate) const TTY_PATHS: [&str; 3] = ["/dev/pts", "/dev/tty", "/dev/ptmx"];
+
+/// Where containers' state lives when no `--root` is given.
+pub const DEFAULT_ROOT: &str = "/run/berth-oci";
+
+/// What `create` is given on its command line.
+pub struct CreateArgs<'a> {
+    pub id: &'a str,
+    pub bundle: &'a Path,
+    pub pid_file: Option<&'a Path>,
+    pub console_socket: Option<&'a Path>,
+    pub preserve_fds: i32,
+}
+
+/// The runtime's state root: one directory per container.
+pub struct Oci {
+    root: PathBuf,
+}
+
+impl Oci {
+    pub fn new(root: &Path) -> Oci {
+        Oci { root: root.to_path_buf() }
+    }
+
+    fn dir(&self, id: &str) -> Result<PathBuf, OciError> {
+        check_id(id)?;
+        Ok(self.root.join(id))
+    }
+
+    /// The state of container `id`.
+    pub fn state(&self, id: &str) -> Result<State, OciError> {
+        State::load(&self.dir(id)?, id)
+    }
+
+    /// Build container `id` from its bundle, with its first process waiting for `start`.
+    pub fn create(&self, args: &CreateArgs<'_>) -> Result<(), OciError> {
+        let dir = self.dir(args.id)?;
+        std::fs::create_dir_all(&self.root).map_err(OciError::io(format!("create {}", self.root.display())))?;
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(OciError::Exists(args.id.into())),
+            Err(e) => return Err(OciError::io(format!("create {}", dir.display()))(e)),
+        }
+        let made = state::create(&self.root, &dir, args);
+        if made.is_err() {
+            let _ = state::remove(&self.root, &dir, args.id);
+        }
+        made
+    }
+
+    /// Let the first process of a created container run its program.
+    pub fn start(&self, id: &str) -> Result<(), OciError> {
+        let st = self.state(id)?;
+        st.start(&self.dir(id)?)
+    }
+
+    /// Send `signal` to the first process, or with `all` to every process of the container.
+    pub fn kill(&self, id: &str, signal: i32, all: bool) -> Result<(), OciError> {
+        self.state(id)?.kill(signal, all)
+    }
+
+    /// Remove a stopped (or only created) container; with `force`, kill it first whatever it does.
+    pub fn delete(&self, id: &str, force: bool) -> Result<(), OciError> {
+        let dir = self.dir(id)?;
+        let st = match State::load(&dir, id) {
+            Ok(st) => st,
+            // A half-made container (its create failed or crashed) is removed by force.
+            Err(OciError::NotFound(_)) if force && dir.exists() => return state::remove(&self.root, &dir, id),
+            Err(e) => return Err(e),
+        };
+        let status = st.status();
+        if !force && !matches!(status, Status::Stopped | Status::Created) {
+            return Err(OciError::State(format!(
+                "cannot delete container {id} that is not stopped: {}",
+                status.as_str()
+            )));
+        }
+        st.kill_everything()?;
+        state::remove(&self.root, &dir, id)
+    }
+
+    /// Freeze every process of the container.
+    pub fn pause(&self, id: &str) -> Result<(), OciError> {
+        let st = self.state(id)?;
+        match st.status() {
+            Status::Running => Ok(st.cgroup()?.freeze()?),
+            other => Err(OciError::State(format!("container {id} is {}, not running", other.as_str()))),
+        }
+    }
+
+    /// Thaw a paused container.
+    pub fn resume(&self, id: &str) -> Result<(), OciError> {
+        let st = self.state(id)?;
+        match st.status() {
+            Status::Paused => Ok(st.cgroup()?.thaw()?),
+            other => Err(OciError::State(format!("container {id} is {}, not paused", other.as_str()))),
+        }
+    }
+
+    /// The host pids of the container's processes.
+    pub fn ps(&self, id: &str) -> Result<Vec<i32>, OciError> {
+        let st = self.state(id)?;
+        Ok(st.cgroup()?.procs().unwrap_or_default())
+    }
+
+    /// The ids of the containers under the root, sorted.
+    pub fn list(&self) -> Vec<String> {
+        let mut ids: Vec<String> = std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join(state::STATE_FILE).exists())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        ids.sort();
+        ids
+    }
+}
+
+/// Container ids: what containerd and people give (letters, digits, `_`, `.`, `-`, up to 128).
+fn check_id(id: &str) -> Result<(), OciError> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('.')
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(OciError::Config(format!(
+            "{id:?} is not a container id (1 to 128 letters, digits, '_', '.' and '-', not starting with '.')"
+        )))
+    }
+}
+
+/// What this runtime supports, as runtime-spec's `features` document describes it.
+pub fn features() -> serde_json::Value {
+    let caps: Vec<String> = crate::child::KEPT_CAPABILITIES
+        .iter()
+        .filter_map(|n| config::capability_name(*n))
+        .map(|n| format!("CAP_{n}"))
+        .collect();
+    serde_json::json!({
+        "ociVersionMin": "1.0.0",
+        "ociVersionMax": "1.1.0",
+        "hooks": [],
+        "mountOptions": ["ro", "rw", "bind", "rbind", "nosuid", "nodev", "noexec", "noatime", "nodiratime",
+            "relatime", "strictatime", "sync", "dirsync"],
+        "linux": {
+            "namespaces": ["cgroup", "ipc", "mount", "network", "pid", "user", "uts"],
+            "capabilities": caps,
+            "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false, "rdma": false},
+            "seccomp": {"enabled": false},
+            "apparmor": {"enabled": false},
+            "selinux": {"enabled": false},
+            "intelRdt": {"enabled": false},
+            "mountExtensions": {"idmap": {"enabled": false}}
+        },
+        "annotations": {
+            "org.berth.isolation": "namespaces",
+            "org.berth.seccomp": "berth's own filter, always applied; a config's linux.seccomp is not used",
+            "org.berth.user-namespace": "always: root inside is an unprivileged host id block per pod"
+        }
+    })
+}

@@ -1,0 +1,271 @@
+//! An OCI config compiled into berth's plan: the bundle's root file system, id-mapped so that the image's
+//! root is root inside (and an unprivileged host id outside), the config's mounts in order, the devices
+//! berth gives every sandbox, berth's masks joined to the config's, then the pivot.
+
+use std::path::{Path, PathBuf};
+
+use berth_sys::mount::Flags;
+
+use super::OciError;
+use super::config::{Config, Mount};
+use crate::plan::{
+    DEVICES, Fallback, Idmap, PROC_MASKED_DIRS, PROC_MASKED_FILES, PROC_READONLY, Plan, SYS_MASKED_DIRS,
+    SYS_MASKED_FILES, Step, Tree,
+};
+
+/// What the host gives the compiler besides the config.
+pub struct Host<'a> {
+    /// The bundle's directory (a relative `root.path` is relative to it).
+    pub bundle: &'a Path,
+    /// The directory (a mount point only, inside the container's own mount namespace) the root is built on.
+    pub scratch: &'a Path,
+    /// The host's cgroups are v2 (a cgroup2 tree can be mounted inside; v1 hierarchies cannot).
+    pub cgroup_v2: bool,
+}
+
+/// Compile `config` into a plan.
+pub fn compile(config: &Config, host: &Host<'_>) -> Result<Plan, OciError> {
+    let root = host.scratch.join("rootfs");
+    let rootfs = config.rootfs(host.bundle);
+    if !rootfs.is_dir() {
+        return Err(OciError::Config(format!("the root file system {} is not a directory", rootfs.display())));
+    }
+    let readonly_root = config.root.as_ref().is_some_and(|r| r.readonly);
+    let mut trees = vec![Tree { source: rootfs, idmap: Idmap::Sandbox, readonly: readonly_root }];
+    let mut steps = vec![
+        Step::Mount {
+            fstype: "tmpfs",
+            target: host.scratch.to_path_buf(),
+            flags: Flags::NOSUID | Flags::NODEV,
+            data: "mode=755,size=64k".into(),
+        },
+        Step::Mkdir { path: root.clone(), mode: 0o755 },
+        Step::Attach { tree: 0, target: root.clone() },
+        Step::NoSymlinks { names: vec!["proc", "sys", "dev"] },
+    ];
+    let has = |dest: &str| config.mounts.iter().any(|m| clean(&m.destination) == dest);
+    let mut mounts: Vec<Mount> = Vec::new();
+    // A config without the kernel's file systems still gets them, as every berth sandbox does.
+    for (dest, kind, options) in [
+        ("/proc", "proc", &["nosuid", "noexec", "nodev"][..]),
+        ("/dev", "tmpfs", &["nosuid", "strictatime", "mode=755", "size=65536k"][..]),
+        ("/dev/pts", "devpts", &["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"][..]),
+        ("/dev/shm", "tmpfs", &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"][..]),
+    ] {
+        if !has(dest) {
+            mounts.push(Mount {
+                destination: dest.into(),
+                kind: Some(kind.into()),
+                source: Some(kind.into()),
+                options: options.iter().map(|o| o.to_string()).collect(),
+            });
+        }
+    }
+    mounts.extend(config.mounts.iter().cloned());
+    // Kernel file systems before what is mounted below them.
+    mounts.sort_by_key(|m| if matches!(clean(&m.destination).as_str(), "/proc" | "/dev" | "/sys") { 0 } else { 1 });
+    for m in &mounts {
+        mount_step(m, host, &mut trees, &mut steps)?;
+    }
+    let at = |p: &str| root.join(p.trim_start_matches('/'));
+    for d in DEVICES {
+        steps.push(Step::BindFile {
+            source: Path::new("/dev").join(d),
+            target: at(&format!("/dev/{d}")),
+            optional: false,
+        });
+    }
+    for (link, to) in [
+        ("/dev/ptmx", "pts/ptmx"),
+        ("/dev/fd", "/proc/self/fd"),
+        ("/dev/stdin", "/proc/self/fd/0"),
+        ("/dev/stdout", "/proc/self/fd/1"),
+        ("/dev/stderr", "/proc/self/fd/2"),
+    ] {
+        steps.push(Step::Symlink { link: at(link), to });
+    }
+    let mut masked: Vec<String> =
+        PROC_MASKED_FILES.iter().chain(&PROC_MASKED_DIRS).map(|f| format!("/proc/{f}")).collect();
+    masked.extend(SYS_MASKED_DIRS.iter().chain(&SYS_MASKED_FILES).map(|f| format!("/sys/{f}")));
+    masked.extend(config.linux.masked_paths.iter().map(|p| clean(p)));
+    masked.dedup();
+    steps.push(Step::MaskEach { parent: at("/sys/devices/system/cpu"), prefix: "cpu", leaf: "thermal_throttle" });
+    steps.extend(masked.into_iter().map(|target| Step::MaskInRoot { target }));
+    let mut readonly: Vec<String> = PROC_READONLY.iter().map(|d| format!("/proc/{d}")).collect();
+    readonly.extend(config.linux.readonly_paths.iter().map(|p| clean(p)));
+    readonly.dedup();
+    steps.extend(readonly.into_iter().map(|target| Step::ReadOnlyInRoot { target }));
+    steps.push(Step::Pivot { new_root: root.clone() });
+    let hostname = config.hostname.clone().unwrap_or_default();
+    Ok(Plan { root, trees, steps, hostname })
+}
+
+/// A destination as berth compares them: absolute, without a trailing slash.
+fn clean(dest: &str) -> String {
+    let trimmed = dest.trim_end_matches('/');
+    if trimmed.starts_with('/') { trimmed.to_string() } else { format!("/{trimmed}") }
+}
+
+/// The step (and, for a bind, the tree) of one config mount.
+fn mount_step(m: &Mount, host: &Host<'_>, trees: &mut Vec<Tree>, steps: &mut Vec<Step>) -> Result<(), OciError> {
+    let dest = clean(&m.destination);
+    if dest == "/" || dest.split('/').any(|c| c == "..") {
+        return Err(OciError::Config(format!(
+            "the mount destination {:?} is not a path inside the root",
+            m.destination
+        )));
+    }
+    let (flags, data, bind, readonly) = options(&m.options);
+    let kind = m.kind.as_deref().unwrap_or(if bind { "bind" } else { "" });
+    if bind || kind == "bind" {
+        let source = PathBuf::from(m.source.as_deref().unwrap_or(""));
+        let source = if source.is_absolute() { source } else { host.bundle.join(source) };
+        if !source.exists() {
+            return Err(OciError::Config(format!("the bind mount source {} does not exist", source.display())));
+        }
+        let file = !source.is_dir();
+        trees.push(Tree { source, idmap: Idmap::Host, readonly });
+        steps.push(Step::AttachInRoot { tree: trees.len() - 1, target: dest, file });
+        return Ok(());
+    }
+    let (fstype, fallback) = match kind {
+        "proc" | "tmpfs" | "devpts" => (kind, Fallback::None),
+        "mqueue" => (kind, Fallback::Skip),
+        // sysfs can be mounted only in a network namespace the container owns: on the host's (or a pod's
+        // made by the engine), the host's /sys is bound read-only instead, with berth's masks on it.
+        "sysfs" => (kind, Fallback::BindHostReadOnly("/sys".into())),
+        "cgroup" | "cgroup2" if host.cgroup_v2 => ("cgroup2", Fallback::Skip),
+        // A v1 hierarchy cannot be mounted from a user namespace: /sys/fs/cgroup stays as sysfs has it.
+        "cgroup" | "cgroup2" => return Ok(()),
+        other => {
+            return Err(OciError::Config(format!(
+                "the mount at {dest} has type {other:?}, which berth-oci does not mount (it mounts proc, sysfs, tmpfs, \
+                 devpts, mqueue, cgroup and binds)"
+            )));
+        }
+    };
+    let flags = if readonly { flags | Flags::RDONLY } else { flags };
+    // A terminal is a device: devpts alone keeps its nodes usable.
+    let flags = if fstype == "devpts" { flags - Flags::NODEV } else { flags | Flags::NODEV };
+    let source = m.source.clone().unwrap_or_else(|| fstype.to_string());
+    steps.push(Step::MountInRoot { fstype: fstype.to_string(), source, target: dest, flags, data, fallback });
+    Ok(())
+}
+
+/// Mount options: the flags, the file system's own data, whether it is a bind, and whether read-only.
+fn options(options: &[String]) -> (Flags, String, bool, bool) {
+    let mut flags = Flags::empty();
+    let mut data = Vec::new();
+    let mut bind = false;
+    let mut readonly = false;
+    for o in options {
+        match o.as_str() {
+            "ro" => readonly = true,
+            "rw" => readonly = false,
+            "bind" | "rbind" => bind = true,
+            "nosuid" => flags |= Flags::NOSUID,
+            "nodev" => flags |= Flags::NODEV,
+            "noexec" => flags |= Flags::NOEXEC,
+            "noatime" => flags |= Flags::NOATIME,
+            "nodiratime" => flags |= Flags::NODIRATIME,
+            "relatime" => flags |= Flags::RELATIME,
+            "strictatime" => flags |= Flags::STRICTATIME,
+            "sync" => flags |= Flags::SYNCHRONOUS,
+            "dirsync" => flags |= Flags::DIRSYNC,
+            // Propagation and the defaults berth has anyway.
+            "suid" | "dev" | "exec" | "async" | "atime" | "diratime" | "private" | "rprivate" | "shared"
+            | "rshared" | "slave" | "rslave" | "unbindable" | "runbindable" | "norelatime" | "nostrictatime" => {}
+            other => data.push(other.to_string()),
+        }
+    }
+    // Nothing a container mounts carries setuid programs (nor, but for devpts, devices: see `mount_step`).
+    flags |= Flags::NOSUID;
+    (flags, data.join(","), bind, readonly)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn config(mounts: serde_json::Value) -> Config {
+        serde_json::from_value(serde_json::json!({
+            "ociVersion": "1.0.2",
+            "process": {"args": ["sh"]},
+            "root": {"path": "rootfs", "readonly": true},
+            "mounts": mounts,
+            "linux": {"maskedPaths": ["/proc/kcore", "/etc/secret"], "readonlyPaths": ["/proc/sysrq-trigger"]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_bundle_becomes_an_idmapped_root_with_its_mounts_and_berths_masks() {
+        let bundle = tempfile::tempdir().unwrap();
+        std::fs::create_dir(bundle.path().join("rootfs")).unwrap();
+        std::fs::write(bundle.path().join("hosts"), "x").unwrap();
+        let host = Host { bundle: bundle.path(), scratch: Path::new("/run/x"), cgroup_v2: false };
+        let c = config(serde_json::json!([
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/etc/hosts", "type": "bind", "source": "hosts", "options": ["rbind", "ro"]},
+            {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup"},
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "ro"]},
+            {"destination": "/run", "type": "tmpfs", "options": ["mode=755", "size=1m"]}
+        ]));
+        let plan = compile(&c, &host).unwrap();
+        assert_eq!(plan.trees[0].source, bundle.path().join("rootfs"));
+        assert!(plan.trees[0].readonly && plan.trees[0].idmap == Idmap::Sandbox);
+        assert_eq!(plan.trees[1].idmap, Idmap::Host);
+        assert!(plan.trees[1].readonly);
+        let mounts: Vec<&str> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::MountInRoot { target, .. } => Some(target.as_str()),
+                Step::AttachInRoot { target, .. } => Some(target.as_str()),
+                _ => None,
+            })
+            .collect();
+        // The kernel's file systems first, the added /dev ones, no v1 cgroup mount, the config's order after.
+        assert_eq!(mounts, ["/dev", "/proc", "/sys", "/dev/pts", "/dev/shm", "/etc/hosts", "/run"]);
+        let sys =
+            plan.steps.iter().find(|s| matches!(s, Step::MountInRoot { target, .. } if target == "/sys")).unwrap();
+        assert!(
+            matches!(sys, Step::MountInRoot { fallback: Fallback::BindHostReadOnly(_), flags, .. } if flags.contains(Flags::RDONLY))
+        );
+        let run =
+            plan.steps.iter().find(|s| matches!(s, Step::MountInRoot { target, .. } if target == "/run")).unwrap();
+        assert!(matches!(run, Step::MountInRoot { data, .. } if data == "mode=755,size=1m"));
+        let masks: Vec<&str> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::MaskInRoot { target } => Some(target.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert!(masks.contains(&"/proc/kcore") && masks.contains(&"/etc/secret") && masks.contains(&"/sys/firmware"));
+        assert!(matches!(plan.steps.last(), Some(Step::Pivot { .. })));
+    }
+
+    #[test]
+    fn mounts_berth_cannot_make_are_refused() {
+        let bundle = tempfile::tempdir().unwrap();
+        std::fs::create_dir(bundle.path().join("rootfs")).unwrap();
+        let host = Host { bundle: bundle.path(), scratch: Path::new("/run/x"), cgroup_v2: true };
+        for (m, needle) in [
+            (serde_json::json!({"destination": "/x", "type": "nfs", "source": "h:/e"}), "does not mount"),
+            (
+                serde_json::json!({"destination": "/x", "type": "bind", "source": "/nonexistent/berth"}),
+                "does not exist",
+            ),
+            (serde_json::json!({"destination": "/../x", "type": "tmpfs"}), "not a path inside"),
+        ] {
+            let err = compile(&config(serde_json::json!([m])), &host).unwrap_err().to_string();
+            assert!(err.contains(needle), "{err}");
+        }
+        let c = config(serde_json::json!([{"destination": "/sys/fs/cgroup", "type": "cgroup"}]));
+        let plan = compile(&c, &host).unwrap();
+        assert!(plan.steps.iter().any(|s| matches!(s, Step::MountInRoot { fstype, .. } if fstype == "cgroup2")));
+    }
+}
