@@ -21,8 +21,11 @@ impl Namespaces {
     /// A private mount namespace only (the supervisor's own view, to stage mounts in).
     pub const MOUNT: Namespaces =
         Namespaces { user: false, mount: true, pid: false, net: false, ipc: false, uts: false };
+    /// None: a plain fork.
+    pub const NONE: Namespaces =
+        Namespaces { user: false, mount: false, pid: false, net: false, ipc: false, uts: false };
 
-    fn flags(self) -> u64 {
+    pub(crate) fn flags(self) -> u64 {
         let mut f = 0;
         for (on, flag) in [
             (self.user, libc::CLONE_NEWUSER),

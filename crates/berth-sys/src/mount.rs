@@ -228,7 +228,7 @@ pub struct OverlayLayers {
 /// An overlay like the one `layers` describes, made in the host's user namespace (so the layers' `trusted.`
 /// overlay attributes keep their meaning), but with every layer an id-mapped mount seen through `userns`:
 /// files the image stores as root are root of that namespace, and what its root writes is stored as root,
-/// as it would be without a user namespace (an overlay mount itself cannot be id-mapped); read-only if asked.
+/// as it would be without a user namespace (an overlay mount itself cannot be id-mapped).
 /// `root_id` is the host id that is root in `userns`. The upper and
 /// work directories must share a parent. Returns a detached mount; the caller must be single-threaded (a
 /// child with a mount namespace of its own is forked to stage the layers).
@@ -236,7 +236,6 @@ pub fn overlay_idmapped(
     userns: BorrowedFd<'_>,
     layers: &OverlayLayers,
     staging: &Path,
-    readonly: bool,
     root_id: u32,
 ) -> SysResult<OwnedFd> {
     let (ours, theirs) = crate::fd::seqpacket_pair()?;
@@ -293,11 +292,8 @@ pub fn overlay_idmapped(
                 // whose ids they map, with host root's capabilities kept.
                 let _as_root = crate::fsids::act_as(root_id, root_id)?;
                 rustix::mount::fsconfig_create(&fs).ctx(|| "create the overlay on id-mapped layers")?;
-                let mut attrs =
+                let attrs =
                     rustix::mount::MountAttrFlags::MOUNT_ATTR_NOSUID | rustix::mount::MountAttrFlags::MOUNT_ATTR_NODEV;
-                if readonly {
-                    attrs |= rustix::mount::MountAttrFlags::MOUNT_ATTR_RDONLY;
-                }
                 rustix::mount::fsmount(&fs, rustix::mount::FsMountFlags::FSMOUNT_CLOEXEC, attrs)
                     .ctx(|| "mount the overlay")
             })();

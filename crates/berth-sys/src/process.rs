@@ -93,6 +93,38 @@ pub fn unshare_cgroup_namespace() -> SysResult<()> {
     Ok(())
 }
 
+/// Enter new namespaces of the kinds `ns` names (a new pid namespace is for the children forked afterwards),
+/// owned by the user namespace the process is in now. A user namespace is not one of them: see
+/// [`join_namespace`].
+pub fn unshare_namespaces(ns: crate::clone::Namespaces) -> SysResult<()> {
+    let flags = ns.flags() as libc::c_int & !libc::CLONE_NEWUSER;
+    // SAFETY: unshare with namespace flags only changes this process's namespaces; no memory is shared with
+    // other threads (the callers are single-threaded children).
+    let r = unsafe { libc::unshare(flags) };
+    if r != 0 {
+        return Err(SysError::new("create namespaces", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// The user namespace that owns the namespace behind `ns`, and whether it is the caller's own.
+pub fn namespace_owner(ns: BorrowedFd<'_>) -> SysResult<(OwnedFd, bool)> {
+    // NS_GET_USERNS: _IO(0xb7, 0x1).
+    const NS_GET_USERNS: libc::c_ulong = 0xb701;
+    // SAFETY: NS_GET_USERNS takes no argument and returns a new descriptor (or -1); `ns` is a valid
+    // descriptor for the call's length.
+    let r = unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_USERNS as _) };
+    if r < 0 {
+        return Err(SysError::new("find the user namespace owning a namespace", std::io::Error::last_os_error()));
+    }
+    // SAFETY: the ioctl returned a fresh descriptor that nothing else owns.
+    let owner = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(r) };
+    let st = rustix::fs::fstat(&owner).ctx(|| "look at a user namespace")?;
+    // The caller is host root, in the host's user namespace.
+    let host = rustix::fs::stat("/proc/self/ns/user").ctx(|| "look at the caller's user namespace")?;
+    Ok((owner, st.st_ino == host.st_ino && st.st_dev == host.st_dev))
+}
+
 /// Replace this process with the program behind `exe` (an open descriptor), never returning on success.
 pub fn exec_fd(exe: BorrowedFd<'_>, argv: &[&str], env: &[String]) -> SysError {
     let to_c = |s: &str| CString::new(s).unwrap_or_default();

@@ -31,6 +31,11 @@ pub(crate) struct Handed<'a> {
     pub loopback: bool,
     /// Descriptors 3.. that the program keeps (`--preserve-fds`).
     pub preserve_fds: i32,
+    /// The pod's user namespace, when the container joins a pid namespace that it owns: the container then
+    /// lives in it (a proc file system can be mounted only by the pid namespace's owner), and makes its own
+    /// namespaces (`unshare`) inside it rather than being born with them.
+    pub pod_userns: Option<OwnedFd>,
+    pub unshare: berth_sys::clone::Namespaces,
 }
 
 /// Run in the cloned child; never returns.
@@ -53,7 +58,13 @@ fn setup(plan: &Plan, h: &Handed<'_>) -> Result<Infallible, RuntimeError> {
     if go.trees != trees.len() || trees.len() != plan.trees.len() {
         return Err(RuntimeError::Setup { message: "the runtime sent the wrong number of mounts".into() });
     }
+    if let Some(userns) = &h.pod_userns {
+        process::join_namespace(userns.as_fd(), process::NamespaceKind::User)?;
+    }
     process::become_id(0)?;
+    if h.pod_userns.is_some() {
+        process::unshare_namespaces(h.unshare)?;
+    }
     process::die_with_parent()?;
     process::unshare_cgroup_namespace()?;
     mount::make_private_recursive()?;

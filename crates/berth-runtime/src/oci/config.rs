@@ -212,6 +212,14 @@ impl Config {
                 "cgroupsPath {path:?} is a systemd unit: berth-oci manages cgroups itself (set SystemdCgroup = false)"
             )));
         }
+        if let Some(path) = &self.linux.cgroups_path
+            && path.trim_start_matches('/').split('/').next() == Some(crate::cgroup::PARENT_DIR)
+        {
+            return Err(OciError::Config(format!(
+                "cgroupsPath {path:?} is under /{}/, where berth keeps its own sandboxes' cgroups",
+                crate::cgroup::PARENT_DIR
+            )));
+        }
         if let Some(sysctl) = self.linux.sysctl.keys().next() {
             return Err(OciError::Config(format!(
                 "the config sets the sysctl {sysctl}: berth-oci does not change kernel settings for a container"
@@ -447,6 +455,10 @@ mod tests {
         let mut c = config(serde_json::json!({})).unwrap();
         c.linux.cgroups_path = Some("system.slice:cri:abc".into());
         assert!(c.check().unwrap_err().to_string().contains("systemd"));
+        c.linux.cgroups_path = Some("/berth/abc".into());
+        assert!(c.check().unwrap_err().to_string().contains("its own sandboxes"));
+        c.linux.cgroups_path = Some("/berthtest/abc".into());
+        assert!(c.check().is_ok());
         // Empty hook lists are no hooks.
         assert!(config(serde_json::json!({"hooks": {"prestart": []}})).is_ok());
     }

@@ -30,8 +30,9 @@ pub fn compile(config: &Config, host: &Host<'_>) -> Result<Plan, OciError> {
     if !rootfs.is_dir() {
         return Err(OciError::Config(format!("the root file system {} is not a directory", rootfs.display())));
     }
+    // A read-only root is made so once everything is mounted on it: mount points may have to be made first.
     let readonly_root = config.root.as_ref().is_some_and(|r| r.readonly);
-    let mut trees = vec![Tree { source: rootfs, idmap: Idmap::Sandbox, readonly: readonly_root }];
+    let mut trees = vec![Tree { source: rootfs, idmap: Idmap::Sandbox, readonly: false }];
     let mut steps = vec![
         Step::Mount {
             fstype: "tmpfs",
@@ -95,6 +96,9 @@ pub fn compile(config: &Config, host: &Host<'_>) -> Result<Plan, OciError> {
     readonly.extend(config.linux.readonly_paths.iter().map(|p| clean(p)));
     readonly.dedup();
     steps.extend(readonly.into_iter().map(|target| Step::ReadOnlyInRoot { target }));
+    if readonly_root {
+        steps.push(Step::Seal { target: root.clone() });
+    }
     steps.push(Step::Pivot { new_root: root.clone() });
     let hostname = config.hostname.clone().unwrap_or_default();
     Ok(Plan { root, trees, steps, hostname })
@@ -214,7 +218,9 @@ mod tests {
         ]));
         let plan = compile(&c, &host).unwrap();
         assert_eq!(plan.trees[0].source, bundle.path().join("rootfs"));
-        assert!(plan.trees[0].readonly && plan.trees[0].idmap == Idmap::Sandbox);
+        assert!(!plan.trees[0].readonly && plan.trees[0].idmap == Idmap::Sandbox);
+        let n = plan.steps.len();
+        assert!(matches!(&plan.steps[n - 2], Step::Seal { target } if *target == plan.root), "sealed last");
         assert_eq!(plan.trees[1].idmap, Idmap::Host);
         assert!(plan.trees[1].readonly);
         let mounts: Vec<&str> = plan

@@ -280,6 +280,7 @@ pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(
         (false, _) => None,
     };
     // Namespaces to share (a pod's) are entered here, by host root, so that the child is born in them.
+    let mut pod_userns = None;
     for (want, kind) in [
         (&ns.net, NamespaceKind::Net),
         (&ns.ipc, NamespaceKind::Ipc),
@@ -290,6 +291,10 @@ pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(
             let f =
                 std::fs::File::open(path).map_err(OciError::io(format!("open the namespace {}", path.display())))?;
             process::join_namespace(f.as_fd(), kind)?;
+            if kind == NamespaceKind::Pid {
+                let (owner, host) = process::namespace_owner(f.as_fd())?;
+                pod_userns = (!host).then_some(owner);
+            }
         }
     }
     let entry = cgroup.entry()?;
@@ -298,13 +303,22 @@ pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(
         Entry::Tasks(_) => None,
     };
     let (parent_sock, child_sock) = berth_sys::fd::seqpacket_pair()?;
-    let spawn_ns = Namespaces {
+    let own = Namespaces {
         user: true,
         mount: true,
         pid: ns.pid == Want::New,
         net: ns.net == Want::New,
         ipc: ns.ipc == Want::New,
         uts: ns.uts == Want::New,
+    };
+    // In a pod's user namespace the child makes its namespaces itself, once it is in it.
+    let spawn_ns = if pod_userns.is_some() { Namespaces::NONE } else { own };
+    let pod_userns_for_maps = match &pod_userns {
+        Some(fd) => Some(
+            rustix::io::fcntl_dupfd_cloexec(fd, 3)
+                .map_err(|e| OciError::io("keep the pod's user namespace")(e.into()))?,
+        ),
+        None => None,
     };
     let (pid, pidfd) = match berth_sys::clone::spawn(spawn_ns, into_cgroup)? {
         Forked::Child => {
@@ -318,6 +332,8 @@ pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(
                 set_hostname: ns.uts == Want::New,
                 loopback: ns.net == Want::New,
                 preserve_fds: args.preserve_fds,
+                pod_userns,
+                unshare: Namespaces { user: false, pid: false, ..own },
             };
             super::child::run(&plan, handed)
         }
@@ -325,7 +341,7 @@ pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(
     };
     drop(child_sock);
     drop(entry);
-    let started = start_child(pid, &plan, base, parent_sock.as_fd());
+    let started = start_child(pid, &plan, base, pod_userns_for_maps, parent_sock.as_fd());
     if let Err(e) = started {
         let _ = process::pidfd_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
         let _ = process::pidfd_wait(pidfd.as_fd());
@@ -349,22 +365,30 @@ pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(
     Ok(())
 }
 
-/// Map the child's ids, hand it its mounts, and wait until it says it waits for `start`.
+/// Map the child's ids (unless it joins the pod's user namespace), hand it its mounts, and wait until it says
+/// it waits for `start`.
 fn start_child(
     pid: i32,
     plan: &crate::plan::Plan,
     base: u32,
+    pod_userns: Option<OwnedFd>,
     control: std::os::fd::BorrowedFd<'_>,
 ) -> Result<(), OciError> {
-    process::write_id_maps(pid, base, IDS_PER_SANDBOX)?;
-    let userns = process::open_namespace(pid, "user")?;
+    let userns = match pod_userns {
+        // Mapped already: the pod's, whose root is `base` too (one id block per pod).
+        Some(userns) => userns,
+        None => {
+            process::write_id_maps(pid, base, IDS_PER_SANDBOX)?;
+            process::open_namespace(pid, "user")?
+        }
+    };
     // The root is tree 0. An overlay (containerd's snapshot) is made again on id-mapped layers; anything
     // else is id-mapped as it is.
     let rootfs = &plan.trees[0];
     let first = match overlay_at(&rootfs.source) {
         Some(layers) => {
             let staging = Path::new(crate::sandbox::SCRATCH_MOUNT_POINT);
-            berth_sys::mount::overlay_idmapped(userns.as_fd(), &layers, staging, rootfs.readonly, base)?
+            berth_sys::mount::overlay_idmapped(userns.as_fd(), &layers, staging, base)?
         }
         None => crate::sandbox::clone_trees(
             &crate::plan::Plan { trees: vec![rootfs.clone()], ..plan.clone() },

@@ -1,0 +1,515 @@
+//! berth as a Kubernetes RuntimeClass on a node: Debian's containerd (installed by scripts/setup) started by
+//! hand with a private root, state and socket, driving `berth-oci` through its stock runc shim, as it does
+//! for a `berth` runtime handler. `ctr` runs, execs, pauses, kills and deletes tasks; the CRI calls a kubelet
+//! makes for a pod are made with the CRI v1 stubs from PyPI (`tests/kubernetes/cri_pod.py`); the isolation
+//! berth promises is checked from inside; and nothing is left behind.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::text;
+use serde_json::Value;
+
+const IMAGE: &str = "docker.io/library/berthtest:1";
+/// The containerd namespace `ctr` works in (CRI's is `k8s.io`).
+const NS: &str = "berthtest";
+/// Where berth-oci keeps the state of `ctr`'s containers, under the containerd's directory: the shim adds
+/// the namespace to the root it is given.
+const OCI_ROOT: &str = "oci/berthtest";
+
+/// A containerd of a test's own, with a `berth` runtime whose BinaryName is a `berth-oci` link.
+struct Containerd {
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Containerd {
+    fn start() -> Containerd {
+        assert!(rustix::process::geteuid().is_root(), "the Kubernetes node tests run containerd and must run as root");
+        for tool in ["containerd", "ctr", "containerd-shim-runc-v2"] {
+            assert!(
+                Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().unwrap().status.success(),
+                "{tool} is missing: run scripts/setup, which installs Debian's containerd"
+            );
+        }
+        // Short: the socket's path must fit a unix address.
+        let dir = tempfile::Builder::new().prefix("bk-").tempdir_in("/tmp").unwrap();
+        let d = dir.path().to_path_buf();
+        let d = d.as_path();
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_berth"), d.join("berth-oci")).unwrap();
+        let config = format!(
+            r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+[grpc]
+  address = "{d}/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  restrict_oom_score_adj = true
+  sandbox_image = "registry.k8s.io/pause:3.6"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.berth]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.berth.options]
+        BinaryName = "{d}/berth-oci"
+        Root = "{d}/oci-cri"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{d}/cni-bin"
+    conf_dir = "{d}/cni-conf"
+"#,
+            d = d.display()
+        );
+        std::fs::write(d.join("config.toml"), config).unwrap();
+        let log = std::fs::File::create(d.join("containerd.log")).unwrap();
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(d.join("config.toml"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let c = Containerd { dir, child };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !c.ctr(&["version"]).status.success() {
+            assert!(Instant::now() < deadline, "containerd did not come up:\n{}", c.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // One image under both names the CRI needs: the pod's pause image and the workload.
+        let tar = d.join("image.tar");
+        let made = Command::new("python3")
+            .arg(repo().join("crates/berth/tests/kubernetes/image.py"))
+            .arg(&tar)
+            .args(["registry.k8s.io/pause:3.6", IMAGE])
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{}", text(&made.stderr));
+        for ns in [NS, "k8s.io"] {
+            let out = c.ctr_in(ns, &["images", "import", tar.to_str().unwrap()]);
+            assert!(out.status.success(), "import: {}", text(&out.stderr));
+        }
+        c
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.path().join("containerd.sock")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path().join("containerd.log")).unwrap_or_default()
+    }
+
+    fn ctr_in(&self, ns: &str, args: &[&str]) -> Output {
+        let mut cmd = Command::new("ctr");
+        cmd.arg("--address").arg(self.socket()).args(["--namespace", ns]).args(args);
+        common::daemon::wait_output(
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(),
+            Duration::from_secs(60),
+        )
+    }
+
+    fn ctr(&self, args: &[&str]) -> Output {
+        self.ctr_in(NS, args)
+    }
+
+    /// `ctr run` through berth-oci, with its state under this containerd's directory.
+    fn run(&self, flags: &[&str], id: &str, command: &[&str]) -> Output {
+        let binary = self.path().join("berth-oci");
+        let root = self.path().join("oci");
+        let mut args = vec!["run", "--runc-binary", binary.to_str().unwrap(), "--runc-root", root.to_str().unwrap()];
+        args.extend(flags);
+        args.extend([IMAGE, id]);
+        args.extend(command);
+        self.ctr(&args)
+    }
+
+    /// The status column of `ctr task ls` for `id`.
+    fn task_status(&self, id: &str) -> String {
+        let out = text(&self.ctr(&["task", "ls"]).stdout);
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(id))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .unwrap_or("")
+            .to_string()
+    }
+
+    fn wait_status(&self, id: &str, want: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let got = self.task_status(id);
+            if got == want || Instant::now() > deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// What berth-oci keeps of containers, from its own command line.
+    fn oci(&self, root: &str, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("oci")
+            .arg("--root")
+            .arg(self.path().join(root))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        // Tasks first: their shims outlive containerd.
+        for ns in [NS, "k8s.io"] {
+            for line in text(&self.ctr_in(ns, &["task", "ls", "-q"]).stdout).lines() {
+                let _ = self.ctr_in(ns, &["task", "kill", "-a", "-s", "KILL", line]);
+                let _ = self.ctr_in(ns, &["task", "rm", "-f", line]);
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for m in common::leaks::mounts_under(self.path()).iter().rev() {
+            let _ = Command::new("umount").args(["-l", m]).status();
+        }
+    }
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// What a removed container may not leave: berth-oci state, pod id reservations, cgroups.
+fn leftovers(c: &Containerd, root: &str) -> Vec<String> {
+    let mut left = Vec::new();
+    let dir = c.path().join(root);
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !matches!(name.as_str(), "pods" | "pods.lock") {
+            left.push(format!("{root}/{name}"));
+        }
+    }
+    for e in std::fs::read_dir(dir.join("pods")).into_iter().flatten().flatten() {
+        left.push(format!("pod {}", e.file_name().to_string_lossy()));
+    }
+    for e in std::fs::read_dir("/run/berth/ids").into_iter().flatten().flatten() {
+        if std::fs::read_to_string(e.path()).is_ok_and(|o| o.contains(dir.to_str().unwrap())) {
+            left.push(format!("id reservation {}", e.file_name().to_string_lossy()));
+        }
+    }
+    left
+}
+
+#[test]
+fn ctr_runs_containers_through_berth_oci() {
+    let c = Containerd::start();
+    // Exit codes and both streams come back; root inside is an unprivileged host id block; the image's
+    // files are root's inside, and what root writes is its own.
+    let out = c.run(
+        &["--rm"],
+        "one",
+        &["sh", "-c", "echo out; echo err >&2; id -u; cat /proc/self/uid_map; stat -c %u /bin/busybox; touch /etc/made && stat -c %u /etc/made; exit 7"],
+    );
+    assert_eq!(out.status.code(), Some(7), "{}\n{}\n{}", text(&out.stdout), text(&out.stderr), c.log());
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "out");
+    assert_eq!(lines[1], "0", "root inside");
+    let map: Vec<u64> = lines[2].split_whitespace().map(|n| n.parse().unwrap()).collect();
+    assert_eq!(map[0], 0);
+    assert!(map[1] >= 0x7000_0000, "root inside is a host id of berth's blocks, not host root: {map:?}");
+    assert_eq!(map[2], 65536);
+    assert_eq!(&lines[3..5], ["0", "0"], "image files and new files are root's inside");
+    assert!(text(&out.stderr).contains("err"));
+
+    // A process that cannot be found fails the create with the runtime's sentence.
+    let out = c.run(&["--rm"], "missing", &["no-such-program"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("executable file not found"), "{}", text(&out.stderr));
+
+    // A terminal: the process's streams are a pseudo-terminal of the container's own devpts (`ctr -t` wants
+    // one of its own, which `script` gives it).
+    let line = format!(
+        "ctr --address {} --namespace {NS} run --rm -t --runc-binary {} --runc-root {} {IMAGE} tty sh -c 'tty; exit 3'",
+        c.socket().display(),
+        c.path().join("berth-oci").display(),
+        c.path().join("oci").display()
+    );
+    let out = Command::new("script").args(["-qec", &line, "/dev/null"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(text(&out.stdout).contains("/dev/pts/0"), "{}", text(&out.stdout));
+    assert_eq!(leftovers(&c, OCI_ROOT), Vec::<String>::new());
+}
+
+#[test]
+fn a_detached_task_execs_pauses_resumes_and_reaches_stopped() {
+    let c = Containerd::start();
+    let out = c.run(&["-d"], "long", &["sleep", "3600"]);
+    assert!(out.status.success(), "{}\n{}", text(&out.stderr), c.log());
+    assert_eq!(c.wait_status("long", "RUNNING"), "RUNNING");
+    let state: Value = serde_json::from_slice(&c.oci(OCI_ROOT, &["state", "long"]).stdout).unwrap();
+    assert_eq!(state["status"], "running");
+    assert!(state["pid"].as_i64().unwrap() > 0);
+
+    let exec =
+        c.ctr(&["task", "exec", "--exec-id", "e1", "long", "sh", "-c", "ps -o pid,comm; echo $((6 * 7)); exit 4"]);
+    assert_eq!(exec.status.code(), Some(4), "{}", text(&exec.stderr));
+    let shown = text(&exec.stdout);
+    assert!(shown.contains("1 sleep") && shown.contains("42"), "the exec runs beside the first process: {shown}");
+    // An exec is hardened as the first process is.
+    let exec = c.ctr(&[
+        "task",
+        "exec",
+        "--exec-id",
+        "e2",
+        "long",
+        "grep",
+        "-E",
+        "^(Seccomp|NoNewPrivs):",
+        "/proc/self/status",
+    ]);
+    assert_eq!(text(&exec.stdout).split_whitespace().collect::<Vec<_>>(), ["NoNewPrivs:", "1", "Seccomp:", "2"]);
+
+    assert!(c.ctr(&["task", "pause", "long"]).status.success());
+    assert_eq!(c.task_status("long"), "PAUSED");
+    let state: Value = serde_json::from_slice(&c.oci(OCI_ROOT, &["state", "long"]).stdout).unwrap();
+    assert_eq!(state["status"], "paused");
+    assert!(c.ctr(&["task", "resume", "long"]).status.success());
+    assert_eq!(c.task_status("long"), "RUNNING");
+    let ps = text(&c.ctr(&["task", "ps", "long"]).stdout);
+    assert_eq!(ps.lines().count(), 2, "the first process alone: {ps}");
+
+    // Killed, the task must be reported stopped (its process is the shim's child, which reaps it).
+    assert!(c.ctr(&["task", "kill", "-s", "KILL", "long"]).status.success());
+    assert_eq!(c.wait_status("long", "STOPPED"), "STOPPED");
+    let state: Value = serde_json::from_slice(&c.oci(OCI_ROOT, &["state", "long"]).stdout).unwrap();
+    assert_eq!(state["status"], "stopped");
+    assert!(c.ctr(&["task", "rm", "long"]).status.success());
+    assert!(c.ctr(&["container", "rm", "long"]).status.success());
+
+    // A process that ends by itself stops the task too, with its code.
+    let out = c.run(&["-d"], "brief", &["sh", "-c", "sleep 0.2; exit 9"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(c.wait_status("brief", "STOPPED"), "STOPPED");
+    let rm = c.ctr(&["task", "rm", "brief"]);
+    assert!(rm.status.success(), "{}", text(&rm.stderr));
+    assert!(c.ctr(&["container", "rm", "brief"]).status.success());
+    assert_eq!(leftovers(&c, OCI_ROOT), Vec::<String>::new());
+    let listed: Value = serde_json::from_slice(&c.oci(OCI_ROOT, &["list", "--format", "json"]).stdout).unwrap();
+    assert_eq!(listed, serde_json::json!([]));
+}
+
+#[test]
+fn the_cri_calls_of_a_kubelet_run_a_pod_on_the_berth_handler() {
+    let c = Containerd::start();
+    let python = repo().join("target/venv/bin/python");
+    let check = Command::new(&python).args(["-c", "import cri_api.v1"]).output();
+    assert!(
+        check.as_ref().is_ok_and(|o| o.status.success()),
+        "the CRI stubs are not installed in {}: run scripts/setup",
+        python.display()
+    );
+    let logs = c.path().join("pod-logs");
+    let child = Command::new(&python)
+        .arg(repo().join("crates/berth/tests/kubernetes/cri_pod.py"))
+        .arg(c.socket())
+        .args([IMAGE, "berth"])
+        .arg(&logs)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = common::daemon::wait_output(child, Duration::from_secs(180));
+    assert!(out.status.success(), "{}\n{}\n{}", text(&out.stdout), text(&out.stderr), c.log());
+    let seen: Value = serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(seen["pod_state"], "SANDBOX_READY");
+    assert_eq!(seen["pod_handler"], "berth");
+    assert_eq!(seen["app_state"], "CONTAINER_RUNNING");
+    assert_eq!(seen["hello"]["code"], 3, "ExecSync gives the command's exit code: {}", seen["hello"]);
+    assert!(seen["hello"]["stdout"].as_str().unwrap().starts_with("hello from "));
+    // The isolation berth promises, seen from inside a pod's container.
+    let ids = seen["ids"]["stdout"].as_str().unwrap();
+    let map: Vec<&str> = ids.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(map[0], "0");
+    assert!(map[1].parse::<u64>().unwrap() >= 0x7000_0000, "root inside is not host root: {ids}");
+    assert!(ids.contains("NoNewPrivs:\t1") && ids.contains("Seccomp:\t2"), "{ids}");
+    let bound = ids.lines().find_map(|l| l.strip_prefix("CapBnd:\t")).unwrap();
+    let bound = u64::from_str_radix(bound, 16).unwrap();
+    for (cap, name) in [(21, "SYS_ADMIN"), (13, "NET_RAW"), (27, "MKNOD"), (19, "SYS_PTRACE"), (12, "NET_ADMIN")] {
+        assert_eq!(bound & (1 << cap), 0, "CAP_{name} is out of the bound: {ids}");
+    }
+    let root_entries: Vec<&str> =
+        seen["host_files"]["stdout"].as_str().unwrap().lines().take_while(|l| !l.contains("kcore")).collect();
+    for entry in &root_entries {
+        assert!(
+            ["bin", "dev", "etc", "home", "proc", "root", "sys", "tmp", "run", "var", "dev/termination-log"]
+                .contains(entry),
+            "/ holds the image's files only, not the host's: {root_entries:?}"
+        );
+    }
+    assert!(seen["write"]["stdout"].as_str().unwrap().starts_with("kept\n"));
+    // The pod's containers share its id block; each has its own pid namespace unless the pod shares one.
+    assert_eq!(seen["peer_ids"]["stdout"].as_str().unwrap().lines().next(), ids.lines().nth(1));
+    assert_eq!(seen["peer_sees_app"]["stdout"], "1\n");
+    let shared = seen["shared_ps"]["stdout"].as_str().unwrap();
+    assert!(
+        shared.lines().filter(|l| l.ends_with("sleep")).count() >= 2,
+        "shareProcessNamespace shows the pod's processes: {shared}"
+    );
+    assert!(shared.contains(map[1]), "{shared}");
+    assert_eq!(seen["done"], serde_json::json!({"state": "CONTAINER_EXITED", "exit_code": 5}));
+    assert_eq!(seen["listed"], serde_json::json!(["app", "done", "peer", "shared"]));
+    assert_eq!(seen["stopped"], serde_json::json!(["CONTAINER_EXITED", "CONTAINER_EXITED", "CONTAINER_EXITED"]));
+    assert_eq!(seen["pods_left"], 0);
+    assert_eq!(leftovers(&c, "oci-cri/k8s.io"), Vec::<String>::new());
+}
+
+/// A bundle on a plain directory (no containerd): busybox, and a config running `script`.
+fn bundle(dir: &Path, script: &str, extra: Value) -> PathBuf {
+    let b = dir.join("bundle");
+    std::fs::create_dir_all(b.join("rootfs/bin")).unwrap();
+    std::fs::copy("/bin/busybox", b.join("rootfs/bin/busybox")).unwrap();
+    for applet in ["sh", "echo", "cat", "id", "sleep"] {
+        let _ = std::os::unix::fs::symlink("busybox", b.join("rootfs/bin").join(applet));
+    }
+    let mut config = serde_json::json!({
+        "ociVersion": "1.0.2",
+        "process": {"args": ["sh", "-c", script], "cwd": "/", "env": ["PATH=/bin"], "user": {"uid": 0, "gid": 0}},
+        "root": {"path": "rootfs"},
+        "hostname": "bundled",
+        "linux": {"namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "mount"}, {"type": "uts"}, {"type": "network"}]}
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        config[k] = v.clone();
+    }
+    std::fs::write(b.join("config.json"), config.to_string()).unwrap();
+    b
+}
+
+#[test]
+fn berth_oci_runs_a_bundle_and_refuses_what_it_cannot_do() {
+    assert!(rustix::process::geteuid().is_root(), "berth-oci needs root");
+    let tmp = tempfile::Builder::new().prefix("bo-").tempdir_in("/tmp").unwrap();
+    let root = tmp.path().join("state");
+    let log = tmp.path().join("log.json");
+    let oci = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_berth"));
+        cmd.arg("oci").arg("--root").arg(&root).arg("--log").arg(&log).args(["--log-format", "json"]).args(args);
+        cmd.output().unwrap()
+    };
+    let failed = |out: &Output, needle: &str| {
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+        assert!(text(&out.stderr).contains(needle), "wanted {needle:?} in: {}", text(&out.stderr));
+    };
+    // Whatever fails below, no container is left waiting.
+    struct Removed<'a>(&'a Path);
+    impl Drop for Removed<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new(env!("CARGO_BIN_EXE_berth"))
+                .arg("oci")
+                .arg("--root")
+                .arg(self.0)
+                .args(["delete", "--force", "c1"])
+                .output();
+        }
+    }
+    let _removed = Removed(&root);
+    let b = bundle(tmp.path(), "echo started on $(hostname); id -u; sleep 30", serde_json::json!({}));
+    let bs = b.to_str().unwrap();
+
+    // The whole life, as the shim drives it: created (waiting), running after start, stopped when killed.
+    // The container's process keeps the streams create was given: files, so that nothing waits for their end.
+    let out_file = std::fs::File::create(tmp.path().join("out")).unwrap();
+    let err_file = std::fs::File::create(tmp.path().join("err")).unwrap();
+    let created = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("oci")
+        .arg("--root")
+        .arg(&root)
+        .args(["create", "--bundle", bs, "--pid-file"])
+        .arg(tmp.path().join("pid"))
+        .arg("c1")
+        .stdout(out_file)
+        .stderr(err_file)
+        .status()
+        .unwrap();
+    assert!(created.success(), "{}", std::fs::read_to_string(tmp.path().join("err")).unwrap());
+    let pid: i32 = std::fs::read_to_string(tmp.path().join("pid")).unwrap().parse().unwrap();
+    let state: Value = serde_json::from_slice(&oci(&["state", "c1"]).stdout).unwrap();
+    assert_eq!((state["status"].as_str(), state["pid"].as_i64()), (Some("created"), Some(i64::from(pid))));
+    assert_eq!(state["bundle"], bs);
+    failed(&oci(&["create", "--bundle", bs, "c1"]), "container c1 already exists");
+    failed(&oci(&["resume", "c1"]), "not paused");
+    assert!(oci(&["start", "c1"]).status.success());
+    failed(&oci(&["start", "c1"]), "not created");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(tmp.path().join("out")).unwrap().lines().count() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(std::fs::read_to_string(tmp.path().join("out")).unwrap(), "started on bundled\n0\n");
+    let state: Value = serde_json::from_slice(&oci(&["state", "c1"]).stdout).unwrap();
+    assert_eq!(state["status"], "running");
+    let ps: Vec<i32> = serde_json::from_slice(&oci(&["ps", "--format", "json", "c1"]).stdout).unwrap();
+    assert!(ps.contains(&pid), "{ps:?}");
+    failed(&oci(&["delete", "c1"]), "not stopped: running");
+    failed(&oci(&["kill", "c1", "NOPE"]), "NOPE is not a signal");
+    assert!(oci(&["kill", "c1", "KILL"]).status.success());
+    // Not this process's child: it stays a zombie until whoever is its parent (here, nobody: init) reaps it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while serde_json::from_slice::<Value>(&oci(&["state", "c1"]).stdout).unwrap()["status"] != "stopped" {
+        assert!(Instant::now() < deadline, "a killed container must be stopped");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    failed(&oci(&["kill", "c1", "TERM"]), "is not running");
+    let exec_process = tmp.path().join("process.json");
+    std::fs::write(&exec_process, r#"{"args": ["true"], "cwd": "/"}"#).unwrap();
+    failed(&oci(&["exec", "--process", exec_process.to_str().unwrap(), "c1"]), "it is stopped");
+    assert!(oci(&["delete", "c1"]).status.success());
+    failed(&oci(&["state", "c1"]), "container c1 does not exist");
+    // The errors went to the log too, as the shim reads them.
+    let last = std::fs::read_to_string(&log).unwrap().lines().last().unwrap().to_string();
+    let last: Value = serde_json::from_str(&last).unwrap();
+    assert_eq!(last["level"], "error");
+    assert!(last["msg"].as_str().unwrap().contains("does not exist"), "{last}");
+
+    // What berth will not do, each refused with a sentence and nothing left.
+    failed(&oci(&["create", "--bundle", "/nonexistent/bundle", "c2"]), "cannot read /nonexistent/bundle/config.json");
+    failed(&oci(&["create", "--bundle", bs, "../x"]), "is not a container id");
+    for (extra, needle) in [
+        (serde_json::json!({"hooks": {"prestart": [{"path": "/bin/true"}]}}), "runs no hook programs"),
+        (serde_json::json!({"linux": {"namespaces": [{"type": "ipc"}, {"type": "mount"}]}}), "host's pid namespace"),
+        (serde_json::json!({"mounts": [{"destination": "/mnt", "type": "nfs", "source": "h:/x"}]}), "does not mount"),
+        (
+            serde_json::json!({"process": {"args": ["nothere"], "cwd": "/", "env": ["PATH=/bin"]}}),
+            "executable file not found",
+        ),
+        (
+            serde_json::json!({"linux": {"namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "mount"}], "cgroupsPath": "system.slice:x:y"}}),
+            "systemd",
+        ),
+    ] {
+        let dir = tempfile::tempdir_in(tmp.path()).unwrap();
+        let b = bundle(dir.path(), "true", extra.clone());
+        failed(&oci(&["create", "--bundle", b.to_str().unwrap(), "bad"]), needle);
+        failed(&oci(&["state", "bad"]), "does not exist");
+    }
+    failed(&oci(&["--systemd-cgroup", "state", "x"]), "SystemdCgroup = false");
+    failed(&oci(&["checkpoint", "x"]), "berth's own API");
+    let features: Value = serde_json::from_slice(&oci(&["features"]).stdout).unwrap();
+    assert_eq!(features["ociVersionMax"], "1.1.0");
+    assert!(features["linux"]["namespaces"].as_array().unwrap().contains(&serde_json::json!("user")));
+    let left: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !matches!(n.as_str(), "pods" | "pods.lock"))
+        .collect();
+    assert_eq!(left, Vec::<String>::new());
+    assert_eq!(std::fs::read_dir(root.join("pods")).unwrap().count(), 0, "every pod's id block is given back");
+}
