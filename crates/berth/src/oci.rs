@@ -103,7 +103,9 @@ fn usage() -> String {
         "usage: {NAME} [--root DIR] [--log FILE] [--log-format text|json] VERB ...\n\
          verbs: create --bundle B [--pid-file F] [--console-socket S] ID | start ID | state ID |\n       \
          kill [--all] ID [SIGNAL] | delete [--force] ID | exec --process P [--detach] [--pid-file F] ID |\n       \
-         pause ID | resume ID | ps [--format json] ID | list [--format json] | features"
+         pause ID | resume ID | ps [--format json] ID | list [--format json] | features |
+       \
+         link [DIR] (make DIR/berth-oci, default /usr/local/bin)"
     )
 }
 
@@ -280,6 +282,38 @@ fn run(g: &Global, verb: &str, args: &[String]) -> Result<i32, OciError> {
                     preserve_fds: p.preserve_fds()?,
                 },
             )
+        }
+        // Not an OCI verb: makes the `berth-oci` link that containerd's BinaryName names.
+        "link" => {
+            let dir = PathBuf::from(args.first().map(String::as_str).unwrap_or("/usr/local/bin"));
+            let exe = std::env::current_exe()
+                .map_err(|e| OciError::Io { what: "find the berth binary".into(), source: e })?;
+            // Beside the binary, the link is relative: it stays right wherever the directory is mounted (an
+            // installer in a container writing to the host's /usr/local/bin).
+            let same_dir = std::fs::canonicalize(&dir).ok() == exe.parent().and_then(|p| std::fs::canonicalize(p).ok());
+            let exe = match exe.file_name() {
+                Some(name) if same_dir => PathBuf::from(name),
+                _ => exe,
+            };
+            let link = dir.join(NAME);
+            match std::fs::read_link(&link) {
+                Ok(to) if to == exe => {}
+                Ok(_) => std::fs::remove_file(&link)
+                    .map_err(|e| OciError::Io { what: format!("replace {}", link.display()), source: e })?,
+                Err(_) if link.exists() => {
+                    return Err(OciError::Config(format!(
+                        "{} exists and is not a link: remove it first",
+                        link.display()
+                    )));
+                }
+                Err(_) => {}
+            }
+            if !link.exists() {
+                std::os::unix::fs::symlink(&exe, &link)
+                    .map_err(|e| OciError::Io { what: format!("make the link {}", link.display()), source: e })?;
+            }
+            println!("{}", link.display());
+            Ok(0)
         }
         "features" => {
             println!("{}", serde_json::to_string_pretty(&oci::features()).unwrap_or_default());

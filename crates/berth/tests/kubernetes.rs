@@ -501,6 +501,12 @@ fn berth_oci_runs_a_bundle_and_refuses_what_it_cannot_do() {
     }
     failed(&oci(&["--systemd-cgroup", "state", "x"]), "SystemdCgroup = false");
     failed(&oci(&["checkpoint", "x"]), "berth's own API");
+    // The link containerd's BinaryName names, and the personality it selects.
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    assert!(oci(&["link", bin.to_str().unwrap()]).status.success());
+    let version = Command::new(bin.join("berth-oci")).arg("--version").output().unwrap();
+    assert!(text(&version.stdout).starts_with("berth-oci version "), "{}", text(&version.stdout));
     let features: Value = serde_json::from_slice(&oci(&["features"]).stdout).unwrap();
     assert_eq!(features["ociVersionMax"], "1.1.0");
     assert!(features["linux"]["namespaces"].as_array().unwrap().contains(&serde_json::json!("user")));
