@@ -18,11 +18,17 @@ pub(crate) fn claim(dir: &Path, id: &str) -> Result<(File, PathBuf), RuntimeErro
     let path = dir.join(format!("{id}.lock"));
     let fresh = dir.join(format!("{id}.lock.new"));
     fs::create_dir_all(dir).map_err(|source| RuntimeError::PrepareSandbox { source })?;
-    let file = File::options()
-        .create_new(true)
-        .write(true)
-        .open(&fresh)
-        .map_err(|source| RuntimeError::PrepareSandbox { source })?;
+    let open = || File::options().create_new(true).write(true).open(&fresh);
+    let file = match open() {
+        // A claim whose maker died between making it and renaming it into place (a supervisor killed at that
+        // moment) is left unlocked: it is removed, and the claim made again. One still locked is being made.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && stale(&fresh) => {
+            let _ = fs::remove_file(&fresh);
+            open()
+        }
+        other => other,
+    }
+    .map_err(|source| RuntimeError::PrepareSandbox { source })?;
     rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive)
         .and_then(|()| rustix::fs::rename(&fresh, &path))
         .map_err(|e| {
@@ -30,6 +36,14 @@ pub(crate) fn claim(dir: &Path, id: &str) -> Result<(File, PathBuf), RuntimeErro
             RuntimeError::PrepareSandbox { source: e.into() }
         })?;
     Ok((file, path))
+}
+
+/// Whether the half-made claim at `path` is nobody's: no process holds its lock.
+fn stale(path: &Path) -> bool {
+    File::options()
+        .write(true)
+        .open(path)
+        .is_ok_and(|f| rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_ok())
 }
 
 /// Whether someone holds the claim at `path` (a live sandbox's supervisor).
@@ -116,5 +130,27 @@ impl Drop for Partial {
         for p in [self.claim_path.take(), self.live_path.take()].into_iter().flatten() {
             let _ = fs::remove_file(p);
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_half_made_claim_left_by_a_dead_maker_does_not_block_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        // Its maker died before the rename: the file is there, unlocked.
+        fs::write(dir.path().join("abc.lock.new"), b"").unwrap();
+        let (held, path) = claim(dir.path(), "abc").unwrap();
+        assert!(path.ends_with("abc.lock") && claim_held(&path));
+        assert!(!dir.path().join("abc.lock.new").exists());
+        drop(held);
+        // One being made (its lock held) is not taken over.
+        let making =
+            File::options().create(true).truncate(false).write(true).open(dir.path().join("xyz.lock.new")).unwrap();
+        rustix::fs::flock(&making, FlockOperation::NonBlockingLockExclusive).unwrap();
+        assert!(matches!(claim(dir.path(), "xyz"), Err(RuntimeError::PrepareSandbox { .. })));
     }
 }

@@ -294,6 +294,48 @@ fn a_detached_task_execs_pauses_resumes_and_reaches_stopped() {
     assert!(c.ctr(&["task", "rm", "long"]).status.success());
     assert!(c.ctr(&["container", "rm", "long"]).status.success());
 
+    // The limits of the config are the container's cgroup's, and the memory one holds: the kernel kills the
+    // process at it, and the shim reports the kill (137).
+    let out = c.run(&["-d", "--memory-limit", "67108864", "--cpus", "0.5"], "limited", &["sleep", "3600"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let state: Value = serde_json::from_slice(&c.oci(OCI_ROOT, &["state", "limited"]).stdout).unwrap();
+    let pid = state["pid"].as_i64().unwrap();
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let memory = cgroups.lines().find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()));
+    let (limit, quota) = match memory {
+        Some(path) => {
+            let cpu = cgroups
+                .lines()
+                .find_map(|l| l.split_once(":cpu,cpuacct:").or(l.split_once(":cpu:")).map(|(_, p)| p.to_string()))
+                .unwrap();
+            let cpu_root = if Path::new("/sys/fs/cgroup/cpu,cpuacct").exists() { "cpu,cpuacct" } else { "cpu" };
+            (
+                std::fs::read_to_string(format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")).unwrap(),
+                std::fs::read_to_string(format!("/sys/fs/cgroup/{cpu_root}{cpu}/cpu.cfs_quota_us")).unwrap(),
+            )
+        }
+        None => {
+            let path = cgroups.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+            (
+                std::fs::read_to_string(format!("/sys/fs/cgroup{path}/memory.max")).unwrap(),
+                std::fs::read_to_string(format!("/sys/fs/cgroup{path}/cpu.max"))
+                    .unwrap()
+                    .split(' ')
+                    .next()
+                    .unwrap()
+                    .to_string(),
+            )
+        }
+    };
+    assert_eq!((limit.trim(), quota.trim()), ("67108864", "50000"), "{cgroups}");
+    assert!(cgroups.contains("/berthtest/limited"), "the cgroup is where the config's cgroupsPath says: {cgroups}");
+    assert!(c.ctr(&["task", "kill", "-s", "KILL", "limited"]).status.success());
+    assert_eq!(c.wait_status("limited", "STOPPED"), "STOPPED");
+    assert!(c.ctr(&["task", "rm", "limited"]).status.success());
+    assert!(c.ctr(&["container", "rm", "limited"]).status.success());
+    let out = c.run(&["--rm", "--memory-limit", "33554432"], "hog", &["sh", "-c", "x=a; while true; do x=$x$x; done"]);
+    assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
+
     // A process that ends by itself stops the task too, with its code.
     let out = c.run(&["-d"], "brief", &["sh", "-c", "sleep 0.2; exit 9"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -355,6 +397,7 @@ fn the_cri_calls_of_a_kubelet_run_a_pod_on_the_berth_handler() {
         );
     }
     assert!(seen["write"]["stdout"].as_str().unwrap().starts_with("kept\n"));
+    assert_eq!(seen["cgroup_limit"]["stdout"], "268435456\n", "the pod's limit, seen inside: {}", seen["cgroup_limit"]);
     // The pod's containers share its id block; each has its own pid namespace unless the pod shares one.
     assert_eq!(seen["peer_ids"]["stdout"].as_str().unwrap().lines().next(), ids.lines().nth(1));
     assert_eq!(seen["peer_sees_app"]["stdout"], "1\n");
@@ -477,6 +520,35 @@ fn berth_oci_runs_a_bundle_and_refuses_what_it_cannot_do() {
     let last: Value = serde_json::from_str(&last).unwrap();
     assert_eq!(last["level"], "error");
     assert!(last["msg"].as_str().unwrap().contains("does not exist"), "{last}");
+
+    // The pids limit holds: forks past it fail inside.
+    let dir = tempfile::tempdir_in(tmp.path()).unwrap();
+    let limited = serde_json::json!({"linux": {
+        "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "mount"}],
+        "resources": {"pids": {"limit": 6}}
+    }});
+    let script = "for i in 1 2 3 4 5 6 7 8 9 10; do sleep 30 & done";
+    let b = bundle(dir.path(), script, limited);
+    let err = tmp.path().join("pids-err");
+    let created = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("oci")
+        .arg("--root")
+        .arg(&root)
+        .args(["create", "--bundle", b.to_str().unwrap(), "p1"])
+        .stdout(std::fs::File::create(tmp.path().join("pids-out")).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .status()
+        .unwrap();
+    assert!(created.success(), "{}", std::fs::read_to_string(&err).unwrap());
+    assert!(oci(&["start", "p1"]).status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&err).unwrap().contains("fork") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ps: Vec<i32> = serde_json::from_slice(&oci(&["ps", "--format", "json", "p1"]).stdout).unwrap();
+    assert!(ps.len() <= 6, "at most 6 tasks: {ps:?}");
+    assert!(std::fs::read_to_string(&err).unwrap().contains("fork"), "{}", std::fs::read_to_string(&err).unwrap());
+    assert!(oci(&["delete", "--force", "p1"]).status.success());
 
     // What berth will not do, each refused with a sentence and nothing left.
     failed(&oci(&["create", "--bundle", "/nonexistent/bundle", "c2"]), "cannot read /nonexistent/bundle/config.json");

@@ -21,6 +21,9 @@ pub struct Host<'a> {
     pub scratch: &'a Path,
     /// The host's cgroups are v2 (a cgroup2 tree can be mounted inside; v1 hierarchies cannot).
     pub cgroup_v2: bool,
+    /// On v1, the container's own cgroup directories (one per hierarchy, to be made): what its
+    /// `/sys/fs/cgroup` shows, read-only, in place of hierarchies it cannot mount.
+    pub cgroup_dirs: &'a [PathBuf],
 }
 
 /// Compile `config` into a plan.
@@ -139,8 +142,29 @@ fn mount_step(m: &Mount, host: &Host<'_>, trees: &mut Vec<Tree>, steps: &mut Vec
         // made by the engine), the host's /sys is bound read-only instead, with berth's masks on it.
         "sysfs" => (kind, Fallback::BindHostReadOnly("/sys".into())),
         "cgroup" | "cgroup2" if host.cgroup_v2 => ("cgroup2", Fallback::Skip),
-        // A v1 hierarchy cannot be mounted from a user namespace: /sys/fs/cgroup stays as sysfs has it.
-        "cgroup" | "cgroup2" => return Ok(()),
+        // A v1 hierarchy cannot be mounted from a user namespace: the container's own cgroup directories are
+        // bound instead, read-only, each under its hierarchy's name (`memory`, `cpu,cpuacct`, ...).
+        "cgroup" | "cgroup2" => {
+            steps.push(Step::MountInRoot {
+                fstype: "tmpfs".into(),
+                source: "cgroup".into(),
+                target: dest.clone(),
+                flags: Flags::NOSUID | Flags::NODEV | Flags::NOEXEC,
+                data: "mode=755,size=16k".into(),
+                fallback: Fallback::None,
+            });
+            for dir in host.cgroup_dirs {
+                let Some(name) = dir.strip_prefix("/sys/fs/cgroup").ok().and_then(|r| r.iter().next()) else {
+                    continue;
+                };
+                let target = format!("{dest}/{}", name.to_string_lossy());
+                trees.push(Tree { source: dir.clone(), idmap: Idmap::Host, readonly: true });
+                steps.push(Step::AttachInRoot { tree: trees.len() - 1, target, file: false });
+            }
+            // Below /sys, which is not a link (`NoSymlinks`): the path names the tmpfs just made.
+            steps.push(Step::Seal { target: host.scratch.join("rootfs").join(dest.trim_start_matches('/')) });
+            return Ok(());
+        }
         other => {
             return Err(OciError::Config(format!(
                 "the mount at {dest} has type {other:?}, which berth-oci does not mount (it mounts proc, sysfs, tmpfs, \
@@ -208,7 +232,9 @@ mod tests {
         let bundle = tempfile::tempdir().unwrap();
         std::fs::create_dir(bundle.path().join("rootfs")).unwrap();
         std::fs::write(bundle.path().join("hosts"), "x").unwrap();
-        let host = Host { bundle: bundle.path(), scratch: Path::new("/run/x"), cgroup_v2: false };
+        let own =
+            [PathBuf::from("/sys/fs/cgroup/memory/k8s.io/c1"), PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/k8s.io/c1")];
+        let host = Host { bundle: bundle.path(), scratch: Path::new("/run/x"), cgroup_v2: false, cgroup_dirs: &own };
         let c = config(serde_json::json!([
             {"destination": "/proc", "type": "proc", "source": "proc"},
             {"destination": "/etc/hosts", "type": "bind", "source": "hosts", "options": ["rbind", "ro"]},
@@ -232,8 +258,25 @@ mod tests {
                 _ => None,
             })
             .collect();
-        // The kernel's file systems first, the added /dev ones, no v1 cgroup mount, the config's order after.
-        assert_eq!(mounts, ["/dev", "/proc", "/sys", "/dev/pts", "/dev/shm", "/etc/hosts", "/run"]);
+        // The kernel's file systems first, the added /dev ones, the config's order after; on v1, the container's
+        // own cgroup directories stand for the hierarchies.
+        assert_eq!(
+            mounts,
+            [
+                "/dev",
+                "/proc",
+                "/sys",
+                "/dev/pts",
+                "/dev/shm",
+                "/etc/hosts",
+                "/sys/fs/cgroup",
+                "/sys/fs/cgroup/memory",
+                "/sys/fs/cgroup/cpu,cpuacct",
+                "/run"
+            ]
+        );
+        assert_eq!(plan.trees[2].source, own[0]);
+        assert!(plan.trees[2].readonly);
         let sys =
             plan.steps.iter().find(|s| matches!(s, Step::MountInRoot { target, .. } if target == "/sys")).unwrap();
         assert!(
@@ -258,7 +301,7 @@ mod tests {
     fn mounts_berth_cannot_make_are_refused() {
         let bundle = tempfile::tempdir().unwrap();
         std::fs::create_dir(bundle.path().join("rootfs")).unwrap();
-        let host = Host { bundle: bundle.path(), scratch: Path::new("/run/x"), cgroup_v2: true };
+        let host = Host { bundle: bundle.path(), scratch: Path::new("/run/x"), cgroup_v2: true, cgroup_dirs: &[] };
         for (m, needle) in [
             (serde_json::json!({"destination": "/x", "type": "nfs", "source": "h:/e"}), "does not mount"),
             (

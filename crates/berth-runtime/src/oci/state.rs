@@ -234,17 +234,21 @@ pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(
     let limits = config.limits()?;
     let process = config.process.clone().unwrap_or_default();
     let hierarchy = Hierarchy::detect()?;
+    let (cgroup_parent, cgroup_name) = cgroup_place(&config, args.id);
+    let nested = hierarchy.nested(&cgroup_parent)?;
+    let v2 = hierarchy.version() == crate::cgroup::Version::V2;
+    let own_cgroups = if v2 { Vec::new() } else { nested.open(&cgroup_name).paths().to_vec() };
     let host = super::plan::Host {
         bundle: args.bundle,
         scratch: Path::new(crate::sandbox::SCRATCH_MOUNT_POINT),
-        cgroup_v2: hierarchy.version() == crate::cgroup::Version::V2,
+        cgroup_v2: v2,
+        cgroup_dirs: &own_cgroups,
     };
     let plan = super::plan::compile(&config, &host)?;
     std::fs::create_dir_all(host.scratch).map_err(OciError::io("create the scratch mount point"))?;
     let pod = pods::key(args.id, &config.annotations);
     let base = pods::join(root, dir, &pod)?;
-    let (cgroup_parent, cgroup_name) = cgroup_place(&config, args.id);
-    let cgroup = hierarchy.nested(&cgroup_parent)?.create(&cgroup_name, &limits)?;
+    let cgroup = nested.create(&cgroup_name, &limits)?;
     let mut st = State {
         id: args.id.to_string(),
         pid: 0,

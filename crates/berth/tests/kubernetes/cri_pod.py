@@ -32,7 +32,7 @@ seen["pod_state"] = cri.PodSandboxState.Name(status.state)
 seen["pod_handler"] = status.runtime_handler
 
 
-def container(name, command, pid=cri.CONTAINER):
+def container(name, command, pid=cri.CONTAINER, memory=0):
     config = cri.ContainerConfig(
         metadata=cri.ContainerMetadata(name=name, attempt=0),
         image=cri.ImageSpec(image=image),
@@ -40,6 +40,7 @@ def container(name, command, pid=cri.CONTAINER):
         log_path=name + ".log",
         # As a kubelet fills it in for a pod without shareProcessNamespace.
         linux=cri.LinuxContainerConfig(
+            resources=cri.LinuxContainerResources(memory_limit_in_bytes=memory),
             security_context=cri.LinuxContainerSecurityContext(
                 namespace_options=cri.NamespaceOption(network=cri.NODE, pid=pid, ipc=cri.POD)
             )
@@ -60,11 +61,13 @@ def sh(cid, script, timeout=20):
     return {"code": r.exit_code, "stdout": r.stdout.decode(), "stderr": r.stderr.decode()}
 
 
-app = container("app", ["sleep", "3600"])
+app = container("app", ["sleep", "3600"], memory=256 * 1024 * 1024)
 seen["app_state"] = state(app)
 seen["hello"] = sh(app, "echo hello from $(hostname); exit 3")
 seen["ids"] = sh(app, "id -u; cat /proc/self/uid_map; grep -E '^(Seccomp|NoNewPrivs|CapEff|CapBnd):' /proc/self/status")
 seen["host_files"] = sh(app, "ls /; cat /proc/kcore 2>&1 | head -c 40; echo; ls /home 2>&1")
+# The container's own cgroup, as its /sys/fs/cgroup shows it (v2: the cgroup2 tree; v1: its directories).
+seen["cgroup_limit"] = sh(app, "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
 seen["write"] = sh(app, "echo kept > /root/note && cat /root/note && ls -ln /root/note")
 # A second container of the pod shares its id block, so the first one's files are its own.
 peer = container("peer", ["sleep", "3600"])
