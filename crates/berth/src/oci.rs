@@ -323,7 +323,33 @@ fn run(g: &Global, verb: &str, args: &[String]) -> Result<i32, OciError> {
             "{verb} is not offered through berth-oci: berth's snapshots and forks are taken through berth's own API"
         ))),
         "update" => {
-            Err(OciError::Config("update is not offered yet: a container's limits are set when it is created".into()))
+            let p = Parsed::new(args, &["--resources", "-r", "--memory", "--pids-limit"], &[])?;
+            let mut resources: oci::config::Resources = match p.value(&["--resources", "-r"]) {
+                None => oci::config::Resources::default(),
+                Some(file) => {
+                    let text = if file == "-" {
+                        std::io::read_to_string(std::io::stdin())
+                    } else {
+                        std::fs::read_to_string(file)
+                    }
+                    .map_err(|e| OciError::Io { what: format!("read the resources {file}"), source: e })?;
+                    serde_json::from_str(&text)
+                        .map_err(|e| OciError::Config(format!("the resources are not OCI Linux resources: {e}")))?
+                }
+            };
+            let number = |flag: &str| -> Result<Option<i64>, OciError> {
+                p.value(&[flag])
+                    .map(|v| v.parse::<i64>().map_err(|_| OciError::Config(format!("{flag} {v:?} is not a number"))))
+                    .transpose()
+            };
+            if let Some(bytes) = number("--memory")? {
+                resources.memory = Some(oci::config::Memory { limit: Some(bytes) });
+            }
+            if let Some(limit) = number("--pids-limit")? {
+                resources.pids = Some(oci::config::Pids { limit });
+            }
+            oci.update(p.id()?, &resources)?;
+            Ok(0)
         }
         other => Err(OciError::Config(format!("unknown verb {other:?}\n{}", usage()))),
     }

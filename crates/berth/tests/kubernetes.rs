@@ -398,6 +398,7 @@ fn the_cri_calls_of_a_kubelet_run_a_pod_on_the_berth_handler() {
     }
     assert!(seen["write"]["stdout"].as_str().unwrap().starts_with("kept\n"));
     assert_eq!(seen["cgroup_limit"]["stdout"], "268435456\n", "the pod's limit, seen inside: {}", seen["cgroup_limit"]);
+    assert_eq!(seen["cgroup_updated"]["stdout"], "536870912\n", "UpdateContainerResources: {}", seen["cgroup_updated"]);
     // The pod's containers share its id block; each has its own pid namespace unless the pod shares one.
     assert_eq!(seen["peer_ids"]["stdout"].as_str().unwrap().lines().next(), ids.lines().nth(1));
     assert_eq!(seen["peer_sees_app"]["stdout"], "1\n");
@@ -500,6 +501,31 @@ fn berth_oci_runs_a_bundle_and_refuses_what_it_cannot_do() {
     assert_eq!(state["status"], "running");
     let ps: Vec<i32> = serde_json::from_slice(&oci(&["ps", "--format", "json", "c1"]).stdout).unwrap();
     assert!(ps.contains(&pid), "{ps:?}");
+    // Limits change on a running container (the CRI's UpdateContainerResources), by flag or as JSON on stdin.
+    assert!(oci(&["update", "--memory", "100663296", "c1"]).status.success());
+    let mut update = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("oci")
+        .arg("--root")
+        .arg(&root)
+        .args(["update", "--resources", "-", "c1"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    update.stdin.take().unwrap().write_all(br#"{"pids": {"limit": 77}}"#).unwrap();
+    assert!(update.wait().unwrap().success());
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let limit_of = |controller: &str, v1: &str, v2: &str| -> String {
+        let file =
+            match cgroups.lines().find_map(|l| l.split_once(&format!(":{controller}:")).map(|(_, p)| p.to_string())) {
+                Some(path) => format!("/sys/fs/cgroup/{controller}{path}/{v1}"),
+                None => format!("/sys/fs/cgroup{}/{v2}", cgroups.lines().find_map(|l| l.strip_prefix("0::")).unwrap()),
+            };
+        std::fs::read_to_string(file).unwrap().trim().to_string()
+    };
+    assert_eq!(limit_of("memory", "memory.limit_in_bytes", "memory.max"), "100663296");
+    assert_eq!(limit_of("pids", "pids.max", "pids.max"), "77");
+    failed(&oci(&["update", "--memory", "lots", "c1"]), "is not a number");
     failed(&oci(&["delete", "c1"]), "not stopped: running");
     failed(&oci(&["kill", "c1", "NOPE"]), "NOPE is not a signal");
     assert!(oci(&["kill", "c1", "KILL"]).status.success());
@@ -510,6 +536,7 @@ fn berth_oci_runs_a_bundle_and_refuses_what_it_cannot_do() {
         std::thread::sleep(Duration::from_millis(20));
     }
     failed(&oci(&["kill", "c1", "TERM"]), "is not running");
+    failed(&oci(&["update", "--pids-limit", "5", "c1"]), "container c1 is stopped");
     let exec_process = tmp.path().join("process.json");
     std::fs::write(&exec_process, r#"{"args": ["true"], "cwd": "/"}"#).unwrap();
     failed(&oci(&["exec", "--process", exec_process.to_str().unwrap(), "c1"]), "it is stopped");

@@ -211,11 +211,15 @@ impl Cgroup {
 
     /// Set (or change) the CPU limit of a cgroup that exists, in thousandths of a core.
     pub fn limit_cpu(&self, millis: u64) -> Result<(), CgroupError> {
-        let limits = super::Limits { cpu_millis: Some(millis), ..super::Limits::default() };
+        self.update(&super::Limits { cpu_millis: Some(millis), ..super::Limits::default() })
+    }
+
+    /// Change the limits `limits` sets (the others stay as they are) of a cgroup that exists.
+    pub fn update(&self, limits: &super::Limits) -> Result<(), CgroupError> {
         limits.check()?;
         match &self.kind {
-            Kind::V1(dirs) => v1::configure(dirs, &limits).map(|_| ()),
-            Kind::V2(dir) => v2::configure(dir, &limits).map(|_| ()),
+            Kind::V1(dirs) => v1::configure(dirs, limits).map(|_| ()),
+            Kind::V2(dir) => v2::configure(dir, limits).map(|_| ()),
             Kind::Invalid { .. } => self.check(),
         }
     }

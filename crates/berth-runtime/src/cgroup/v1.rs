@@ -82,11 +82,20 @@ pub(crate) fn configure(dirs: &Dirs, limits: &Limits) -> Result<Vec<String>, Cgr
     let mut warnings = Vec::new();
     if let Some(bytes) = limits.memory_bytes {
         let value = bytes.to_string();
-        fsio::set(&dirs.memory, "memory.limit_in_bytes", &value)?;
-        // memory+swap at the same value: no swap at all. The file is there only with swap accounting.
+        // memory+swap at the same value: no swap at all. The file is there only with swap accounting. The
+        // memory limit may never exceed memory+swap's, so a raise goes to memory+swap first, a cut second.
         if dirs.memory.join("memory.memsw.limit_in_bytes").exists() {
-            fsio::set(&dirs.memory, "memory.memsw.limit_in_bytes", &value)?;
+            let raise = fsio::read_u64(&dirs.memory.join("memory.memsw.limit_in_bytes")).is_ok_and(|now| bytes > now);
+            let order = if raise {
+                ["memory.memsw.limit_in_bytes", "memory.limit_in_bytes"]
+            } else {
+                ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+            };
+            for file in order {
+                fsio::set(&dirs.memory, file, &value)?;
+            }
         } else {
+            fsio::set(&dirs.memory, "memory.limit_in_bytes", &value)?;
             fsio::set(&dirs.memory, "memory.swappiness", "0")?;
             warnings.push(format!(
                 "swap accounting is off (no memory.memsw.limit_in_bytes in {}): set memory.swappiness=0 \

@@ -267,8 +267,21 @@ impl Config {
 
     /// The cgroup limits of `linux.resources`.
     pub fn limits(&self) -> Result<Limits, OciError> {
+        Ok(self.linux.resources.as_ref().map(Resources::limits).unwrap_or_default())
+    }
+
+    /// The root file system's directory (a relative `root.path` is relative to the bundle).
+    pub fn rootfs(&self, bundle: &Path) -> PathBuf {
+        let path = self.root.as_ref().map(|r| r.path.clone()).unwrap_or_default();
+        if path.is_absolute() { path } else { bundle.join(path) }
+    }
+}
+
+impl Resources {
+    /// The cgroup limits these set (unset and non-positive values set none).
+    pub fn limits(&self) -> Limits {
         let mut limits = Limits::default();
-        let Some(r) = &self.linux.resources else { return Ok(limits) };
+        let r = self;
         if let Some(limit) = r.memory.as_ref().and_then(|m| m.limit).filter(|l| *l > 0) {
             limits.memory_bytes = Some(limit as u64);
         }
@@ -281,13 +294,7 @@ impl Config {
         if let Some(pids) = r.pids.as_ref().filter(|p| p.limit > 0) {
             limits.pids = Some(pids.limit as u64);
         }
-        Ok(limits)
-    }
-
-    /// The root file system's directory (a relative `root.path` is relative to the bundle).
-    pub fn rootfs(&self, bundle: &Path) -> PathBuf {
-        let path = self.root.as_ref().map(|r| r.path.clone()).unwrap_or_default();
-        if path.is_absolute() { path } else { bundle.join(path) }
+        limits
     }
 }
 

@@ -165,6 +165,15 @@ impl Oci {
         }
     }
 
+    /// Change the cgroup limits of a container that has not stopped (`update --resources`).
+    pub fn update(&self, id: &str, resources: &config::Resources) -> Result<(), OciError> {
+        let st = self.state(id)?;
+        if st.status() == Status::Stopped {
+            return Err(OciError::State(format!("container {id} is stopped")));
+        }
+        Ok(st.cgroup()?.update(&resources.limits())?)
+    }
+
     /// The host pids of the container's processes.
     pub fn ps(&self, id: &str) -> Result<Vec<i32>, OciError> {
         let st = self.state(id)?;

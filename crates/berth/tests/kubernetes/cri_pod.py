@@ -68,6 +68,13 @@ seen["ids"] = sh(app, "id -u; cat /proc/self/uid_map; grep -E '^(Seccomp|NoNewPr
 seen["host_files"] = sh(app, "ls /; cat /proc/kcore 2>&1 | head -c 40; echo; ls /home 2>&1")
 # The container's own cgroup, as its /sys/fs/cgroup shows it (v2: the cgroup2 tree; v1: its directories).
 seen["cgroup_limit"] = sh(app, "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+# And as a kubelet changes it in place.
+rt.UpdateContainerResources(
+    cri.UpdateContainerResourcesRequest(
+        container_id=app, linux=cri.LinuxContainerResources(memory_limit_in_bytes=512 * 1024 * 1024)
+    )
+)
+seen["cgroup_updated"] = sh(app, "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
 seen["write"] = sh(app, "echo kept > /root/note && cat /root/note && ls -ln /root/note")
 # A second container of the pod shares its id block, so the first one's files are its own.
 peer = container("peer", ["sleep", "3600"])
