@@ -57,6 +57,10 @@ pub fn exec(oci: &Oci, args: &ExecArgs<'_>) -> Result<i32, OciError> {
     // Entered by the child: from the container's mount namespace, /proc is the container's, where this
     // process (outside its pid namespace) is not.
     let mnt = open("mnt")?;
+    // The namespaces opened are the container's, not those of a process that took its pid since.
+    if !st.alive() {
+        return Err(OciError::State(format!("cannot exec in container {}: it is stopped", args.id)));
+    }
     st.cgroup()?.add_process(std::process::id() as i32)?;
     for (ns, kind) in &others {
         process::join_namespace(ns.as_fd(), *kind)?;

@@ -103,12 +103,20 @@ impl Oci {
     /// Build container `id` from its bundle, with its first process waiting for `start`.
     pub fn create(&self, args: &CreateArgs<'_>) -> Result<(), OciError> {
         let dir = self.dir(args.id)?;
+        // Root's alone: the state names pids, cgroups and the bundle; the container reaches its start fifo
+        // through a descriptor, not by path.
         std::fs::create_dir_all(&self.root).map_err(OciError::io(format!("create {}", self.root.display())))?;
+        let private = |path: &Path| {
+            std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .map_err(OciError::io(format!("make {} private", path.display())))
+        };
+        private(&self.root)?;
         match std::fs::create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(OciError::Exists(args.id.into())),
             Err(e) => return Err(OciError::io(format!("create {}", dir.display()))(e)),
         }
+        private(&dir)?;
         let made = state::create(&self.root, &dir, args);
         if made.is_err() {
             let _ = state::remove(&self.root, &dir, args.id);
