@@ -16,13 +16,13 @@ use crate::spec;
 /// (the lock goes with the file), so a sweep never sees an unlocked claim of a sandbox being built.
 pub(crate) fn claim(dir: &Path, id: &str) -> Result<(File, PathBuf), RuntimeError> {
     let path = dir.join(format!("{id}.lock"));
-    let fresh = dir.join(format!("{id}.lock.new"));
+    // Made under a name of this process's own, locked, then renamed into place: no other maker can see it
+    // unlocked. One left by a maker that died at that moment (its pid reused since) is this one's to remove.
+    let fresh = dir.join(format!("{id}.lock.new.{}", std::process::id()));
     fs::create_dir_all(dir).map_err(|source| RuntimeError::PrepareSandbox { source })?;
     let open = || File::options().create_new(true).write(true).open(&fresh);
     let file = match open() {
-        // A claim whose maker died between making it and renaming it into place (a supervisor killed at that
-        // moment) is left unlocked: it is removed, and the claim made again. One still locked is being made.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && stale(&fresh) => {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             let _ = fs::remove_file(&fresh);
             open()
         }
@@ -38,15 +38,6 @@ pub(crate) fn claim(dir: &Path, id: &str) -> Result<(File, PathBuf), RuntimeErro
     Ok((file, path))
 }
 
-/// Whether the half-made claim at `path` is nobody's: no process holds its lock.
-fn stale(path: &Path) -> bool {
-    File::options()
-        .write(true)
-        .open(path)
-        .is_ok_and(|f| rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_ok())
-}
-
-/// Whether someone holds the claim at `path` (a live sandbox's supervisor).
 /// Remove what sandbox `id` of the data root `root` left when its supervisor died (its cgroup and whatever is
 /// still in it, its claim file and its liveness claim), as [`Runtime::sweep`] does for every such sandbox at
 /// start; nothing while a supervisor holds its claims. Returns whether it was swept.
@@ -61,11 +52,32 @@ pub fn sweep_sandbox(root: &Path, hierarchy: &Hierarchy, id: &str) -> bool {
         }
         let _ = fs::remove_file(&claim);
     }
+    remove_half_made(&root.join("sandboxes"), Some(id));
+    remove_half_made(Path::new(LIVE_DIR), Some(id));
     let cg = hierarchy.open(id);
     let _ = cg.kill_all();
     let _ = cg.remove();
     let _ = fs::remove_file(Path::new(LIVE_DIR).join(format!("{id}.lock")));
     true
+}
+
+/// Remove the claims in `dir` (of sandbox `id`, or of any) that a maker killed before renaming them into
+/// place left behind: unlocked `<id>.lock.new.<pid>` files.
+pub(crate) fn remove_half_made(dir: &Path, id: Option<&str>) {
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((of, _pid)) = name.split_once(".lock.new.") else { continue };
+        if id.is_some_and(|id| id != of) {
+            continue;
+        }
+        let unlocked = File::options()
+            .write(true)
+            .open(entry.path())
+            .is_ok_and(|f| rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_ok());
+        if unlocked {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Whether some process supervises sandbox `id` now: its liveness claim is held (by its supervisor, from
@@ -74,6 +86,7 @@ pub fn supervised(id: &str) -> bool {
     claim_held(&Path::new(LIVE_DIR).join(format!("{id}.lock")))
 }
 
+/// Whether someone holds the claim at `path` (a live sandbox's supervisor).
 pub(crate) fn claim_held(path: &Path) -> bool {
     File::options()
         .write(true)
@@ -141,16 +154,21 @@ mod tests {
     #[test]
     fn a_half_made_claim_left_by_a_dead_maker_does_not_block_the_next() {
         let dir = tempfile::tempdir().unwrap();
-        // Its maker died before the rename: the file is there, unlocked.
-        fs::write(dir.path().join("abc.lock.new"), b"").unwrap();
+        // A maker under this pid died before its rename (the pid is reused): the file is there.
+        fs::write(dir.path().join(format!("abc.lock.new.{}", std::process::id())), b"").unwrap();
+        // And one of another maker's, which is not touched.
+        fs::write(dir.path().join("abc.lock.new.1"), b"").unwrap();
         let (held, path) = claim(dir.path(), "abc").unwrap();
         assert!(path.ends_with("abc.lock") && claim_held(&path));
-        assert!(!dir.path().join("abc.lock.new").exists());
+        assert!(!dir.path().join(format!("abc.lock.new.{}", std::process::id())).exists());
+        assert!(dir.path().join("abc.lock.new.1").exists());
         drop(held);
-        // One being made (its lock held) is not taken over.
+        // The sweep removes what dead makers left, and not what a live one holds.
         let making =
-            File::options().create(true).truncate(false).write(true).open(dir.path().join("xyz.lock.new")).unwrap();
+            File::options().create(true).truncate(false).write(true).open(dir.path().join("xyz.lock.new.7")).unwrap();
         rustix::fs::flock(&making, FlockOperation::NonBlockingLockExclusive).unwrap();
-        assert!(matches!(claim(dir.path(), "xyz"), Err(RuntimeError::PrepareSandbox { .. })));
+        remove_half_made(dir.path(), None);
+        assert!(!dir.path().join("abc.lock.new.1").exists());
+        assert!(dir.path().join("xyz.lock.new.7").exists());
     }
 }

@@ -128,6 +128,8 @@ impl Runtime {
     /// Returns the ids removed.
     pub fn sweep(&self) -> Vec<String> {
         let mut removed = Vec::new();
+        crate::claims::remove_half_made(&self.root.join("sandboxes"), None);
+        crate::claims::remove_half_made(Path::new(LIVE_DIR), None);
         let Ok(entries) = fs::read_dir(self.root.join("sandboxes")) else {
             return removed;
         };

@@ -239,8 +239,7 @@ pub fn overlay_idmapped(
     root_id: u32,
 ) -> SysResult<OwnedFd> {
     let (ours, theirs) = crate::fd::seqpacket_pair()?;
-    let none = crate::clone::Namespaces { user: false, mount: false, pid: false, net: false, ipc: false, uts: false };
-    match crate::clone::spawn(none, None)? {
+    match crate::clone::spawn(crate::clone::Namespaces::NONE, None)? {
         crate::clone::Forked::Child => {
             drop(ours);
             let made = (|| -> SysResult<OwnedFd> {

@@ -278,6 +278,18 @@ pub fn kill_pid(pid: i32, signal: i32) {
     unsafe { libc::kill(pid, signal) };
 }
 
+/// Send signal number `signal` (1 to 64, real-time ones included) to one process.
+pub fn signal_pid(pid: i32, signal: i32) -> SysResult<()> {
+    if pid <= 0 || !(1..=64).contains(&signal) {
+        return Err(SysError::new(format!("send signal {signal} to {pid}"), std::io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: kill takes plain integers; a positive pid names one process.
+    if unsafe { libc::kill(pid, signal) } != 0 {
+        return Err(SysError::new(format!("send signal {signal} to process {pid}"), std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 /// Open a process's namespace file (such as `user`) from /proc.
 pub fn open_namespace(pid: i32, kind: &str) -> SysResult<OwnedFd> {
     rustix::fs::open(

@@ -362,6 +362,19 @@ fn parse_signal(s: &str) -> Result<i32, OciError> {
     }
     let upper = s.to_ascii_uppercase();
     let name = upper.trim_start_matches("SIG");
+    // Real-time signals by offset: RTMIN+3 (34 + 3), RTMAX-1 (64 - 1), as Linux numbers them for programs.
+    let rt = |base: i32, rest: &str, sign: i32| -> Option<i32> {
+        let n = if rest.is_empty() { 0 } else { rest.parse::<i32>().ok()? };
+        Some(base + sign * n).filter(|s| (34..=64).contains(s))
+    };
+    let realtime = match name {
+        n if n.starts_with("RTMIN") => rt(34, n["RTMIN".len()..].trim_start_matches('+'), 1),
+        n if n.starts_with("RTMAX") => rt(64, n["RTMAX".len()..].trim_start_matches('-'), -1),
+        _ => None,
+    };
+    if let Some(n) = realtime {
+        return Ok(n);
+    }
     const NAMES: [&str; 31] = [
         "HUP", "INT", "QUIT", "ILL", "TRAP", "ABRT", "BUS", "FPE", "KILL", "USR1", "SEGV", "USR2", "PIPE", "ALRM",
         "TERM", "STKFLT", "CHLD", "CONT", "STOP", "TSTP", "TTIN", "TTOU", "URG", "XCPU", "XFSZ", "VTALRM", "PROF",
@@ -386,6 +399,11 @@ mod tests {
         assert_eq!(parse_signal("SIGTERM").unwrap(), 15);
         assert_eq!(parse_signal("sigusr1").unwrap(), 10);
         assert_eq!(parse_signal("SYS").unwrap(), 31);
+        assert_eq!(parse_signal("SIGRTMIN+3").unwrap(), 37);
+        assert_eq!(parse_signal("RTMIN").unwrap(), 34);
+        assert_eq!(parse_signal("RTMAX-1").unwrap(), 63);
+        assert_eq!(parse_signal("37").unwrap(), 37);
+        assert!(parse_signal("RTMIN+40").is_err());
         assert!(parse_signal("0").is_err() && parse_signal("NOPE").is_err());
     }
 

@@ -192,16 +192,37 @@ fn leftovers(c: &Containerd, root: &str) -> Vec<String> {
     let dir = c.path().join(root);
     for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if !matches!(name.as_str(), "pods" | "pods.lock") {
+        if !matches!(name.as_str(), ".pods" | ".pods.lock") {
             left.push(format!("{root}/{name}"));
         }
     }
-    for e in std::fs::read_dir(dir.join("pods")).into_iter().flatten().flatten() {
+    for e in std::fs::read_dir(dir.join(".pods")).into_iter().flatten().flatten() {
         left.push(format!("pod {}", e.file_name().to_string_lossy()));
     }
     for e in std::fs::read_dir("/run/berth/ids").into_iter().flatten().flatten() {
         if std::fs::read_to_string(e.path()).is_ok_and(|o| o.contains(dir.to_str().unwrap())) {
             left.push(format!("id reservation {}", e.file_name().to_string_lossy()));
+        }
+    }
+    left
+}
+
+/// The cgroups of containers `ids` still under `parent` (on any v1 hierarchy, or in the v2 tree).
+fn cgroups_left(parent: &str, ids: &[&str]) -> Vec<String> {
+    let mut left = Vec::new();
+    let roots: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .chain([PathBuf::from("/sys/fs/cgroup")])
+        .collect();
+    for root in roots {
+        for id in ids {
+            let dir = root.join(parent).join(id);
+            if dir.is_dir() {
+                left.push(dir.display().to_string());
+            }
         }
     }
     left
@@ -246,6 +267,7 @@ fn ctr_runs_containers_through_berth_oci() {
     assert_eq!(out.status.code(), Some(3), "{}{}", text(&out.stdout), text(&out.stderr));
     assert!(text(&out.stdout).contains("/dev/pts/0"), "{}", text(&out.stdout));
     assert_eq!(leftovers(&c, OCI_ROOT), Vec::<String>::new());
+    assert_eq!(cgroups_left(NS, &["one", "missing", "tty"]), Vec::<String>::new());
 }
 
 #[test]
@@ -344,6 +366,7 @@ fn a_detached_task_execs_pauses_resumes_and_reaches_stopped() {
     assert!(rm.status.success(), "{}", text(&rm.stderr));
     assert!(c.ctr(&["container", "rm", "brief"]).status.success());
     assert_eq!(leftovers(&c, OCI_ROOT), Vec::<String>::new());
+    assert_eq!(cgroups_left(NS, &["long", "limited", "hog", "brief"]), Vec::<String>::new());
     let listed: Value = serde_json::from_slice(&c.oci(OCI_ROOT, &["list", "--format", "json"]).stdout).unwrap();
     assert_eq!(listed, serde_json::json!([]));
 }
@@ -387,8 +410,9 @@ fn the_cri_calls_of_a_kubelet_run_a_pod_on_the_berth_handler() {
     for (cap, name) in [(21, "SYS_ADMIN"), (13, "NET_RAW"), (27, "MKNOD"), (19, "SYS_PTRACE"), (12, "NET_ADMIN")] {
         assert_eq!(bound & (1 << cap), 0, "CAP_{name} is out of the bound: {ids}");
     }
-    let root_entries: Vec<&str> =
-        seen["host_files"]["stdout"].as_str().unwrap().lines().take_while(|l| !l.contains("kcore")).collect();
+    let host_files = seen["host_files"]["stdout"].as_str().unwrap();
+    let root_entries: Vec<&str> = host_files.lines().take_while(|l| *l != "--").collect();
+    assert!(host_files.contains("--\nkcore: empty or absent\n"), "/proc/kcore is masked: {host_files}");
     for entry in &root_entries {
         assert!(
             ["bin", "dev", "etc", "home", "proc", "root", "sys", "tmp", "run", "var", "dev/termination-log"]
@@ -413,6 +437,9 @@ fn the_cri_calls_of_a_kubelet_run_a_pod_on_the_berth_handler() {
     assert_eq!(seen["stopped"], serde_json::json!(["CONTAINER_EXITED", "CONTAINER_EXITED", "CONTAINER_EXITED"]));
     assert_eq!(seen["pods_left"], 0);
     assert_eq!(leftovers(&c, "oci-cri/k8s.io"), Vec::<String>::new());
+    let made: Vec<&str> = seen["made"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(made.len(), 5, "the pod and its four containers: {made:?}");
+    assert_eq!(cgroups_left("k8s.io", &made), Vec::<String>::new());
 }
 
 /// A bundle on a plain directory (no containerd): busybox, and a config running `script`.
@@ -526,6 +553,14 @@ fn berth_oci_runs_a_bundle_and_refuses_what_it_cannot_do() {
     assert_eq!(limit_of("memory", "memory.limit_in_bytes", "memory.max"), "100663296");
     assert_eq!(limit_of("pids", "pids.max", "pids.max"), "77");
     failed(&oci(&["update", "--memory", "lots", "c1"]), "is not a number");
+    // No container's cgroup goes inside another's (a delete of the outer one would kill it).
+    let nest = tempfile::tempdir_in(tmp.path()).unwrap();
+    let inner = bundle(
+        nest.path(),
+        "true",
+        serde_json::json!({"linux": {"namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "mount"}], "cgroupsPath": "/berth-oci/c1/inner"}}),
+    );
+    failed(&oci(&["create", "--bundle", inner.to_str().unwrap(), "c9"]), "inside, container c1's");
     failed(&oci(&["delete", "c1"]), "not stopped: running");
     failed(&oci(&["kill", "c1", "NOPE"]), "NOPE is not a signal");
     assert!(oci(&["kill", "c1", "KILL"]).status.success());
@@ -535,7 +570,7 @@ fn berth_oci_runs_a_bundle_and_refuses_what_it_cannot_do() {
         assert!(Instant::now() < deadline, "a killed container must be stopped");
         std::thread::sleep(Duration::from_millis(20));
     }
-    failed(&oci(&["kill", "c1", "TERM"]), "is not running");
+    failed(&oci(&["kill", "c1", "TERM"]), "container not running");
     failed(&oci(&["update", "--pids-limit", "5", "c1"]), "container c1 is stopped");
     let exec_process = tmp.path().join("process.json");
     std::fs::write(&exec_process, r#"{"args": ["true"], "cwd": "/"}"#).unwrap();
@@ -613,8 +648,9 @@ fn berth_oci_runs_a_bundle_and_refuses_what_it_cannot_do() {
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| !matches!(n.as_str(), "pods" | "pods.lock"))
+        .filter(|n| !matches!(n.as_str(), ".pods" | ".pods.lock"))
         .collect();
     assert_eq!(left, Vec::<String>::new());
-    assert_eq!(std::fs::read_dir(root.join("pods")).unwrap().count(), 0, "every pod's id block is given back");
+    assert_eq!(std::fs::read_dir(root.join(".pods")).unwrap().count(), 0, "every pod's id block is given back");
+    assert_eq!(cgroups_left("berth-oci", &["c1", "p1", "bad", "c9"]), Vec::<String>::new());
 }

@@ -38,10 +38,7 @@ pub fn exec(oci: &Oci, args: &ExecArgs<'_>) -> Result<i32, OciError> {
         .map_err(|e| OciError::Config(format!("{} is not an OCI process: {e}", args.process.display())))?;
     config::check_process(&p)?;
     let console = match (p.terminal, args.console_socket) {
-        (true, Some(path)) => Some(OwnedFd::from(
-            std::os::unix::net::UnixStream::connect(path)
-                .map_err(OciError::io(format!("connect to the console socket {}", path.display())))?,
-        )),
+        (true, Some(path)) => Some(super::connect_console(path)?),
         (true, None) => return Err(OciError::Config("the process wants a terminal: give --console-socket".into())),
         (false, _) => None,
     };
@@ -67,8 +64,7 @@ pub fn exec(oci: &Oci, args: &ExecArgs<'_>) -> Result<i32, OciError> {
     }
     let (report_r, report_w) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| OciError::io("make a pipe")(e.into()))?;
-    let none = Namespaces { user: false, mount: false, pid: false, net: false, ipc: false, uts: false };
-    let (pid, pidfd) = match berth_sys::clone::spawn(none, None)? {
+    let (pid, pidfd) = match berth_sys::clone::spawn(Namespaces::NONE, None)? {
         Forked::Child => {
             drop(report_r);
             let err = match run(&p, &mnt, &user, console.as_ref(), args.preserve_fds) {
@@ -83,21 +79,20 @@ pub fn exec(oci: &Oci, args: &ExecArgs<'_>) -> Result<i32, OciError> {
     drop(report_w);
     let mut message = Vec::new();
     let mut buf = [0u8; 4096];
-    while let Ok(n) = rustix::io::read(&report_r, &mut buf) {
-        if n == 0 {
-            break;
+    loop {
+        match rustix::io::read(&report_r, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => message.extend_from_slice(&buf[..n]),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(OciError::io("read the exec's report")(e.into())),
         }
-        message.extend_from_slice(&buf[..n]);
     }
     if !message.is_empty() {
         let _ = process::pidfd_wait(pidfd.as_fd());
         return Err(OciError::State(String::from_utf8_lossy(&message).into_owned()));
     }
     if let Some(file) = args.pid_file {
-        let fresh = file.with_extension("berth-new");
-        std::fs::write(&fresh, pid.to_string())
-            .and_then(|()| std::fs::rename(&fresh, file))
-            .map_err(OciError::io(format!("write the pid file {}", file.display())))?;
+        super::write_pid_file(file, pid)?;
     }
     if args.detach {
         return Ok(0);

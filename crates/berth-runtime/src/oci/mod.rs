@@ -202,6 +202,21 @@ impl Oci {
     }
 }
 
+/// Connect to the console socket a terminal's master end is sent to.
+pub(crate) fn connect_console(path: &Path) -> Result<std::os::fd::OwnedFd, OciError> {
+    std::os::unix::net::UnixStream::connect(path)
+        .map(std::os::fd::OwnedFd::from)
+        .map_err(OciError::io(format!("connect to the console socket {}", path.display())))
+}
+
+/// Write `pid` to the pid file the shim reads, whole or not at all.
+pub(crate) fn write_pid_file(file: &Path, pid: i32) -> Result<(), OciError> {
+    let fresh = file.with_extension("berth-new");
+    std::fs::write(&fresh, pid.to_string())
+        .and_then(|()| std::fs::rename(&fresh, file))
+        .map_err(OciError::io(format!("write the pid file {}", file.display())))
+}
+
 /// Container ids: what containerd and people give (letters, digits, `_`, `.`, `-`, up to 128).
 fn check_id(id: &str) -> Result<(), OciError> {
     let ok = !id.is_empty()

@@ -28,7 +28,8 @@ pub fn key(id: &str, annotations: &std::collections::BTreeMap<String, String>) -
 struct Lock(#[allow(dead_code)] File);
 
 fn lock(root: &Path) -> Result<Lock, OciError> {
-    let path = root.join("pods.lock");
+    // Names starting with `.` are never containers' (see `check_id`).
+    let path = root.join(".pods.lock");
     let file = File::options()
         .create(true)
         .truncate(false)
@@ -41,7 +42,7 @@ fn lock(root: &Path) -> Result<Lock, OciError> {
 }
 
 fn record(root: &Path, pod: &str) -> PathBuf {
-    root.join("pods").join(pod)
+    root.join(".pods").join(pod)
 }
 
 fn owner(root: &Path, pod: &str) -> String {
@@ -65,7 +66,7 @@ pub fn join(root: &Path, dir: &Path, pod: &str) -> Result<u32, OciError> {
             block.reserve_for(claims, &owner)?;
             let slot = block.slot();
             drop(block);
-            std::fs::create_dir_all(root.join("pods")).map_err(OciError::io("create the pods directory"))?;
+            std::fs::create_dir_all(root.join(".pods")).map_err(OciError::io("create the pods directory"))?;
             std::fs::write(&rec, format!("{slot}\n")).map_err(OciError::io(format!("write {}", rec.display())))?;
             slot
         }

@@ -147,14 +147,10 @@ impl State {
     }
 
     pub(crate) fn kill(&self, signal: i32, all: bool) -> Result<(), OciError> {
-        let sig = rustix::process::Signal::from_named_raw(signal)
-            .ok_or_else(|| OciError::Config(format!("{signal} is not a signal")))?;
         if all {
             let cg = self.cgroup()?;
             for pid in cg.procs().unwrap_or_default() {
-                if let Some(p) = rustix::process::Pid::from_raw(pid) {
-                    let _ = rustix::process::kill_process(p, sig);
-                }
+                let _ = process::signal_pid(pid, signal);
             }
             // Frozen processes die only once thawed.
             if signal == 9 && cg.is_frozen().unwrap_or(false) {
@@ -162,11 +158,11 @@ impl State {
             }
             return Ok(());
         }
+        // containerd looks for runc's words to tell a process that is gone from a failure.
         if !self.alive() {
-            return Err(OciError::State(format!("container {} is not running", self.id)));
+            return Err(OciError::State(format!("container not running: {} has stopped", self.id)));
         }
-        let pid = rustix::process::Pid::from_raw(self.pid).ok_or_else(|| OciError::State("no pid".into()))?;
-        rustix::process::kill_process(pid, sig).map_err(|e| OciError::io("signal the container's process")(e.into()))
+        Ok(process::signal_pid(self.pid, signal)?)
     }
 
     /// Kill every process of the container and wait (a few seconds at most) until none is left.
@@ -203,15 +199,29 @@ fn now_ms() -> u64 {
 
 /// Undo what `create` made of container `dir`: its cgroup, its pod membership, its directory.
 pub(crate) fn remove(root: &Path, dir: &Path, id: &str) -> Result<(), OciError> {
-    if let Ok(st) = State::load(dir, id)
-        && let Ok(cg) = st.cgroup()
-    {
-        let _ = cg.kill_all();
-        let _ = cg.thaw();
-        cg.remove()?;
+    // Every step is tried; the first failure is the one reported.
+    let mut first: Option<OciError> = None;
+    if let Ok(st) = State::load(dir, id) {
+        match st.cgroup() {
+            Ok(cg) => {
+                let _ = cg.kill_all();
+                let _ = cg.thaw();
+                if let Err(e) = cg.remove() {
+                    first.get_or_insert(e.into());
+                }
+            }
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+        }
     }
-    pods::leave(root, dir)?;
-    std::fs::remove_dir_all(dir).map_err(OciError::io(format!("remove {}", dir.display())))
+    if let Err(e) = pods::leave(root, dir) {
+        first.get_or_insert(e);
+    }
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        first.get_or_insert(OciError::io(format!("remove {}", dir.display()))(e));
+    }
+    first.map_or(Ok(()), Err)
 }
 
 /// The cgroup parent and name for a container: the config's `cgroupsPath`, else `berth-oci/<id>`.
@@ -247,6 +257,27 @@ pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(
     let plan = super::plan::compile(&config, &host)?;
     std::fs::create_dir_all(host.scratch).map_err(OciError::io("create the scratch mount point"))?;
     let pod = pods::key(args.id, &config.annotations);
+    // A pod's containers come after its sandbox container, which is under this root.
+    let pod_leader = if pod == args.id {
+        None
+    } else {
+        Some(State::load(&root.join(&pod), &pod).map_err(|_| {
+            OciError::Config(format!(
+                "the config names the pod {pod}, which has no sandbox container under this runtime's root"
+            ))
+        })?)
+    };
+    let place = cgroup_parent.join(&cgroup_name);
+    for other in super::Oci::new(root).list().iter().filter_map(|id| State::load(&root.join(id), id).ok()) {
+        let theirs = other.cgroup_parent.join(&other.cgroup_name);
+        if place.starts_with(&theirs) || theirs.starts_with(&place) {
+            return Err(OciError::Config(format!(
+                "the cgroup {} would hold, or be inside, container {}'s",
+                place.display(),
+                other.id
+            )));
+        }
+    }
     let base = pods::join(root, dir, &pod)?;
     let cgroup = nested.create(&cgroup_name, &limits)?;
     let mut st = State {
@@ -274,31 +305,51 @@ pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(
     let fifo = rustix::fs::open(&fifo_path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| OciError::io("open the start fifo")(e.into()))?;
     let console = match (process.terminal, args.console_socket) {
-        (true, Some(path)) => Some(OwnedFd::from(
-            std::os::unix::net::UnixStream::connect(path)
-                .map_err(OciError::io(format!("connect to the console socket {}", path.display())))?,
-        )),
+        (true, Some(path)) => Some(super::connect_console(path)?),
         (true, None) => {
             return Err(OciError::Config("the process wants a terminal: give --console-socket".into()));
         }
         (false, _) => None,
     };
-    // Namespaces to share (a pod's) are entered here, by host root, so that the child is born in them.
+    // Namespaces to share (a pod's) are entered here, by host root, so that the child is born in them: only
+    // the pod's own (those its sandbox container's user namespace owns), or the host's network and uts ones.
+    let own_pid_ns = process::open_namespace(std::process::id() as i32, "pid")?;
+    let leader_userns = match &pod_leader {
+        Some(leader) => Some(
+            rustix::fs::stat(format!("/proc/{}/ns/user", leader.pid))
+                .map_err(|e| OciError::State(format!("the pod's sandbox container {pod} is not running: {e}")))?,
+        ),
+        None => None,
+    };
     let mut pod_userns = None;
-    for (want, kind) in [
-        (&ns.net, NamespaceKind::Net),
-        (&ns.ipc, NamespaceKind::Ipc),
-        (&ns.uts, NamespaceKind::Uts),
-        (&ns.pid, NamespaceKind::Pid),
+    for (want, kind, name) in [
+        (&ns.net, NamespaceKind::Net, "network"),
+        (&ns.ipc, NamespaceKind::Ipc, "ipc"),
+        (&ns.uts, NamespaceKind::Uts, "uts"),
+        (&ns.pid, NamespaceKind::Pid, "pid"),
     ] {
-        if let Want::Join(path) = want {
-            let f =
-                std::fs::File::open(path).map_err(OciError::io(format!("open the namespace {}", path.display())))?;
-            process::join_namespace(f.as_fd(), kind)?;
-            if kind == NamespaceKind::Pid {
-                let (owner, host) = process::namespace_owner(f.as_fd())?;
-                pod_userns = (!host).then_some(owner);
+        let Want::Join(path) = want else { continue };
+        let f = std::fs::File::open(path).map_err(OciError::io(format!("open the namespace {}", path.display())))?;
+        let (owner, host) = process::namespace_owner(f.as_fd())?;
+        if host && matches!(kind, NamespaceKind::Pid | NamespaceKind::Ipc) {
+            return Err(OciError::Config(format!(
+                "the config joins {}, the host's {name} namespace: berth-oci refuses it",
+                path.display()
+            )));
+        }
+        if !host {
+            let theirs = rustix::fs::fstat(&owner).map_err(|e| OciError::io("look at a user namespace")(e.into()))?;
+            let pods = leader_userns.as_ref().is_some_and(|l| l.st_ino == theirs.st_ino && l.st_dev == theirs.st_dev);
+            if !pods && kind != NamespaceKind::Net {
+                return Err(OciError::Config(format!(
+                    "the config joins {}, another container's {name} namespace: only its own pod's are joined",
+                    path.display()
+                )));
             }
+        }
+        process::join_namespace(f.as_fd(), kind)?;
+        if kind == NamespaceKind::Pid && !host {
+            pod_userns = Some(owner);
         }
     }
     let entry = cgroup.entry()?;
@@ -343,6 +394,8 @@ pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(
         }
         Forked::Parent { pid, pidfd } => (pid, pidfd),
     };
+    // What this process forks from here on (the overlay's staging helper) is not the pod's to see.
+    process::join_namespace(own_pid_ns.as_fd(), NamespaceKind::Pid)?;
     drop(child_sock);
     drop(entry);
     let started = start_child(pid, &plan, base, pod_userns_for_maps, parent_sock.as_fd());
@@ -361,10 +414,7 @@ pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(
     st.start_time = proc_start(pid).map(|(_, t)| t).unwrap_or(0);
     st.save()?;
     if let Some(file) = args.pid_file {
-        let fresh = file.with_extension("berth-new");
-        std::fs::write(&fresh, pid.to_string())
-            .and_then(|()| std::fs::rename(&fresh, file))
-            .map_err(OciError::io(format!("write the pid file {}", file.display())))?;
+        super::write_pid_file(file, pid)?;
     }
     Ok(())
 }

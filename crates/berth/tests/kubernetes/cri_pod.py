@@ -65,7 +65,9 @@ app = container("app", ["sleep", "3600"], memory=256 * 1024 * 1024)
 seen["app_state"] = state(app)
 seen["hello"] = sh(app, "echo hello from $(hostname); exit 3")
 seen["ids"] = sh(app, "id -u; cat /proc/self/uid_map; grep -E '^(Seccomp|NoNewPrivs|CapEff|CapBnd):' /proc/self/status")
-seen["host_files"] = sh(app, "ls /; cat /proc/kcore 2>&1 | head -c 40; echo; ls /home 2>&1")
+seen["host_files"] = sh(
+    app, "ls /; echo --; if [ -z \"$(head -c 1 /proc/kcore 2>/dev/null)\" ]; then echo 'kcore: empty or absent'; fi"
+)
 # The container's own cgroup, as its /sys/fs/cgroup shows it (v2: the cgroup2 tree; v1: its directories).
 seen["cgroup_limit"] = sh(app, "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
 # And as a kubelet changes it in place.
@@ -100,5 +102,6 @@ for cid in (app, peer, shared, done):
     rt.RemoveContainer(cri.RemoveContainerRequest(container_id=cid))
 rt.StopPodSandbox(cri.StopPodSandboxRequest(pod_sandbox_id=pod))
 rt.RemovePodSandbox(cri.RemovePodSandboxRequest(pod_sandbox_id=pod))
+seen["made"] = [pod, app, peer, shared, done]
 seen["pods_left"] = len(rt.ListPodSandbox(cri.ListPodSandboxRequest()).items)
 print(json.dumps(seen))
