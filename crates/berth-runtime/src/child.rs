@@ -230,6 +230,11 @@ pub(crate) fn run_step(step: &Step, root: &Path, trees: &[OwnedFd]) -> Result<()
                 mount::set_attr(&fd_path(&top), attrs, false)?;
             }
         }
+        Step::SealInRoot { target } => {
+            let at = find_in_root(root, target)?
+                .ok_or_else(|| RuntimeError::Setup { message: format!("{target} is missing from the root") })?;
+            mount::set_attr(&fd_path(&at), Attrs { readonly: true, ..Attrs::default() }, false)?;
+        }
         Step::NoSymlinks { names } => {
             for name in names {
                 if fs::symlink_metadata(root.join(name)).is_ok_and(|m| m.file_type().is_symlink()) {

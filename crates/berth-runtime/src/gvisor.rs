@@ -190,9 +190,11 @@ pub(crate) fn plan(mut plan: Plan) -> Plan {
         Step::Symlink { link, .. } => !gvisors(link),
         Step::Attach { .. } | Step::AttachInRoot { .. } | Step::Overlay { .. } => true,
         // Only OCI containers' plans have these, and those do not run behind gVisor.
-        Step::MountInRoot { .. } | Step::MaskInRoot { .. } | Step::ReadOnlyInRoot { .. } | Step::NoSymlinks { .. } => {
-            true
-        }
+        Step::MountInRoot { .. }
+        | Step::MaskInRoot { .. }
+        | Step::ReadOnlyInRoot { .. }
+        | Step::SealInRoot { .. }
+        | Step::NoSymlinks { .. } => true,
     });
     plan
 }

@@ -195,6 +195,10 @@ pub enum Step {
     ReadOnlyInRoot {
         target: String,
     },
+    /// [`Seal`](Step::Seal) the mount at a path inside the root, resolved within it.
+    SealInRoot {
+        target: String,
+    },
     /// Refuse to go on if any of these entries of the root is a symbolic link (berth mounts the kernel's
     /// file systems there and addresses what is below them by path).
     NoSymlinks {

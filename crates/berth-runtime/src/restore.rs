@@ -101,6 +101,7 @@ pub(crate) fn stage(plan: &Plan, layout: &Layout, root_id: u32) -> Staging {
             Step::MountInRoot { .. }
             | Step::MaskInRoot { .. }
             | Step::ReadOnlyInRoot { .. }
+            | Step::SealInRoot { .. }
             | Step::NoSymlinks { .. } => {}
         }
     }

@@ -111,6 +111,9 @@ pub struct Linux {
     pub readonly_paths: Vec<String>,
     #[serde(default)]
     pub sysctl: BTreeMap<String, String>,
+    /// Device nodes to make: berth gives every container the same few, bound from the host, and no others.
+    #[serde(default)]
+    pub devices: Vec<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -218,6 +221,13 @@ impl Config {
             return Err(OciError::Config(format!(
                 "cgroupsPath {path:?} is under /{}/, where berth keeps its own sandboxes' cgroups",
                 crate::cgroup::PARENT_DIR
+            )));
+        }
+        if let Some(device) = self.linux.devices.first() {
+            return Err(OciError::Config(format!(
+                "the config asks for the device {}: berth-oci gives containers only null, zero, full, random, \
+                 urandom, tty and their own pseudo-terminals",
+                device.get("path").and_then(|p| p.as_str()).unwrap_or("?")
             )));
         }
         if let Some(sysctl) = self.linux.sysctl.keys().next() {
@@ -446,6 +456,10 @@ mod tests {
                 "existing user",
             ),
             (serde_json::json!({"hooks": {"prestart": [{"path": "/bin/true"}]}}), "hooks"),
+            (
+                serde_json::json!({"linux": {"namespaces": [{"type": "pid"}, {"type": "ipc"}], "devices": [{"path": "/dev/sda", "type": "b", "major": 8, "minor": 0}]}}),
+                "/dev/sda",
+            ),
             (serde_json::json!({"process": {"args": ["sh"], "cwd": "rel"}}), "absolute"),
             (
                 serde_json::json!({"process": {"args": ["sh"], "rlimits": [{"type": "RLIMIT_X", "hard": 1, "soft": 1}]}}),

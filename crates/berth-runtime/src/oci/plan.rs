@@ -93,7 +93,10 @@ pub fn compile(config: &Config, host: &Host<'_>) -> Result<Plan, OciError> {
     masked.extend(SYS_MASKED_DIRS.iter().chain(&SYS_MASKED_FILES).map(|f| format!("/sys/{f}")));
     masked.extend(config.linux.masked_paths.iter().map(|p| clean(p)));
     masked.dedup();
-    steps.push(Step::MaskEach { parent: at("/sys/devices/system/cpu"), prefix: "cpu", leaf: "thermal_throttle" });
+    // Addressed by path: only below a /sys that is the kernel's (mounted here, not a directory of the image's).
+    if mounts.iter().any(|m| m.kind.as_deref() == Some("sysfs") && clean(&m.destination) == "/sys") {
+        steps.push(Step::MaskEach { parent: at("/sys/devices/system/cpu"), prefix: "cpu", leaf: "thermal_throttle" });
+    }
     steps.extend(masked.into_iter().map(|target| Step::MaskInRoot { target }));
     let mut readonly: Vec<String> = PROC_READONLY.iter().map(|d| format!("/proc/{d}")).collect();
     readonly.extend(config.linux.readonly_paths.iter().map(|p| clean(p)));
@@ -161,8 +164,7 @@ fn mount_step(m: &Mount, host: &Host<'_>, trees: &mut Vec<Tree>, steps: &mut Vec
                 trees.push(Tree { source: dir.clone(), idmap: Idmap::Host, readonly: true });
                 steps.push(Step::AttachInRoot { tree: trees.len() - 1, target, file: false });
             }
-            // Below /sys, which is not a link (`NoSymlinks`): the path names the tmpfs just made.
-            steps.push(Step::Seal { target: host.scratch.join("rootfs").join(dest.trim_start_matches('/')) });
+            steps.push(Step::SealInRoot { target: dest });
             return Ok(());
         }
         other => {
