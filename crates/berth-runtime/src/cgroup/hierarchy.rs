@@ -214,6 +214,18 @@ mod tests {
     }
 
     #[test]
+    fn a_nested_hierarchy_puts_cgroups_where_the_engine_says_and_nowhere_else() {
+        let h = detect(HYBRID, None).unwrap().nested(Path::new("/kubepods/pod1")).unwrap();
+        assert_eq!(h.parent_dirs()[0], Path::new("/sys/fs/cgroup/memory/kubepods/pod1"));
+        assert!(h.open("c1").paths().contains(&PathBuf::from("/sys/fs/cgroup/pids/kubepods/pod1/c1")));
+        let v2 = detect(PURE_V2, None).unwrap().nested(Path::new("k8s.io")).unwrap();
+        assert_eq!(v2.open("c1").paths(), [PathBuf::from("/sys/fs/cgroup/k8s.io/c1")]);
+        for bad in ["", "/", "../x", "a/../b", "a/./b/..", "a b/c"] {
+            assert!(detect(HYBRID, None).unwrap().nested(Path::new(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn hybrid_is_v1_with_a_root_per_controller() {
         let h = detect(HYBRID, None).unwrap();
         assert_eq!(h.version(), Version::V1);

@@ -194,6 +194,17 @@ mod tests {
     }
 
     #[test]
+    fn a_nested_parent_hands_the_controllers_on_at_every_level() {
+        let tree = fixtures::FakeV2::new("cpu io memory pids");
+        prepare(tree.root(), Path::new("kubepods/burstable/pod1"), tree.fs()).unwrap();
+        let mut dir = tree.root().to_path_buf();
+        for level in ["kubepods", "burstable", "pod1"] {
+            dir.push(level);
+            assert_eq!(read_trimmed(&dir.join("cgroup.subtree_control")), "+cpu +memory +pids", "{}", dir.display());
+        }
+    }
+
+    #[test]
     fn prepare_needs_the_controllers_at_the_root() {
         let tree = fixtures::FakeV2::new("cpu io memory");
         let err = prepare(tree.root(), Path::new("berth"), tree.fs()).unwrap_err();
