@@ -47,6 +47,9 @@ pub struct Forked {
     /// The snapshot of the instant of the fork: every child's parent.
     pub parent: String,
     pub sandboxes: Vec<crate::Sandbox>,
+    /// Why each copy that could not be started was not (one sentence a copy; empty when all were made).
+    #[serde(default)]
+    pub errors: Vec<String>,
 }
 
 /// `POST /v1/sandboxes/{id}/restore`

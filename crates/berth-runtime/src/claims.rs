@@ -62,12 +62,18 @@ pub fn sweep_sandbox(root: &Path, hierarchy: &Hierarchy, id: &str) -> bool {
 }
 
 /// Remove the claims in `dir` (of sandbox `id`, or of any) that a maker killed before renaming them into
-/// place left behind: unlocked `<id>.lock.new.<pid>` files.
+/// place left behind: unlocked `<id>.lock.new.<pid>` files whose maker is gone. A live maker's file is left
+/// alone even unlocked: it is unlocked between its creation and the maker's lock, and a sweep by another
+/// daemon (they share the liveness directory) must not take it from under the maker then.
 pub(crate) fn remove_half_made(dir: &Path, id: Option<&str>) {
     for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some((of, _pid)) = name.split_once(".lock.new.") else { continue };
+        let Some((of, pid)) = name.split_once(".lock.new.") else { continue };
         if id.is_some_and(|id| id != of) {
+            continue;
+        }
+        let maker_alive = pid.parse::<u32>().is_ok_and(|p| Path::new("/proc").join(p.to_string()).exists());
+        if maker_alive {
             continue;
         }
         let unlocked = File::options()
@@ -156,19 +162,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         // A maker under this pid died before its rename (the pid is reused): the file is there.
         fs::write(dir.path().join(format!("abc.lock.new.{}", std::process::id())), b"").unwrap();
-        // And one of another maker's, which is not touched.
-        fs::write(dir.path().join("abc.lock.new.1"), b"").unwrap();
+        // And one of another maker's (a pid past any pid_max: it is gone), which is not touched.
+        let dead = "abc.lock.new.99999999";
+        fs::write(dir.path().join(dead), b"").unwrap();
         let (held, path) = claim(dir.path(), "abc").unwrap();
         assert!(path.ends_with("abc.lock") && claim_held(&path));
         assert!(!dir.path().join(format!("abc.lock.new.{}", std::process::id())).exists());
-        assert!(dir.path().join("abc.lock.new.1").exists());
+        assert!(dir.path().join(dead).exists());
         drop(held);
-        // The sweep removes what dead makers left, and not what a live one holds.
-        let making =
-            File::options().create(true).truncate(false).write(true).open(dir.path().join("xyz.lock.new.7")).unwrap();
+        // The sweep removes what dead makers left, and not what a live one holds, nor the file a live maker
+        // has made and not locked yet (pid 1 is alive).
+        let making = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.path().join("xyz.lock.new.99999998"))
+            .unwrap();
         rustix::fs::flock(&making, FlockOperation::NonBlockingLockExclusive).unwrap();
+        fs::write(dir.path().join("pqr.lock.new.1"), b"").unwrap();
         remove_half_made(dir.path(), None);
-        assert!(!dir.path().join("abc.lock.new.1").exists());
-        assert!(dir.path().join("xyz.lock.new.7").exists());
+        assert!(!dir.path().join(dead).exists());
+        assert!(dir.path().join("xyz.lock.new.99999998").exists());
+        assert!(dir.path().join("pqr.lock.new.1").exists());
     }
 }

@@ -426,6 +426,7 @@ class Forked(Model):
     __schema__ = "Forked"
     parent: str
     sandboxes: list[SandboxInfo] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
 
 @dataclass

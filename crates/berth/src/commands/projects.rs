@@ -108,6 +108,9 @@ pub fn fork(socket: &Path, args: ForkArgs) -> anyhow::Result<i32> {
     }
     if forked.sandboxes.len() < count as usize {
         eprintln!("berth: only {} of {count} forks could be made", forked.sandboxes.len());
+        for e in &forked.errors {
+            eprintln!("berth: {e}");
+        }
         return Ok(1);
     }
     Ok(0)

@@ -131,7 +131,12 @@ pub(super) async fn fork(s: &E2b, key: &str, id: &str, body: &Value) -> Response
     let Ok(copies) = serde_json::from_value::<Vec<Sandbox>>(a.json()["sandboxes"].clone()) else {
         return error(500, "berth's answer was not a fork");
     };
-    let mut results = Vec::new();
+    let mut results: Vec<Value> = a.json()["errors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| json!({"error": {"code": 500, "message": e}}))
+        .collect();
     for copy in copies {
         if let Some(t) = timeout {
             let ttl = s

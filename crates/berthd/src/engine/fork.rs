@@ -96,11 +96,19 @@ impl Engine {
             self.drop_checkpoint(c, &ids).await;
         }
         let mut sandboxes = Vec::new();
+        let mut errors = Vec::new();
         let mut failed = None;
-        for r in results {
+        for (r, child) in results.into_iter().zip(&ids) {
             match r {
                 Ok(s) => sandboxes.push(s),
-                Err(e) => failed = Some(e),
+                Err(e) => {
+                    crate::log::warn(
+                        "a fork's copy could not be started",
+                        serde_json::json!({"sandbox": parent.id, "copy": child, "error": e.to_string()}),
+                    );
+                    errors.push(e.to_string());
+                    failed = Some(e);
+                }
             }
         }
         if sandboxes.is_empty() {
@@ -124,13 +132,13 @@ impl Engine {
             "fork",
             serde_json::json!({"count": count, "with_processes": with_processes}),
             serde_json::json!({
-                "ids": ids, "parent": base, "frozen": frozen,
+                "ids": ids, "parent": base, "frozen": frozen, "errors": errors,
                 "image_bytes": checkpoint.as_ref().map(|c| c.bytes), "checkpoint_ms": checkpoint.as_ref().map(|c| c.ms),
             }),
         )
         .await;
         self.events.emit(&parent.id, EventKind::Forked, None, None);
-        Ok(Forked { parent: base, sandboxes })
+        Ok(Forked { parent: base, sandboxes, errors })
     }
 
     pub async fn create_volume(&self, name: &str) -> Result<Volume, EngineError> {
