@@ -143,7 +143,7 @@ pub struct CreateVolume {
 pub struct Volume {
     pub name: String,
     pub created_at_ms: u64,
-    /// Sandboxes (running or stopped) that mount it.
+    /// Sandboxes (running or stopped) that mount it, and live pods whose workspace it is (as `pod:<id>`).
     pub used_by: Vec<String>,
 }
 

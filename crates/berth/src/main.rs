@@ -6,6 +6,7 @@ mod client;
 mod commands;
 mod exit;
 mod oci;
+mod oci_agent;
 
 use clap::Parser;
 

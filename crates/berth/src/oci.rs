@@ -6,7 +6,10 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use berth_api::PodEvent;
 use berth_runtime::oci::{self, CreateArgs, Oci, OciError};
+
+use crate::oci_agent::Agent;
 
 /// The name that selects this personality.
 pub const NAME: &str = "berth-oci";
@@ -109,6 +112,15 @@ fn usage() -> String {
     )
 }
 
+/// The node agent of container `id`'s pod, if the pod is the daemon's (see `oci_agent`).
+fn agent_of(oci: &Oci, root: &Path, id: &str) -> Result<Option<Agent>, OciError> {
+    match oci.state(id) {
+        Ok(st) => Agent::of(root, id, &st.annotations),
+        // No such container: the verb itself says so.
+        Err(_) => Ok(None),
+    }
+}
+
 /// `--flag=value` as (`--flag`, `value`).
 fn split(arg: &str) -> (&str, Option<String>) {
     match arg.split_once('=') {
@@ -193,17 +205,41 @@ fn run(g: &Global, verb: &str, args: &[String]) -> Result<i32, OciError> {
             )?;
             let bundle = PathBuf::from(p.value(&["--bundle", "-b"]).unwrap_or("."));
             let bundle = std::path::absolute(&bundle).unwrap_or(bundle);
-            oci.create(&CreateArgs {
-                id: p.id()?,
+            let id = p.id()?;
+            // A pod of the node agent's is registered (or found) first: it says where the workspace is.
+            let config = oci::config::Config::load(&bundle)?;
+            let agent = Agent::of(&g.root, id, &config.annotations)?;
+            let workspace = match &agent {
+                Some(a) => a.before_create(id, &config)?,
+                None => None,
+            };
+            let made = oci.create(&CreateArgs {
+                id,
                 bundle: &bundle,
                 pid_file: p.value(&["--pid-file"]).map(Path::new),
                 console_socket: p.value(&["--console-socket"]).map(Path::new),
                 preserve_fds: p.preserve_fds()?,
-            })?;
+                workspace: workspace.as_deref(),
+            });
+            let Some(agent) = agent else { return made.map(|()| 0) };
+            let recorded = made.and_then(|()| {
+                let st = oci.state(id)?;
+                agent.created(id, &config, &st.cgroup_parent.join(&st.cgroup_name))
+            });
+            if let Err(e) = recorded {
+                // Not recorded, not kept: the container goes, and a pod registered for it ends.
+                let _ = oci.delete(id, true);
+                agent.abandon(id);
+                return Err(e);
+            }
             Ok(0)
         }
         "start" => {
-            oci.start(Parsed::new(args, &[], &[])?.id()?)?;
+            let id = Parsed::new(args, &[], &[])?.id()?.to_string();
+            if let Some(agent) = agent_of(&oci, &g.root, &id)? {
+                agent.event(&PodEvent::about("container_started", &id))?;
+            }
+            oci.start(&id)?;
             Ok(0)
         }
         "state" => {
@@ -219,7 +255,16 @@ fn run(g: &Global, verb: &str, args: &[String]) -> Result<i32, OciError> {
         }
         "delete" => {
             let p = Parsed::new(args, &[], &["--force", "-f"])?;
-            oci.delete(p.id()?, p.has(&["--force", "-f"]))?;
+            let id = p.id()?;
+            // Found before the container's state goes; told after it has.
+            let agent = agent_of(&oci, &g.root, id).unwrap_or_else(|e| {
+                eprintln!("{NAME}: {e}");
+                None
+            });
+            oci.delete(id, p.has(&["--force", "-f"]))?;
+            if let Some(agent) = agent {
+                agent.deleted(id);
+            }
             Ok(0)
         }
         "pause" => {
@@ -271,6 +316,13 @@ fn run(g: &Global, verb: &str, args: &[String]) -> Result<i32, OciError> {
                 .value(&["--process", "-p"])
                 .map(PathBuf::from)
                 .ok_or_else(|| OciError::Config("exec needs --process FILE (the OCI process to run)".into()))?;
+            if let Some(agent) = agent_of(&oci, &g.root, p.id()?)? {
+                let args = std::fs::read(&process)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .and_then(|v| serde_json::from_value::<Vec<String>>(v["args"].clone()).ok());
+                agent.event(&PodEvent { args, ..PodEvent::about("exec", p.id()?) })?;
+            }
             oci::exec(
                 &oci,
                 &oci::exec::ExecArgs {

@@ -28,6 +28,7 @@ mod hibernate;
 mod images;
 mod live;
 mod network;
+mod pods;
 mod previews;
 pub use previews::Refusal as PreviewRefusal;
 pub(crate) mod pause;
@@ -58,6 +59,8 @@ pub struct Engine {
     sandboxes: Mutex<HashMap<String, Arc<Live>>>,
     /// Serialises calls made with an `Idempotency-Key` (their results are in the store).
     idempotent: Mutex<()>,
+    /// Serialises changes to pods' records (see `pods`).
+    pod_lock: Mutex<()>,
     events: Arc<Events>,
     /// Sandboxes being torn down: not to be adopted back meanwhile.
     removing: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -123,7 +126,7 @@ impl Engine {
         bounds.check().map_err(EngineError::invalid)?;
         let exe = std::env::current_exe().map_err(EngineError::SpawnShim)?;
         // Logs, journals and shim sockets are the sandboxes' business and root's: nobody else may read them.
-        for dir in [shim::shims_dir(root), root.join("logs"), root.join("journal")] {
+        for dir in [shim::shims_dir(root), root.join("logs"), root.join("journal"), root.join("pods")] {
             tokio::fs::create_dir_all(&dir).await.map_err(EngineError::Log)?;
             tokio::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
                 .await
@@ -136,6 +139,7 @@ impl Engine {
             exe,
             sandboxes: Mutex::new(HashMap::new()),
             idempotent: Mutex::new(()),
+            pod_lock: Mutex::new(()),
             removing: std::sync::Mutex::new(std::collections::HashSet::new()),
             tokens: crate::tokens::Tokens::new(Arc::clone(&store)),
             store,

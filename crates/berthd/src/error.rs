@@ -26,6 +26,8 @@ pub enum EngineError {
     NoSnapshot(String),
     #[error("there is no volume {0:?}")]
     NoVolume(String),
+    #[error("there is no pod {0:?} on this node: see GET /v1/pods")]
+    NoPod(String),
     #[error("there is no image {0:?}: see berth image ls")]
     NoImage(String),
     #[error("there is no secret {0:?}: set it with berth secret set {0}")]
@@ -70,6 +72,7 @@ impl EngineError {
             | EngineError::Conflict(_) => ErrorCode::Conflict,
             EngineError::NoSnapshot(_)
             | EngineError::NoVolume(_)
+            | EngineError::NoPod(_)
             | EngineError::NoImage(_)
             | EngineError::NoSecret(_) => ErrorCode::NotFound,
             EngineError::Unsupported(_) => ErrorCode::Unavailable,

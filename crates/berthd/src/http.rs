@@ -159,6 +159,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/sandboxes/{id}/net"),
     ("GET", "/v1/sandboxes/{id}/net/log"),
     ("GET", "/v1/sandboxes/{id}/net/suggest"),
+    ("GET", "/v1/pods"),
+    ("POST", "/v1/pods"),
+    ("GET", "/v1/pods/{id}"),
+    ("DELETE", "/v1/pods/{id}"),
+    ("POST", "/v1/pods/{id}/events"),
+    ("POST", "/v1/pods/{id}/fork"),
+    ("GET", "/v1/pods/{id}/journal"),
+    ("GET", "/v1/pods/{id}/receipt"),
     ("GET", "/v1/secrets"),
     ("PUT", "/v1/secrets/{name}"),
     ("DELETE", "/v1/secrets/{name}"),
@@ -317,6 +325,7 @@ fn routes() -> Router<Arc<Engine>> {
         .merge(crate::files::routes())
         .merge(crate::shell::routes())
         .merge(crate::projects_http::routes())
+        .merge(crate::pods_http::routes())
         .merge(crate::contexts_http::routes())
         .merge(crate::preview_http::routes())
         .merge(crate::usage_http::routes())

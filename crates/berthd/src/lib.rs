@@ -26,6 +26,7 @@ pub mod listen;
 pub mod log;
 mod mcp;
 mod memory;
+mod pods_http;
 mod preview_http;
 mod projects_http;
 mod session;

@@ -35,6 +35,8 @@ NOT_MODELLED = {
     "CreateContext": "create_code_context(language, cwd=, env=)", "RunCode": "run_code(code, timeout=, max_output=, env=)",
     "ContextLanguage": "a string field", "ContextState": "a string field", "Interrupted": "interrupt() -> bool",
     "RunFrame": "gathered into Execution",
+    "PodRequest": "berth-oci's (pods)", "PodContainer": "berth-oci's (pods)", "Pod": "berth-oci's (pods)",
+    "PodEvent": "berth-oci's (pods)", "PodFork": "berth-oci's (pods)", "PodReceipt": "berth-oci's (pods)",
 }  # fmt: skip
 # Each frame of a code run is gathered into an Execution (results.RunGather), whatever its schema is named.
 NOT_MODELLED_PREFIXES = ("RunFrame",)

@@ -9,11 +9,12 @@
 //! the description as a document (its version, its references, its operations); `validator` is the small
 //! schema validator and field comparison, `schemas` holds the samples and checks each schema against them,
 //! `storage_samples` holds the samples of the durable-project and image types, `network_samples` those of
-//! the egress types, and `previews_samples` those of preview URLs.
+//! the egress types, `previews_samples` those of preview URLs, and `pods_samples` those of pods.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod contexts_samples;
 mod network_samples;
+mod pods_samples;
 mod previews_samples;
 mod schemas;
 mod storage_samples;

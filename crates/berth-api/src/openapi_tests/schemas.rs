@@ -1,7 +1,8 @@
 //! Each wire type against its schema: fully populated and sparse samples of every type, validated and
 //! compared field by field; string enums, the discriminators of the NDJSON frames (`ExecFrame`,
 //! `ImportFrame`), and which fields requests and responses require. The samples of durable projects and
-//! images (`storage.rs`) are in `storage_samples`, those of egress (`network.rs`) in `network_samples`.
+//! images (`storage.rs`) are in `storage_samples`, those of egress (`network.rs`) in `network_samples`,
+//! those of pods (`pods.rs`) in `pods_samples`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,6 +12,7 @@ use serde_json::Value;
 
 use super::contexts_samples::{contexts_full_samples, contexts_sparse_samples};
 use super::network_samples::{network_full_samples, network_sample, network_sparse_samples};
+use super::pods_samples::{pods_full_samples, pods_sparse_samples};
 use super::previews_samples::preview_samples;
 use super::storage_samples::{all_change_kinds, import_frame_samples, storage_full_samples, storage_sparse_samples};
 use super::validator::{assert_full, compare_fields, properties, validate};
@@ -328,6 +330,7 @@ fn full_samples() -> Vec<(&'static str, Value)> {
     samples.extend(network_full_samples());
     samples.extend(contexts_full_samples());
     samples.extend(preview_samples(true));
+    samples.extend(pods_full_samples());
     samples
 }
 
@@ -399,6 +402,7 @@ fn sparse_samples() -> Vec<(&'static str, Value)> {
     samples.extend(network_sparse_samples());
     samples.extend(contexts_sparse_samples());
     samples.extend(preview_samples(false));
+    samples.extend(pods_sparse_samples());
     samples
 }
 
@@ -531,7 +535,7 @@ fn check_request<T: Serialize + DeserializeOwned>(spec: &Value, name: &str, full
 }
 
 /// The request schemas: exactly those that refuse unknown fields.
-const REQUESTS: [&str; 20] = [
+const REQUESTS: [&str; 23] = [
     "Budget",
     "CreatePreview",
     "CreateContext",
@@ -552,6 +556,9 @@ const REQUESTS: [&str; 20] = [
     "ImportImage",
     "Network",
     "NetChange",
+    "PodRequest",
+    "PodEvent",
+    "PodFork",
 ];
 
 #[test]
@@ -582,6 +589,9 @@ fn request_schemas_match_deserialization() {
     check::<RunCode>(&spec, &samples, "RunCode");
     check::<Budget>(&spec, &samples, "Budget");
     check::<CreatePreview>(&spec, &samples, "CreatePreview");
+    check::<PodRequest>(&spec, &samples, "PodRequest");
+    check::<PodEvent>(&spec, &samples, "PodEvent");
+    check::<PodFork>(&spec, &samples, "PodFork");
     let closed: BTreeSet<&str> = spec["components"]["schemas"]
         .as_object()
         .unwrap()

@@ -112,7 +112,7 @@ pub(super) fn storage_full_samples() -> Vec<(&'static str, Value)> {
             to_value(&Volume {
                 name: "cache".into(),
                 created_at_ms: 1_700_000_000_500,
-                used_by: vec!["0123456789ab".into()],
+                used_by: vec!["0123456789ab".into(), "pod:5f1e2d3c4b5a69788796a5b4c3d2e1f0".into()],
             }),
         ),
         ("StorageInfo", to_value(&storage)),

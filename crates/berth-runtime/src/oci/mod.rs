@@ -15,6 +15,8 @@ pub mod plan;
 mod pods;
 mod state;
 
+pub use pods::key as pod_key;
+
 use std::path::{Path, PathBuf};
 
 pub use exec::{ExecArgs, exec};
@@ -78,6 +80,9 @@ pub struct CreateArgs<'a> {
     pub pid_file: Option<&'a Path>,
     pub console_socket: Option<&'a Path>,
     pub preserve_fds: i32,
+    /// A workspace volume of the node's berth daemon to mount at /workspace (its files stored under berth's
+    /// storage ids, seen as root's inside).
+    pub workspace: Option<&'a Path>,
 }
 
 /// The runtime's state root: one directory per container.
@@ -218,7 +223,7 @@ pub(crate) fn write_pid_file(file: &Path, pid: i32) -> Result<(), OciError> {
 }
 
 /// Container ids: what containerd and people give (letters, digits, `_`, `.`, `-`, up to 128).
-fn check_id(id: &str) -> Result<(), OciError> {
+pub fn check_id(id: &str) -> Result<(), OciError> {
     let ok = !id.is_empty()
         && id.len() <= 128
         && !id.starts_with('.')

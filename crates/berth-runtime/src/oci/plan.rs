@@ -13,6 +13,9 @@ use crate::plan::{
     SYS_MASKED_FILES, Step, Tree,
 };
 
+/// Where a berth workspace volume is mounted.
+pub const WORKSPACE: &str = "/workspace";
+
 /// What the host gives the compiler besides the config.
 pub struct Host<'a> {
     /// The bundle's directory (a relative `root.path` is relative to it).
@@ -24,6 +27,8 @@ pub struct Host<'a> {
     /// On v1, the container's own cgroup directories (one per hierarchy, to be made): what its
     /// `/sys/fs/cgroup` shows, read-only, in place of hierarchies it cannot mount.
     pub cgroup_dirs: &'a [PathBuf],
+    /// A berth workspace volume to mount at /workspace, read-write, under berth's storage ids.
+    pub workspace: Option<&'a Path>,
 }
 
 /// Compile `config` into a plan.
@@ -70,6 +75,16 @@ pub fn compile(config: &Config, host: &Host<'_>) -> Result<Plan, OciError> {
     mounts.sort_by_key(|m| if matches!(clean(&m.destination).as_str(), "/proc" | "/dev" | "/sys") { 0 } else { 1 });
     for m in &mounts {
         mount_step(m, host, &mut trees, &mut steps)?;
+    }
+    if let Some(ws) = host.workspace {
+        if has(WORKSPACE) {
+            return Err(OciError::Config(format!(
+                "the pod has a berth workspace (annotation berth.dev/workspace) and its config mounts {WORKSPACE} \
+                 too: drop one of them"
+            )));
+        }
+        trees.push(Tree { source: ws.to_path_buf(), idmap: Idmap::Storage, readonly: false });
+        steps.push(Step::AttachInRoot { tree: trees.len() - 1, target: WORKSPACE.into(), file: false });
     }
     let at = |p: &str| root.join(p.trim_start_matches('/'));
     for d in DEVICES {
@@ -236,7 +251,13 @@ mod tests {
         std::fs::write(bundle.path().join("hosts"), "x").unwrap();
         let own =
             [PathBuf::from("/sys/fs/cgroup/memory/k8s.io/c1"), PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/k8s.io/c1")];
-        let host = Host { bundle: bundle.path(), scratch: Path::new("/run/x"), cgroup_v2: false, cgroup_dirs: &own };
+        let host = Host {
+            bundle: bundle.path(),
+            scratch: Path::new("/run/x"),
+            cgroup_v2: false,
+            cgroup_dirs: &own,
+            workspace: None,
+        };
         let c = config(serde_json::json!([
             {"destination": "/proc", "type": "proc", "source": "proc"},
             {"destination": "/etc/hosts", "type": "bind", "source": "hosts", "options": ["rbind", "ro"]},
@@ -303,7 +324,13 @@ mod tests {
     fn mounts_berth_cannot_make_are_refused() {
         let bundle = tempfile::tempdir().unwrap();
         std::fs::create_dir(bundle.path().join("rootfs")).unwrap();
-        let host = Host { bundle: bundle.path(), scratch: Path::new("/run/x"), cgroup_v2: true, cgroup_dirs: &[] };
+        let host = Host {
+            bundle: bundle.path(),
+            scratch: Path::new("/run/x"),
+            cgroup_v2: true,
+            cgroup_dirs: &[],
+            workspace: None,
+        };
         for (m, needle) in [
             (serde_json::json!({"destination": "/x", "type": "nfs", "source": "h:/e"}), "does not mount"),
             (
@@ -318,5 +345,26 @@ mod tests {
         let c = config(serde_json::json!([{"destination": "/sys/fs/cgroup", "type": "cgroup"}]));
         let plan = compile(&c, &host).unwrap();
         assert!(plan.steps.iter().any(|s| matches!(s, Step::MountInRoot { fstype, .. } if fstype == "cgroup2")));
+    }
+
+    #[test]
+    fn a_workspace_is_mounted_under_storage_ids_unless_the_config_mounts_one() {
+        let bundle = tempfile::tempdir().unwrap();
+        std::fs::create_dir(bundle.path().join("rootfs")).unwrap();
+        let ws = Path::new("/pool/volumes/ws");
+        let host = Host {
+            bundle: bundle.path(),
+            scratch: Path::new("/run/x"),
+            cgroup_v2: true,
+            cgroup_dirs: &[],
+            workspace: Some(ws),
+        };
+        let plan = compile(&config(serde_json::json!([])), &host).unwrap();
+        let i = plan.trees.iter().position(|t| t.source == ws).unwrap();
+        assert_eq!((plan.trees[i].idmap, plan.trees[i].readonly), (Idmap::Storage, false));
+        assert!(plan.steps.contains(&Step::AttachInRoot { tree: i, target: WORKSPACE.into(), file: false }));
+        let pvc = config(serde_json::json!([{"destination": "/workspace/", "type": "tmpfs"}]));
+        let err = compile(&pvc, &host).unwrap_err().to_string();
+        assert!(err.contains("berth.dev/workspace") && err.contains("drop one"), "{err}");
     }
 }

@@ -253,7 +253,11 @@ pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(
         scratch: Path::new(crate::sandbox::SCRATCH_MOUNT_POINT),
         cgroup_v2: v2,
         cgroup_dirs: &own_cgroups,
+        workspace: args.workspace,
     };
+    if let Some(ws) = args.workspace {
+        crate::claims::prepare_storage(ws, 0o755)?;
+    }
     let plan = super::plan::compile(&config, &host)?;
     std::fs::create_dir_all(host.scratch).map_err(OciError::io("create the scratch mount point"))?;
     let pod = pods::key(args.id, &config.annotations);

@@ -1,6 +1,7 @@
 //! Helpers for tests that drive the real `berth` binary as root.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod containerd;
 pub mod daemon;
 pub mod dns;
 pub mod leaks;

@@ -157,6 +157,7 @@ impl Engine {
 
     pub fn volumes(&self) -> Result<Vec<Volume>, EngineError> {
         let specs = self.store.specs()?;
+        let pods = self.pod_volume_users()?;
         Ok(self
             .store
             .volumes()?
@@ -168,6 +169,7 @@ impl Engine {
                         s["volumes"].as_array().is_some_and(|vs| vs.iter().any(|v| v["name"].as_str() == Some(&name)))
                     })
                     .map(|(id, _)| id.clone())
+                    .chain(pods.iter().filter(|(v, _)| *v == name).map(|(_, p)| p.clone()))
                     .collect();
                 Volume { name, created_at_ms, used_by }
             })
@@ -179,7 +181,7 @@ impl Engine {
             self.volumes()?.into_iter().find(|v| v.name == name).ok_or_else(|| EngineError::NoVolume(name.into()))?;
         if !vol.used_by.is_empty() {
             return Err(EngineError::Conflict(format!(
-                "volume {name:?} is used by {}: remove those sandboxes first",
+                "volume {name:?} is used by {}: remove those sandboxes (and pods) first",
                 vol.used_by.join(", ")
             )));
         }

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+mod pods;
 mod projects;
 
 /// Schema migrations, in order; `PRAGMA user_version` says how many have run.
@@ -44,6 +45,11 @@ const MIGRATIONS: &[&str] = &[
         created_at_ms INTEGER NOT NULL
     );",
     "ALTER TABLE tokens ADD COLUMN scope TEXT;",
+    "CREATE TABLE pods (
+        id TEXT PRIMARY KEY,
+        record TEXT NOT NULL,
+        removed_at_ms INTEGER
+    );",
 ];
 
 #[derive(Debug, thiserror::Error)]

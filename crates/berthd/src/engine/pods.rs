@@ -1,0 +1,293 @@
+//! Pods: on a Kubernetes node, berth-oci builds each container itself (its first process must be the shim's
+//! descendant) and tells this daemon what it did, so that a pod still gets what berth keeps for a sandbox: a
+//! workspace volume from the pool (made at the pod's first start, kept after it), a hash-chained journal of
+//! its containers and execs, a copy of the workspace taken with the pod frozen (`fork`), and a receipt.
+//!
+//! A pod is recorded in the store and journaled under `<root>/pods/<id>.jsonl`; its receipt is
+//! `<root>/pods/<id>.receipt.json`. These calls are the node's own (the unix socket only): they name host
+//! paths and cgroups.
+
+use std::path::{Path, PathBuf};
+
+use berth_api::{Pod, PodContainer, PodEvent, PodFork, PodReceipt, PodRequest, Volume};
+
+use super::{Engine, now_ms};
+use crate::EngineError;
+use crate::journal::{self, Journal};
+
+/// Pod and container ids: berth-oci's container ids (what containerd gives).
+fn check_pod_id(id: &str) -> Result<(), EngineError> {
+    berth_runtime::oci::check_id(id).map_err(|e| EngineError::invalid(format!("as a pod or container id, {e}")))
+}
+
+/// A container's cgroup as berth-oci reports it: a relative path without `..`, outside berth's own tree.
+fn check_cgroup(path: &str) -> Result<(), EngineError> {
+    let p = Path::new(path);
+    let ok = !path.is_empty()
+        && p.is_relative()
+        && p.components().all(|c| matches!(c, std::path::Component::Normal(_)))
+        && !p.starts_with("berth");
+    match ok {
+        true => Ok(()),
+        false => Err(EngineError::invalid(format!(
+            "{path:?} is not a container's cgroup (a relative path below the hierarchy's root, outside berth/)"
+        ))),
+    }
+}
+
+impl Engine {
+    fn pods_dir(&self) -> PathBuf {
+        self.root.join("pods")
+    }
+
+    fn pod_journal_path(&self, id: &str) -> PathBuf {
+        self.pods_dir().join(format!("{id}.jsonl"))
+    }
+
+    fn pod_receipt_path(&self, id: &str) -> PathBuf {
+        self.pods_dir().join(format!("{id}.receipt.json"))
+    }
+
+    fn pod_journal(&self, id: &str, action: &str, args: serde_json::Value, result: serde_json::Value) {
+        let appended = Journal::open(&self.pod_journal_path(id))
+            .and_then(|mut j| j.append(&super::actor(), action, args, result).map(|_| ()));
+        if let Err(e) = appended {
+            crate::log::warn(
+                "cannot journal a pod's action",
+                serde_json::json!({"pod": id, "action": action, "error": e.to_string()}),
+            );
+        }
+    }
+
+    /// The pod `id` as recorded, live or removed.
+    pub fn pod(&self, id: &str) -> Result<Pod, EngineError> {
+        check_pod_id(id)?;
+        self.store.pod(id)?.ok_or_else(|| EngineError::NoPod(id.to_string()))
+    }
+
+    fn live_pod(&self, id: &str) -> Result<Pod, EngineError> {
+        let pod = self.pod(id)?;
+        match pod.removed_at_ms {
+            None => Ok(pod),
+            Some(_) => Err(EngineError::Conflict(format!("pod {id} was removed: see GET /v1/pods/{id}/receipt"))),
+        }
+    }
+
+    /// Every pod recorded: live ones first.
+    pub fn pods(&self) -> Result<Vec<Pod>, EngineError> {
+        Ok(self.store.pods()?)
+    }
+
+    /// The volumes live pods mount, as (volume, pod) pairs.
+    pub(crate) fn pod_volume_users(&self) -> Result<Vec<(String, String)>, EngineError> {
+        Ok(self
+            .pods()?
+            .into_iter()
+            .filter(|p| p.removed_at_ms.is_none())
+            .filter_map(|p| Some((p.workspace?, format!("pod:{}", p.id))))
+            .collect())
+    }
+
+    /// Record a pod whose sandbox container is being created, with its workspace volume (made if there is
+    /// none of that name). Asked again for the same live pod, the same record is the answer.
+    pub async fn register_pod(&self, req: PodRequest) -> Result<Pod, EngineError> {
+        check_pod_id(&req.id)?;
+        let _one = self.pod_lock.lock().await;
+        if let Some(pod) = self.store.pod(&req.id)? {
+            return match pod.removed_at_ms {
+                None if pod.workspace == req.workspace => Ok(pod),
+                None => Err(EngineError::Conflict(format!(
+                    "pod {} is already recorded with the workspace {:?}",
+                    req.id, pod.workspace
+                ))),
+                Some(_) => Err(EngineError::Conflict(format!("pod {} was removed; a pod id is used once", req.id))),
+            };
+        }
+        let mut made = false;
+        if let Some(name) = &req.workspace {
+            berth_runtime::spec::check_name(name)
+                .map_err(|e| EngineError::invalid(format!("the workspace volume's name: {e}")))?;
+            if !self.store.volumes()?.iter().any(|(v, _)| v == name) {
+                self.create_volume(name).await?;
+                made = true;
+            }
+        }
+        let pod = Pod {
+            id: req.id.clone(),
+            name: req.name,
+            namespace: req.namespace,
+            uid: req.uid,
+            workspace_path: req.workspace.as_ref().map(|w| self.volume_dir(w).display().to_string()),
+            workspace: req.workspace,
+            created_at_ms: now_ms(),
+            removed_at_ms: None,
+            containers: Vec::new(),
+        };
+        self.store.put_pod(&pod)?;
+        self.pod_journal(
+            &pod.id,
+            "pod_created",
+            serde_json::json!({"name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "workspace": pod.workspace}),
+            serde_json::json!({"workspace_made": made}),
+        );
+        Ok(pod)
+    }
+
+    /// Record what berth-oci did to one of a live pod's containers.
+    pub async fn pod_event(&self, id: &str, ev: PodEvent) -> Result<Pod, EngineError> {
+        check_pod_id(&ev.container)?;
+        let _one = self.pod_lock.lock().await;
+        let mut pod = self.live_pod(id)?;
+        let known = pod.containers.iter().position(|c| c.id == ev.container);
+        let unknown = || EngineError::Conflict(format!("pod {id} has no container {}", ev.container));
+        match (ev.kind.as_str(), known) {
+            ("container_created", None) => {
+                let cgroup = ev.cgroup.clone().unwrap_or_default();
+                check_cgroup(&cgroup)?;
+                let name = ev.name.clone().unwrap_or_default();
+                pod.containers.push(PodContainer {
+                    id: ev.container.clone(),
+                    name,
+                    cgroup,
+                    state: "created".into(),
+                    execs: 0,
+                });
+            }
+            ("container_created", Some(_)) => {
+                return Err(EngineError::Conflict(format!("pod {id} already has a container {}", ev.container)));
+            }
+            ("container_started", Some(i)) => pod.containers[i].state = "running".into(),
+            ("exec", Some(i)) => pod.containers[i].execs += 1,
+            ("container_deleted", Some(i)) => pod.containers[i].state = "deleted".into(),
+            ("container_started" | "exec" | "container_deleted", None) => return Err(unknown()),
+            (other, _) => {
+                return Err(EngineError::invalid(format!(
+                    "{other:?} is not a pod event (container_created, container_started, exec, container_deleted)"
+                )));
+            }
+        }
+        self.store.put_pod(&pod)?;
+        self.pod_journal(
+            id,
+            &ev.kind,
+            serde_json::json!({"container": ev.container, "name": ev.name, "cgroup": ev.cgroup, "args": ev.args}),
+            serde_json::json!({"pid": ev.pid}),
+        );
+        Ok(pod)
+    }
+
+    /// Copy a live pod's workspace, as it is at one instant, into a new volume: the pod's containers are
+    /// frozen for the clone (those already frozen stay so), so no write of theirs is half in the copy.
+    pub async fn fork_pod(&self, id: &str, req: PodFork) -> Result<Volume, EngineError> {
+        let _one = self.pod_lock.lock().await;
+        let pod = self.live_pod(id)?;
+        let Some(from) = pod.workspace.clone() else {
+            return Err(EngineError::Conflict(format!("pod {id} has no workspace (annotation berth.dev/workspace)")));
+        };
+        berth_runtime::spec::check_name(&req.workspace)
+            .map_err(|e| EngineError::invalid(format!("the new workspace volume's name: {e}")))?;
+        let now = now_ms();
+        if !self.store.add_volume(&req.workspace, now)? {
+            return Err(EngineError::Conflict(format!("a volume named {:?} already exists", req.workspace)));
+        }
+        let hierarchy = berth_runtime::cgroup::Hierarchy::detect().map_err(|e| EngineError::Storage(e.to_string()))?;
+        let mut frozen = Vec::new();
+        let mut froze_all = Ok(());
+        for c in pod.containers.iter().filter(|c| c.state != "deleted") {
+            let path = Path::new(&c.cgroup);
+            let (parent, name) = (path.parent().unwrap_or(Path::new("")), path.file_name().unwrap_or_default());
+            let cg = match hierarchy.nested(parent) {
+                Ok(h) => h.open(&name.to_string_lossy()),
+                Err(e) => {
+                    froze_all = Err(e.to_string());
+                    break;
+                }
+            };
+            if !cg.exists() || cg.is_frozen().unwrap_or(false) {
+                continue;
+            }
+            if let Err(e) = cg.freeze() {
+                froze_all = Err(e.to_string());
+                break;
+            }
+            frozen.push((c.id.clone(), cg));
+        }
+        let started = std::time::Instant::now();
+        let cloned = match froze_all {
+            Ok(()) => {
+                let (src, dst) = (self.volume_dir(&from), self.volume_dir(&req.workspace));
+                self.pool_op(move |pool| pool.clone_many(&src, &[dst])).await
+            }
+            Err(e) => Err(EngineError::Conflict(format!("pod {id}'s containers could not be frozen: {e}"))),
+        };
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        for (_, cg) in &frozen {
+            let _ = cg.thaw();
+        }
+        if let Err(e) = cloned {
+            let _ = self.store.remove_volume(&req.workspace);
+            return Err(e);
+        }
+        let ids: Vec<&String> = frozen.iter().map(|(c, _)| c).collect();
+        self.pod_journal(
+            id,
+            "fork",
+            serde_json::json!({"workspace": req.workspace}),
+            serde_json::json!({"from": from, "frozen": ids, "frozen_ms": ms}),
+        );
+        Ok(Volume { name: req.workspace, created_at_ms: now, used_by: vec![] })
+    }
+
+    /// The pod's sandbox container was deleted: the pod is gone. Its record and journal are closed, and its
+    /// receipt kept; its workspace volume stays. Asked again, the receipt is the answer.
+    pub async fn remove_pod(&self, id: &str) -> Result<PodReceipt, EngineError> {
+        let _one = self.pod_lock.lock().await;
+        let mut pod = self.pod(id)?;
+        if pod.removed_at_ms.is_some() {
+            return self.pod_receipt(id);
+        }
+        pod.removed_at_ms = Some(now_ms());
+        for c in &mut pod.containers {
+            c.state = "deleted".into();
+        }
+        self.pod_journal(
+            id,
+            "pod_removed",
+            serde_json::json!({}),
+            serde_json::json!({"workspace_kept": pod.workspace}),
+        );
+        let path = self.pod_journal_path(id);
+        let verdict = journal::verify(&path).map_err(EngineError::Log)?;
+        let head = journal::read(&path).map_err(EngineError::Log)?.last().map(|r| r.hash.clone()).unwrap_or_default();
+        let receipt = PodReceipt {
+            workspace_kept: pod.workspace.clone(),
+            pod: pod.clone(),
+            journal_records: verdict.records,
+            journal_head: head,
+            journal_verified: verdict.ok,
+        };
+        let text = serde_json::to_vec_pretty(&receipt).map_err(|e| EngineError::Storage(e.to_string()))?;
+        let fresh = self.pod_receipt_path(id).with_extension("new");
+        std::fs::write(&fresh, text)
+            .and_then(|()| std::fs::rename(&fresh, self.pod_receipt_path(id)))
+            .map_err(EngineError::Log)?;
+        self.store.put_pod(&pod)?;
+        Ok(receipt)
+    }
+
+    /// A removed pod's receipt.
+    pub fn pod_receipt(&self, id: &str) -> Result<PodReceipt, EngineError> {
+        let pod = self.pod(id)?;
+        if pod.removed_at_ms.is_none() {
+            return Err(EngineError::Conflict(format!("pod {id} is live: its receipt is made when it is removed")));
+        }
+        let text = std::fs::read(self.pod_receipt_path(id)).map_err(EngineError::Log)?;
+        serde_json::from_slice(&text).map_err(|e| EngineError::Storage(format!("pod {id}'s receipt: {e}")))
+    }
+
+    /// A pod's journal, every record.
+    pub fn pod_records(&self, id: &str) -> Result<Vec<journal::Record>, EngineError> {
+        self.pod(id)?;
+        journal::read(&self.pod_journal_path(id)).map_err(EngineError::Log)
+    }
+}
