@@ -21,6 +21,14 @@ pub struct PodRequest {
     /// made if there is none of that name.
     #[serde(default)]
     pub workspace: Option<String>,
+    /// The egress policy of the pod (annotations `berth.dev/egress` and `berth.dev/egress-hosts`): the
+    /// daemon's proxy listens on 127.0.0.1:3128 in the pod's network namespace, and every other way out of
+    /// it is dropped.
+    #[serde(default)]
+    pub egress: Option<crate::Network>,
+    /// The pod's network namespace (a path), needed with `egress`: a pod on the host's network has none.
+    #[serde(default)]
+    pub netns: Option<String>,
 }
 
 /// One of a pod's containers.
@@ -47,6 +55,11 @@ pub struct Pod {
     pub workspace: Option<String>,
     /// Where the workspace volume is on the node (for berth-oci, which mounts it).
     pub workspace_path: Option<String>,
+    /// The egress policy its proxy holds, if it has one.
+    pub egress: Option<crate::Network>,
+    pub netns: Option<String>,
+    /// Variables every process of the pod's containers gets (`NAME=value`): the proxy's, with `egress`.
+    pub env: Vec<String>,
     pub created_at_ms: u64,
     /// When its sandbox container was deleted (then the pod is gone and its receipt is kept).
     pub removed_at_ms: Option<u64>,

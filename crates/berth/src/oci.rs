@@ -209,22 +209,24 @@ fn run(g: &Global, verb: &str, args: &[String]) -> Result<i32, OciError> {
             // A pod of the node agent's is registered (or found) first: it says where the workspace is.
             let config = oci::config::Config::load(&bundle)?;
             let agent = Agent::of(&g.root, id, &config.annotations)?;
-            let workspace = match &agent {
-                Some(a) => a.before_create(id, &config)?,
+            let pod = match &agent {
+                Some(a) => Some(a.before_create(id, &config)?),
                 None => None,
             };
+            let workspace = pod.as_ref().and_then(|p| p.workspace_path.as_deref()).map(Path::new);
             let made = oci.create(&CreateArgs {
                 id,
                 bundle: &bundle,
                 pid_file: p.value(&["--pid-file"]).map(Path::new),
                 console_socket: p.value(&["--console-socket"]).map(Path::new),
                 preserve_fds: p.preserve_fds()?,
-                workspace: workspace.as_deref(),
+                workspace,
+                extra_env: pod.as_ref().map(|p| p.env.as_slice()).unwrap_or_default(),
             });
             let Some(agent) = agent else { return made.map(|()| 0) };
             let recorded = made.and_then(|()| {
                 let st = oci.state(id)?;
-                agent.created(id, &config, &st.cgroup_parent.join(&st.cgroup_name))
+                agent.created(id, &config, &st.cgroup_parent.join(&st.cgroup_name)).map(|_| ())
             });
             if let Err(e) = recorded {
                 // Not recorded, not kept: the container goes, and a pod registered for it ends.
@@ -316,12 +318,13 @@ fn run(g: &Global, verb: &str, args: &[String]) -> Result<i32, OciError> {
                 .value(&["--process", "-p"])
                 .map(PathBuf::from)
                 .ok_or_else(|| OciError::Config("exec needs --process FILE (the OCI process to run)".into()))?;
+            let mut extra_env = Vec::new();
             if let Some(agent) = agent_of(&oci, &g.root, p.id()?)? {
                 let args = std::fs::read(&process)
                     .ok()
                     .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
                     .and_then(|v| serde_json::from_value::<Vec<String>>(v["args"].clone()).ok());
-                agent.event(&PodEvent { args, ..PodEvent::about("exec", p.id()?) })?;
+                extra_env = agent.event(&PodEvent { args, ..PodEvent::about("exec", p.id()?) })?.env;
             }
             oci::exec(
                 &oci,
@@ -332,6 +335,7 @@ fn run(g: &Global, verb: &str, args: &[String]) -> Result<i32, OciError> {
                     console_socket: p.value(&["--console-socket"]).map(Path::new),
                     detach: p.has(&["--detach", "-d"]),
                     preserve_fds: p.preserve_fds()?,
+                    extra_env: &extra_env,
                 },
             )
         }

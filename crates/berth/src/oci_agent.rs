@@ -11,13 +11,19 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use berth_api::{Pod, PodEvent, PodRequest};
-use berth_runtime::oci::{Oci, OciError, config::Config};
+use berth_api::{Network, Pod, PodEvent, PodRequest};
+use berth_runtime::oci::config::{Config, Want};
+use berth_runtime::oci::{Oci, OciError};
 
 use crate::client::{self, Client};
 
 /// The annotation naming the pod's workspace volume.
 pub const WORKSPACE: &str = "berth.dev/workspace";
+/// The pod's egress policy: allow rules (separated by commas or spaces), or one mode (`none`, `learn`,
+/// `allow_all`).
+pub const EGRESS: &str = "berth.dev/egress";
+/// How its proxy resolves names: `NAME=IP`, comma-separated.
+pub const EGRESS_HOSTS: &str = "berth.dev/egress-hosts";
 /// The prefix of the annotations that make a pod the daemon's.
 const PREFIX: &str = "berth.dev/";
 const SANDBOX_NAME: &str = "io.kubernetes.cri.sandbox-name";
@@ -34,6 +40,33 @@ fn socket() -> PathBuf {
 
 fn wanted(annotations: &BTreeMap<String, String>) -> bool {
     annotations.keys().any(|k| k.starts_with(PREFIX))
+}
+
+/// The egress policy the annotations give, if any.
+fn egress_of(a: &BTreeMap<String, String>) -> Result<Option<Network>, OciError> {
+    let Some(value) = a.get(EGRESS) else {
+        if a.contains_key(EGRESS_HOSTS) {
+            return Err(OciError::Config(format!("{EGRESS_HOSTS} is given without {EGRESS}")));
+        }
+        return Ok(None);
+    };
+    let words: Vec<String> =
+        value.split(|c: char| c == ',' || c.is_whitespace()).filter(|w| !w.is_empty()).map(String::from).collect();
+    let mut net = Network::default();
+    match words.as_slice() {
+        [mode] if matches!(mode.as_str(), "none" | "learn" | "allow_all") => net.mode = Some(mode.clone()),
+        [] => net.mode = Some("none".into()),
+        _ => net.allow = words,
+    }
+    for pair in
+        a.get(EGRESS_HOSTS).map(String::as_str).unwrap_or("").split(',').map(str::trim).filter(|p| !p.is_empty())
+    {
+        let Some((name, ip)) = pair.split_once('=') else {
+            return Err(OciError::Config(format!("{EGRESS_HOSTS}: {pair:?} is not NAME=IP")));
+        };
+        net.add_hosts.insert(name.trim().to_string(), ip.trim().to_string());
+    }
+    Ok(Some(net))
 }
 
 /// The daemon, for pod `pod`.
@@ -70,34 +103,42 @@ impl Agent {
     }
 
     /// Before container `id` is created: register the pod (its sandbox container) or look it up (any
-    /// other), and give the workspace to mount.
-    pub fn before_create(&self, id: &str, config: &Config) -> Result<Option<PathBuf>, OciError> {
+    /// other). The pod says where the workspace to mount is and what its processes' environment gets.
+    pub fn before_create(&self, id: &str, config: &Config) -> Result<Pod, OciError> {
         let a = &config.annotations;
         let body = if self.pod == id {
+            let netns = match config.namespaces()?.net {
+                Want::Join(path) => Some(path.display().to_string()),
+                _ => None,
+            };
             let req = PodRequest {
                 id: id.to_string(),
                 name: a.get(SANDBOX_NAME).cloned(),
                 namespace: a.get(SANDBOX_NAMESPACE).cloned(),
                 uid: a.get(SANDBOX_UID).cloned(),
                 workspace: a.get(WORKSPACE).cloned(),
+                egress: egress_of(a)?,
+                netns,
             };
             self.client.post_json("/v1/pods", &req).map_err(|e| failed("cannot register the pod", e))?.1
         } else {
             let path = format!("/v1/pods/{}", self.pod);
             self.client.get(&path).map_err(|e| failed("cannot find the container's pod", e))?.1
         };
-        let pod: Pod = client::decode(&body).map_err(|e| failed("cannot read the pod", e))?;
-        Ok(pod.workspace_path.map(PathBuf::from))
+        client::decode(&body).map_err(|e| failed("cannot read the pod", e))
     }
 
-    /// Journal an event of the pod's (before what it names is done, so that nothing is left unrecorded).
-    pub fn event(&self, ev: &PodEvent) -> Result<(), OciError> {
+    /// Journal an event of the pod's (before what it names is done, so that nothing is left unrecorded); the
+    /// pod as it is then.
+    pub fn event(&self, ev: &PodEvent) -> Result<Pod, OciError> {
         let path = format!("/v1/pods/{}/events", self.pod);
-        self.client.post_json(&path, ev).map(|_| ()).map_err(|e| failed(&format!("cannot journal {}", ev.kind), e))
+        let (_, body) =
+            self.client.post_json(&path, ev).map_err(|e| failed(&format!("cannot journal {}", ev.kind), e))?;
+        client::decode(&body).map_err(|e| failed("cannot read the pod", e))
     }
 
     /// The container was created: journal it with its name, cgroup and program.
-    pub fn created(&self, id: &str, config: &Config, cgroup: &Path) -> Result<(), OciError> {
+    pub fn created(&self, id: &str, config: &Config, cgroup: &Path) -> Result<Pod, OciError> {
         self.event(&PodEvent {
             kind: "container_created".into(),
             container: id.to_string(),

@@ -7,11 +7,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::containerd::{Containerd, IMAGE, NS, OCI_ROOT, cgroups_left, leftovers, repo};
+use common::containerd::{Containerd, IMAGE, NS, OCI_ROOT, bundle, cgroups_left, leftovers, repo};
 use common::text;
 use serde_json::Value;
 
@@ -230,27 +230,6 @@ fn the_cri_calls_of_a_kubelet_run_a_pod_on_the_berth_handler() {
 }
 
 /// A bundle on a plain directory (no containerd): busybox, and a config running `script`.
-fn bundle(dir: &Path, script: &str, extra: Value) -> PathBuf {
-    let b = dir.join("bundle");
-    std::fs::create_dir_all(b.join("rootfs/bin")).unwrap();
-    std::fs::copy("/bin/busybox", b.join("rootfs/bin/busybox")).unwrap();
-    for applet in ["sh", "echo", "cat", "id", "sleep"] {
-        let _ = std::os::unix::fs::symlink("busybox", b.join("rootfs/bin").join(applet));
-    }
-    let mut config = serde_json::json!({
-        "ociVersion": "1.0.2",
-        "process": {"args": ["sh", "-c", script], "cwd": "/", "env": ["PATH=/bin"], "user": {"uid": 0, "gid": 0}},
-        "root": {"path": "rootfs"},
-        "hostname": "bundled",
-        "linux": {"namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "mount"}, {"type": "uts"}, {"type": "network"}]}
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        config[k] = v.clone();
-    }
-    std::fs::write(b.join("config.json"), config.to_string()).unwrap();
-    b
-}
-
 #[test]
 fn berth_oci_runs_a_bundle_and_refuses_what_it_cannot_do() {
     assert!(rustix::process::geteuid().is_root(), "berth-oci needs root");

@@ -174,3 +174,280 @@ fn a_pod_gets_a_workspace_a_journal_a_fork_and_a_receipt_from_the_node_agent() {
         .unwrap();
     assert_eq!(text(&list.stdout).trim(), "", "no task is left of the refused pod");
 }
+
+/// Two network namespaces of the test's own: the pod's, as CNI would make one (`lo`, and an `eth0` with an
+/// address and a default route), and the network beyond it (the other end of the veth pair), where a
+/// listener counts what reaches it.
+struct Netns {
+    pod: String,
+    outside: String,
+}
+
+impl Netns {
+    fn new() -> Netns {
+        let (pod, outside) =
+            (format!("berthtest-{}", std::process::id()), format!("berthtest-out-{}", std::process::id()));
+        let ip = |args: &str| {
+            let out = Command::new("ip").args(args.split_whitespace()).output().unwrap();
+            assert!(out.status.success(), "ip {args}: {}", text(&out.stderr));
+        };
+        for n in [&pod, &outside] {
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+        ip(&format!("netns add {pod}"));
+        ip(&format!("netns add {outside}"));
+        let ns = Netns { pod: pod.clone(), outside: outside.clone() };
+        ip(&format!("-n {pod} link set lo up"));
+        ip(&format!("-n {pod} link add eth0 type veth peer name eth1 netns {outside}"));
+        ip(&format!("-n {pod} addr add 10.213.0.2/24 dev eth0"));
+        ip(&format!("-n {outside} addr add 10.213.0.1/24 dev eth1"));
+        ip(&format!("-n {pod} link set eth0 up"));
+        ip(&format!("-n {outside} link set eth1 up"));
+        ip(&format!("-n {pod} route add default via 10.213.0.1"));
+        ns
+    }
+
+    fn path(&self) -> String {
+        format!("/run/netns/{}", self.pod)
+    }
+
+    /// Run `f` on a thread of its own in namespace `name`.
+    fn within<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+        let file = std::fs::File::open(format!("/run/netns/{name}")).unwrap();
+        std::thread::spawn(move || {
+            rustix::thread::move_into_link_name_space(
+                std::os::fd::AsFd::as_fd(&file),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )
+            .unwrap();
+            f()
+        })
+    }
+
+    /// A listener at 10.213.0.1:8080 beyond the pod's network; the count of connections it took.
+    fn listen_outside(&self) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = std::sync::Arc::clone(&count);
+        let (tx, rx) = std::sync::mpsc::channel();
+        Netns::within(&self.outside, move || {
+            let listener = std::net::TcpListener::bind("10.213.0.1:8080").unwrap();
+            tx.send(()).unwrap();
+            for _ in listener.incoming().flatten() {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        rx.recv().unwrap();
+        count
+    }
+
+    /// Whether a connection from the pod's namespace reaches the listener beyond it.
+    fn reaches_outside(&self) -> bool {
+        Netns::within(&self.pod, || {
+            std::net::TcpStream::connect_timeout(&"10.213.0.1:8080".parse().unwrap(), Duration::from_secs(2)).is_ok()
+        })
+        .join()
+        .unwrap()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in [&self.pod, &self.outside] {
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+    }
+}
+
+/// A server on the host's loopback answering every request with one line.
+fn serve_once_each() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            use std::io::{Read, Write};
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 20\r\n\r\nhello from the host\n");
+        }
+    });
+    port
+}
+
+#[test]
+fn a_pods_egress_goes_through_the_node_agents_proxy_and_no_other_way() {
+    let mut d = Daemon::start();
+    let port = serve_once_each();
+    let ns = Netns::new();
+    let tmp = tempfile::Builder::new().prefix("bn-").tempdir_in("/tmp").unwrap();
+    let root = tmp.path().join("state");
+    let (id, other) = (format!("eg1-{}", std::process::id()), format!("eg2-{}", std::process::id()));
+    // Whatever fails below, no container is left running.
+    struct Removed(std::path::PathBuf, String);
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ = Command::new(env!("CARGO_BIN_EXE_berth"))
+                .arg("oci")
+                .arg("--root")
+                .arg(&self.0)
+                .args(["delete", "--force", &self.1])
+                .output();
+        }
+    }
+    let _removed = Removed(root.clone(), id.clone());
+    let oci = |d: &Daemon, args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_berth"))
+            .env("BERTH_SOCKET", d.socket())
+            .arg("oci")
+            .arg("--root")
+            .arg(&root)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // Before berth has the pod: its namespace reaches the network beyond it.
+    let reached = ns.listen_outside();
+    assert!(ns.reaches_outside(), "the test's network works");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while reached.load(std::sync::atomic::Ordering::SeqCst) == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 1, "the listener took the connection");
+    // A request through the proxy the variables name (busybox's wget cannot be used: it crashes at start).
+    let fetch = format!(
+        "req() {{ printf 'GET http://%s:{port}/ HTTP/1.0\\r\\nHost: %s:{port}\\r\\n\\r\\n' $1 $1 | nc -w 5 127.0.0.1 3128; }}; \
+         echo proxy=$HTTP_PROXY; req allowed.test; req denied.test; \
+         nc -w 2 10.213.0.1 8080 </dev/null 2>&1; echo direct=$?"
+    );
+    let annotations = serde_json::json!({
+        "berth.dev/egress": "allowed.test",
+        "berth.dev/egress-hosts": "allowed.test=127.0.0.1, denied.test=127.0.0.1",
+    });
+    let namespaces = serde_json::json!([{"type": "pid"}, {"type": "ipc"}, {"type": "mount"}, {"type": "uts"},
+        {"type": "network", "path": ns.path()}]);
+    let b = common::containerd::bundle(
+        tmp.path(),
+        &format!("{fetch}; echo done; sleep 60"),
+        serde_json::json!({"annotations": annotations, "linux": {"namespaces": namespaces}}),
+    );
+    let out_path = tmp.path().join("out");
+    let created = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .env("BERTH_SOCKET", d.socket())
+        .arg("oci")
+        .arg("--root")
+        .arg(&root)
+        .args(["create", "--bundle", b.to_str().unwrap(), &id])
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(tmp.path().join("err")).unwrap())
+        .status()
+        .unwrap();
+    assert!(created.success(), "{}", std::fs::read_to_string(tmp.path().join("err")).unwrap());
+    let started = oci(&d, &["start", &id]);
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&out_path).unwrap().contains("done") {
+        assert!(std::time::Instant::now() < deadline, "{}", std::fs::read_to_string(&out_path).unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = std::fs::read_to_string(&out_path).unwrap();
+    // The container has the proxy's variables; the allowed name is reached through it (from the host's
+    // network, where the server is); the other is refused by the proxy; a connection around it is dropped.
+    assert!(out.contains("proxy=http://127.0.0.1:3128\n"), "{out}");
+    assert!(out.contains("hello from the host\n"), "{out}");
+    assert!(out.contains("HTTP/1.1 403"), "{out}");
+    assert!(out.contains("direct=1\n"), "{out}");
+    assert!(!ns.reaches_outside(), "the pod's namespace no longer reaches beyond it but through the proxy");
+    assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 1, "nothing from the pod got past the rules");
+    let rules = Command::new("ip")
+        .args(["netns", "exec", &ns.pod, "nft", "list", "table", "inet", "berth_egress"])
+        .output()
+        .unwrap();
+    assert!(text(&rules.stdout).contains("policy drop"), "{}", text(&rules.stderr));
+
+    // Each attempt is in the pod's journal, with the policy's verdict.
+    let egress = |d: &Daemon| -> Vec<(String, String)> {
+        get(d, &format!("/v1/pods/{id}/journal"))
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["action"] == "egress")
+            .map(|r| {
+                (
+                    r["result"]["host"].as_str().unwrap().to_string(),
+                    r["result"]["verdict"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while egress(&d).len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        egress(&d),
+        [("allowed.test".to_string(), "allowed".to_string()), ("denied.test".to_string(), "denied".to_string())]
+    );
+    let pod = get(&d, &format!("/v1/pods/{id}"));
+    assert_eq!(pod["egress"]["allow"], serde_json::json!(["allowed.test"]), "{pod}");
+    assert_eq!(pod["netns"], ns.path());
+
+    // A restarted daemon takes the proxy up again: an exec gets out through it as the first process did.
+    d.stop();
+    d.spawn();
+    let process = tmp.path().join("process.json");
+    let script = format!(
+        "printf 'GET http://allowed.test:{port}/ HTTP/1.0\\r\\nHost: allowed.test:{port}\\r\\n\\r\\n' | nc -w 5 127.0.0.1 3128"
+    );
+    std::fs::write(
+        &process,
+        serde_json::json!({"args": ["sh", "-c", script], "cwd": "/", "env": ["PATH=/bin"], "user": {"uid": 0, "gid": 0}})
+            .to_string(),
+    )
+    .unwrap();
+    let exec = oci(&d, &["exec", "--process", process.to_str().unwrap(), &id]);
+    assert_eq!(exec.status.code(), Some(0), "{}{}", text(&exec.stdout), text(&exec.stderr));
+    assert!(text(&exec.stdout).ends_with("\r\n\r\nhello from the host\n"), "{}", text(&exec.stdout));
+    assert!(egress(&d).len() >= 3);
+
+    let deleted = oci(&d, &["delete", "--force", &id]);
+    assert!(deleted.status.success(), "{}", text(&deleted.stderr));
+    let receipt = get(&d, &format!("/v1/pods/{id}/receipt"));
+    assert_eq!(receipt["journal_verified"], true, "{receipt}");
+
+    // What cannot have the policy is refused with a sentence, and nothing is left: a pod on the host's
+    // network (no namespace of its own, or the host's by path), and rules berth cannot use.
+    for (namespaces, annotations, needle) in [
+        (
+            serde_json::json!([{"type": "pid"}, {"type": "ipc"}, {"type": "mount"}]),
+            serde_json::json!({"berth.dev/egress": "allowed.test"}),
+            "hostNetwork",
+        ),
+        (
+            serde_json::json!([{"type": "pid"}, {"type": "ipc"}, {"type": "mount"}, {"type": "network", "path": format!("/proc/{}/ns/net", std::process::id())}]),
+            serde_json::json!({"berth.dev/egress": "allowed.test"}),
+            "the host's network namespace",
+        ),
+        (
+            serde_json::json!([{"type": "pid"}, {"type": "ipc"}, {"type": "mount"}, {"type": "network", "path": ns.path()}]),
+            serde_json::json!({"berth.dev/egress": "bad rule!"}),
+            "\"rule!\" is not a valid host name",
+        ),
+        (
+            serde_json::json!([{"type": "pid"}, {"type": "ipc"}, {"type": "mount"}, {"type": "network", "path": ns.path()}]),
+            serde_json::json!({"berth.dev/egress": "a.test", "berth.dev/egress-hosts": "a.test"}),
+            "is not NAME=IP",
+        ),
+    ] {
+        let dir = tempfile::tempdir_in(tmp.path()).unwrap();
+        let b = common::containerd::bundle(
+            dir.path(),
+            "true",
+            serde_json::json!({"annotations": annotations, "linux": {"namespaces": namespaces}}),
+        );
+        let out = oci(&d, &["create", "--bundle", b.to_str().unwrap(), &other]);
+        assert_eq!(out.status.code(), Some(1), "{annotations}");
+        assert!(text(&out.stderr).contains(needle), "wanted {needle:?}: {}", text(&out.stderr));
+        assert_eq!(oci(&d, &["state", &other]).status.code(), Some(1), "nothing is left of it");
+    }
+    let (status, body) = d.http("GET", &format!("/v1/pods/{other}"), "");
+    assert_eq!(status, 404, "a refused pod is not recorded: {body}");
+}

@@ -28,6 +28,7 @@ mod hibernate;
 mod images;
 mod live;
 mod network;
+mod pod_egress;
 mod pods;
 mod previews;
 pub use previews::Refusal as PreviewRefusal;
@@ -61,6 +62,8 @@ pub struct Engine {
     idempotent: Mutex<()>,
     /// Serialises changes to pods' records (see `pods`).
     pod_lock: Mutex<()>,
+    /// Live pods' egress proxies: the task taking each one's connections (see `pod_egress`).
+    pod_proxies: std::sync::Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
     events: Arc<Events>,
     /// Sandboxes being torn down: not to be adopted back meanwhile.
     removing: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -140,6 +143,7 @@ impl Engine {
             sandboxes: Mutex::new(HashMap::new()),
             idempotent: Mutex::new(()),
             pod_lock: Mutex::new(()),
+            pod_proxies: std::sync::Mutex::new(HashMap::new()),
             removing: std::sync::Mutex::new(std::collections::HashSet::new()),
             tokens: crate::tokens::Tokens::new(Arc::clone(&store)),
             store,
@@ -176,6 +180,7 @@ impl Engine {
         engine.take_up_hibernated().await;
         engine.sweep_fork_images();
         engine.adopt_all().await;
+        engine.reattach_pods().await;
         engine.await_old_warm().await;
         engine.account_for_lost().await;
         Ok(engine)

@@ -23,6 +23,9 @@ fn pod_sample() -> Pod {
         uid: Some("0d6c1a4e-2b7f-4c39-9e51-7a8b3c2d1e0f".into()),
         workspace: Some("project-a".into()),
         workspace_path: Some("/var/lib/berth/pool/volumes/project-a".into()),
+        egress: Some(super::network_samples::network_sample()),
+        netns: Some("/var/run/netns/cni-7d9f".into()),
+        env: vec!["HTTPS_PROXY=http://127.0.0.1:3128".into()],
         created_at_ms: 1_700_000_000_000,
         removed_at_ms: Some(1_700_000_600_000),
         containers: vec![
@@ -50,6 +53,8 @@ pub(super) fn pods_full_samples() -> Vec<(&'static str, Value)> {
         namespace: Some("agents".into()),
         uid: Some("0d6c1a4e-2b7f-4c39-9e51-7a8b3c2d1e0f".into()),
         workspace: Some("project-a".into()),
+        egress: Some(super::network_samples::network_sample()),
+        netns: Some("/var/run/netns/cni-7d9f".into()),
     };
     let event = PodEvent {
         kind: "container_created".into(),
@@ -78,11 +83,22 @@ pub(super) fn pods_sparse_samples() -> Vec<(&'static str, Value)> {
         uid: None,
         workspace: None,
         workspace_path: None,
+        egress: None,
+        netns: None,
+        env: vec![],
         created_at_ms: 0,
         removed_at_ms: None,
         containers: vec![],
     };
-    let request = PodRequest { id: "p".into(), name: None, namespace: None, uid: None, workspace: None };
+    let request = PodRequest {
+        id: "p".into(),
+        name: None,
+        namespace: None,
+        uid: None,
+        workspace: None,
+        egress: None,
+        netns: None,
+    };
     let mut samples = vec![
         ("PodRequest", to_value(&request)),
         ("Pod", to_value(&live)),

@@ -21,6 +21,8 @@ pub struct ExecArgs<'a> {
     pub console_socket: Option<&'a Path>,
     pub detach: bool,
     pub preserve_fds: i32,
+    /// Variables set over the process's own (`NAME=value`).
+    pub extra_env: &'a [String],
 }
 
 /// Run a process in container `args.id`; returns its exit code, or 0 once it runs when detached.
@@ -34,8 +36,9 @@ pub fn exec(oci: &Oci, args: &ExecArgs<'_>) -> Result<i32, OciError> {
     }
     let text = std::fs::read_to_string(args.process)
         .map_err(OciError::io(format!("read the process {}", args.process.display())))?;
-    let p: Process = serde_json::from_str(&text)
+    let mut p: Process = serde_json::from_str(&text)
         .map_err(|e| OciError::Config(format!("{} is not an OCI process: {e}", args.process.display())))?;
+    super::set_env(&mut p.env, args.extra_env);
     config::check_process(&p)?;
     let console = match (p.terminal, args.console_socket) {
         (true, Some(path)) => Some(super::connect_console(path)?),

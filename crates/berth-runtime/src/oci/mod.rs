@@ -83,6 +83,17 @@ pub struct CreateArgs<'a> {
     /// A workspace volume of the node's berth daemon to mount at /workspace (its files stored under berth's
     /// storage ids, seen as root's inside).
     pub workspace: Option<&'a Path>,
+    /// Variables set over the process's own (`NAME=value`).
+    pub extra_env: &'a [String],
+}
+
+/// Set each `NAME=value` of `extra` in `env`, over a variable of that name already there.
+pub(crate) fn set_env(env: &mut Vec<String>, extra: &[String]) {
+    for var in extra {
+        let name = var.split('=').next().unwrap_or_default();
+        env.retain(|e| e.split('=').next() != Some(name));
+        env.push(var.clone());
+    }
 }
 
 /// The runtime's state root: one directory per container.

@@ -242,7 +242,8 @@ pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(
     let config = Config::load(args.bundle)?;
     let ns = config.namespaces()?;
     let limits = config.limits()?;
-    let process = config.process.clone().unwrap_or_default();
+    let mut process = config.process.clone().unwrap_or_default();
+    super::set_env(&mut process.env, args.extra_env);
     let hierarchy = Hierarchy::detect()?;
     let (cgroup_parent, cgroup_name) = cgroup_place(&config, args.id);
     let nested = hierarchy.nested(&cgroup_parent)?;

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
+
 use super::text;
 
 pub const IMAGE: &str = "docker.io/library/berthtest:1";
@@ -228,4 +230,27 @@ pub fn cgroups_left(parent: &str, ids: &[&str]) -> Vec<String> {
         }
     }
     left
+}
+
+/// A bundle in `dir` whose root is busybox-static and whose program is `sh -c script`; `extra` replaces
+/// top-level keys of its config.
+pub fn bundle(dir: &Path, script: &str, extra: Value) -> PathBuf {
+    let b = dir.join("bundle");
+    std::fs::create_dir_all(b.join("rootfs/bin")).unwrap();
+    std::fs::copy("/bin/busybox", b.join("rootfs/bin/busybox")).unwrap();
+    for applet in ["sh", "echo", "cat", "id", "sleep", "wget", "nc", "grep"] {
+        let _ = std::os::unix::fs::symlink("busybox", b.join("rootfs/bin").join(applet));
+    }
+    let mut config = serde_json::json!({
+        "ociVersion": "1.0.2",
+        "process": {"args": ["sh", "-c", script], "cwd": "/", "env": ["PATH=/bin"], "user": {"uid": 0, "gid": 0}},
+        "root": {"path": "rootfs"},
+        "hostname": "bundled",
+        "linux": {"namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "mount"}, {"type": "uts"}, {"type": "network"}]}
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        config[k] = v.clone();
+    }
+    std::fs::write(b.join("config.json"), config.to_string()).unwrap();
+    b
 }

@@ -153,8 +153,45 @@ async fn running_at(live: &Live, time_ms: u64) -> Option<String> {
     }
 }
 
-/// The environment every exec of a daemon sandbox gets: the proxy, and berth's API with the session token.
-pub(super) fn session_env(id: &str, token: &str) -> Vec<(String, String)> {
+/// The journal's record of one egress attempt of `sandbox` (or pod).
+pub(super) fn egress_record(
+    a: &berth_egress::Attempt,
+    sandbox: String,
+    exec: Option<String>,
+) -> berth_api::EgressRecord {
+    // What the sandbox wrote (a host name, a header quoted in a reason) is kept short in the journal.
+    let short = |s: &str| -> String {
+        if s.len() <= 256 {
+            return s.to_string();
+        }
+        let mut end = 256;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &s[..end])
+    };
+    let word = |v: serde_json::Result<serde_json::Value>| {
+        v.ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+    };
+    berth_api::EgressRecord {
+        time_ms: a.time_ms,
+        sandbox,
+        exec,
+        host: short(&a.host),
+        port: a.port,
+        method: word(serde_json::to_value(a.method)),
+        verdict: word(serde_json::to_value(a.verdict)),
+        rule: a.rule.clone(),
+        reason: short(&a.reason),
+        bytes_up: a.bytes_up,
+        bytes_down: a.bytes_down,
+        duration_ms: a.duration_ms,
+    }
+}
+
+/// The proxy's variables, as every exec of a daemon sandbox (and every process of a pod with an egress
+/// policy) gets them.
+pub(crate) fn proxy_env() -> Vec<(String, String)> {
     let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
     let mut env = Vec::new();
     for k in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
@@ -163,6 +200,12 @@ pub(super) fn session_env(id: &str, token: &str) -> Vec<(String, String)> {
     for k in ["NO_PROXY", "no_proxy"] {
         env.push((k.to_string(), "localhost,127.0.0.1,::1".to_string()));
     }
+    env
+}
+
+/// The environment every exec of a daemon sandbox gets: the proxy, and berth's API with the session token.
+pub(super) fn session_env(id: &str, token: &str) -> Vec<(String, String)> {
+    let mut env = proxy_env();
     env.push(("BERTH_API".into(), format!("http://127.0.0.1:{API_PORT}")));
     env.push(("BERTH_TOKEN".into(), token.to_string()));
     env.push(("BERTH_SANDBOX_ID".into(), id.to_string()));
@@ -217,37 +260,7 @@ impl Engine {
                 if let Ok(mut m) = live.meter.lock() {
                     m.add_egress(a.bytes_up, a.bytes_down);
                 }
-                // What the sandbox wrote (a host name, a header quoted in a reason) is kept short in the journal.
-                let short = |s: &str| -> String {
-                    if s.len() <= 256 {
-                        return s.to_string();
-                    }
-                    let mut end = 256;
-                    while !s.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    format!("{}…", &s[..end])
-                };
-                let record = berth_api::EgressRecord {
-                    time_ms: a.time_ms,
-                    sandbox: id,
-                    exec,
-                    host: short(&a.host),
-                    port: a.port,
-                    method: serde_json::to_value(a.method)
-                        .ok()
-                        .and_then(|v| v.as_str().map(String::from))
-                        .unwrap_or_default(),
-                    verdict: serde_json::to_value(a.verdict)
-                        .ok()
-                        .and_then(|v| v.as_str().map(String::from))
-                        .unwrap_or_default(),
-                    rule: a.rule.clone(),
-                    reason: short(&a.reason),
-                    bytes_up: a.bytes_up,
-                    bytes_down: a.bytes_down,
-                    duration_ms: a.duration_ms,
-                };
+                let record = egress_record(&a, id, exec);
                 let args = serde_json::json!({"host": record.host, "port": record.port, "method": record.method});
                 live.note_egress(args, serde_json::to_value(&record).unwrap_or_default());
             }

@@ -40,7 +40,7 @@ impl Engine {
         self.root.join("pods")
     }
 
-    fn pod_journal_path(&self, id: &str) -> PathBuf {
+    pub(super) fn pod_journal_path(&self, id: &str) -> PathBuf {
         self.pods_dir().join(format!("{id}.jsonl"))
     }
 
@@ -112,6 +112,24 @@ impl Engine {
                 made = true;
             }
         }
+        // The policy as the proxy will hold it (a rule berth cannot use is a 400 before anything is done).
+        let egress = match &req.egress {
+            Some(net) => {
+                let policy = super::network::policy_of(net)?;
+                if req.netns.is_none() {
+                    return Err(EngineError::invalid(
+                        "an egress policy needs the pod's network namespace (netns): a pod on the host's network \
+                         (hostNetwork) cannot have one",
+                    ));
+                }
+                Some(super::network::network_of(&policy))
+            }
+            None => None,
+        };
+        let env = match egress {
+            Some(_) => super::network::proxy_env().into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            None => Vec::new(),
+        };
         let pod = Pod {
             id: req.id.clone(),
             name: req.name,
@@ -119,15 +137,27 @@ impl Engine {
             uid: req.uid,
             workspace_path: req.workspace.as_ref().map(|w| self.volume_dir(w).display().to_string()),
             workspace: req.workspace,
+            egress,
+            netns: req.netns,
+            env,
             created_at_ms: now_ms(),
             removed_at_ms: None,
             containers: Vec::new(),
         };
-        self.store.put_pod(&pod)?;
+        if let (Some(net), Some(netns)) = (&pod.egress, &pod.netns) {
+            self.attach_pod_egress(&pod.id, netns, net).await?;
+        }
+        if let Err(e) = self.store.put_pod(&pod) {
+            self.detach_pod_egress(&pod.id);
+            return Err(e.into());
+        }
         self.pod_journal(
             &pod.id,
             "pod_created",
-            serde_json::json!({"name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "workspace": pod.workspace}),
+            serde_json::json!({
+                "name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "workspace": pod.workspace,
+                "egress": pod.egress, "netns": pod.netns,
+            }),
             serde_json::json!({"workspace_made": made}),
         );
         Ok(pod)
@@ -220,7 +250,8 @@ impl Engine {
             }
             Err(e) => Err(EngineError::Conflict(format!("pod {id}'s containers could not be frozen: {e}"))),
         };
-        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        // Whole microseconds: a float would not hash the same once read back from the journal.
+        let frozen_us = started.elapsed().as_micros() as u64;
         for (_, cg) in &frozen {
             let _ = cg.thaw();
         }
@@ -233,7 +264,7 @@ impl Engine {
             id,
             "fork",
             serde_json::json!({"workspace": req.workspace}),
-            serde_json::json!({"from": from, "frozen": ids, "frozen_ms": ms}),
+            serde_json::json!({"from": from, "frozen": ids, "frozen_us": frozen_us}),
         );
         Ok(Volume { name: req.workspace, created_at_ms: now, used_by: vec![] })
     }
@@ -246,6 +277,7 @@ impl Engine {
         if pod.removed_at_ms.is_some() {
             return self.pod_receipt(id);
         }
+        self.detach_pod_egress(id);
         pod.removed_at_ms = Some(now_ms());
         for c in &mut pod.containers {
             c.state = "deleted".into();
