@@ -300,6 +300,24 @@ pub fn verify(path: &Path) -> std::io::Result<Verdict> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_record_holding_floats_verifies_once_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        let mut j = Journal::open(&path).unwrap();
+        // Values whose shortest form needs all 17 digits, which parsing without full precision can miss by one
+        // unit in the last place (the hash is over the value as read back).
+        let mut x = 0.1f64;
+        for i in 0..2000 {
+            x = (x * 1.000_000_123_456_7 + 1e-9 * f64::from(i)).fract() + f64::from(i % 7);
+            j.append("local", "usage", serde_json::json!({"cpu_seconds": x}), serde_json::json!({"ms": x * 1000.0}))
+                .unwrap();
+        }
+        let verdict = verify(&path).unwrap();
+        assert!(verdict.ok, "{verdict:?}");
+        assert_eq!(verdict.records, 2000);
+    }
+
     fn sample(dir: &Path) -> PathBuf {
         let path = dir.join("j.jsonl");
         let mut j = Journal::open(&path).unwrap();
