@@ -113,3 +113,28 @@ pub struct PodReceipt {
     /// The workspace volume, kept (pods come and go; the workspace is the durable project).
     pub workspace_kept: Option<String>,
 }
+
+/// A volume as the cluster's database records it: which node's disk holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterVolume {
+    pub name: String,
+    pub node: String,
+    pub created_at_ms: u64,
+}
+
+/// A pod as the node that runs it last wrote it to the cluster's database.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterPod {
+    pub node: String,
+    pub pod: Pod,
+}
+
+/// `GET /v1/cluster`: what the cluster's database holds, as this node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterInfo {
+    /// This daemon's node name (`berth daemon --node`).
+    pub node: String,
+    pub volumes: Vec<ClusterVolume>,
+    /// Every node's pods, live ones first.
+    pub pods: Vec<ClusterPod>,
+}

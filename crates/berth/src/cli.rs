@@ -253,6 +253,14 @@ pub struct DaemonArgs {
     /// else; 0: none. They are torn down when the daemon stops.
     #[arg(long, value_parser = parse_warm, value_name = "N", default_value = "0")]
     pub warm: usize,
+    /// A PostgreSQL database the cluster's nodes share (a libpq connection string or postgresql:// URL):
+    /// volume names are held cluster-wide, by the node whose disk has them, and every node's pods are
+    /// written there. Without it the daemon keeps to its own node.
+    #[arg(long, env = "BERTH_CLUSTER_DB", value_name = "URL", hide_env_values = true)]
+    pub cluster_db: Option<String>,
+    /// This node's name in the cluster's database (default: the host name; on Kubernetes, the node's name).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME", requires = "cluster_db")]
+    pub node: Option<String>,
     /// The boundary of a sandbox created without --isolation: namespaces or gvisor (needs runsc; the daemon
     /// refuses to start without it). The warm pool holds namespaces sandboxes only.
     #[arg(long, default_value = "namespaces", value_name = "KIND")]

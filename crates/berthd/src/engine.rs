@@ -31,6 +31,7 @@ mod network;
 mod pod_egress;
 mod pods;
 mod previews;
+mod shared;
 pub use previews::Refusal as PreviewRefusal;
 pub(crate) mod pause;
 mod projects;
@@ -64,6 +65,8 @@ pub struct Engine {
     pod_lock: Mutex<()>,
     /// Live pods' egress proxies: the task taking each one's connections (see `pod_egress`).
     pod_proxies: std::sync::Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// The cluster's shared database, when the daemon has one (see `cluster`).
+    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
     events: Arc<Events>,
     /// Sandboxes being torn down: not to be adopted back meanwhile.
     removing: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -135,6 +138,17 @@ impl Engine {
                 .await
                 .map_err(EngineError::Log)?;
         }
+        // Before anything is served: a node that cannot reach its cluster's database does not start.
+        let cluster = match &storage.cluster {
+            Some(c) => {
+                let shared = crate::cluster::Cluster::connect(&c.db, &c.node).await.map_err(|e| {
+                    EngineError::Unsupported(format!("--cluster-db: cannot use the cluster's database: {e}"))
+                })?;
+                crate::log::info("cluster", serde_json::json!({"node": c.node, "database": "connected"}));
+                Some(Arc::new(shared))
+            }
+            None => None,
+        };
         let store = Arc::new(crate::store::Store::open(root)?);
         let (pool, storage_note) = storage::open_pool(root, &storage)?;
         let engine = Arc::new(Engine {
@@ -144,6 +158,7 @@ impl Engine {
             idempotent: Mutex::new(()),
             pod_lock: Mutex::new(()),
             pod_proxies: std::sync::Mutex::new(HashMap::new()),
+            cluster: cluster.map(std::sync::OnceLock::from).unwrap_or_default(),
             removing: std::sync::Mutex::new(std::collections::HashSet::new()),
             tokens: crate::tokens::Tokens::new(Arc::clone(&store)),
             store,

@@ -167,6 +167,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/pods/{id}/fork"),
     ("GET", "/v1/pods/{id}/journal"),
     ("GET", "/v1/pods/{id}/receipt"),
+    ("GET", "/v1/cluster"),
     ("GET", "/v1/secrets"),
     ("PUT", "/v1/secrets/{name}"),
     ("DELETE", "/v1/secrets/{name}"),

@@ -10,6 +10,7 @@
 
 pub mod bounds;
 mod budget;
+pub mod cluster;
 mod contexts_http;
 mod e2b;
 mod engine;

@@ -20,6 +20,12 @@ pub fn routes() -> Router<Arc<Engine>> {
         .route("/v1/pods/{id}/fork", post(fork))
         .route("/v1/pods/{id}/journal", get(journal))
         .route("/v1/pods/{id}/receipt", get(receipt))
+        .route("/v1/cluster", get(cluster))
+}
+
+async fn cluster(axum::extract::State(e): Api) -> Result<Response, Failure> {
+    local_only()?;
+    Ok(Json(e.cluster_info().await?).into_response())
 }
 
 /// Pods name host paths and cgroups: a token on the TCP listener reaches none of them.

@@ -37,6 +37,8 @@ NOT_MODELLED = {
     "RunFrame": "gathered into Execution",
     "PodRequest": "berth-oci's (pods)", "PodContainer": "berth-oci's (pods)", "Pod": "berth-oci's (pods)",
     "PodEvent": "berth-oci's (pods)", "PodFork": "berth-oci's (pods)", "PodReceipt": "berth-oci's (pods)",
+    "ClusterInfo": "the node agent's (pods)", "ClusterVolume": "the node agent's (pods)",
+    "ClusterPod": "the node agent's (pods)",
 }  # fmt: skip
 # Each frame of a code run is gathered into an Execution (results.RunGather), whatever its schema is named.
 NOT_MODELLED_PREFIXES = ("RunFrame",)

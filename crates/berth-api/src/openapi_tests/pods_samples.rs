@@ -71,7 +71,22 @@ pub(super) fn pods_full_samples() -> Vec<(&'static str, Value)> {
         ("PodEvent", to_value(&event)),
         ("PodFork", to_value(&PodFork { workspace: "project-a-fork".into() })),
         ("PodReceipt", to_value(&receipt_sample())),
+        ("ClusterInfo", to_value(&cluster_sample())),
+        ("ClusterVolume", to_value(&cluster_sample().volumes[0])),
+        ("ClusterPod", to_value(&cluster_sample().pods[0])),
     ]
+}
+
+fn cluster_sample() -> ClusterInfo {
+    ClusterInfo {
+        node: "node-b".into(),
+        volumes: vec![ClusterVolume {
+            name: "project-a".into(),
+            node: "node-a".into(),
+            created_at_ms: 1_700_000_000_000,
+        }],
+        pods: vec![ClusterPod { node: "node-a".into(), pod: pod_sample() }],
+    }
 }
 
 /// Samples with every optional value left out, and the other values of string fields that name a kind.

@@ -32,8 +32,23 @@ pub fn daemon(root: &Path, socket: &Path, args: crate::cli::DaemonArgs) -> anyho
     berth_runtime::Runtime::open(root)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("start the async runtime")?;
     rt.block_on(async {
-        let storage =
-            berthd::StorageOptions { choice: args.storage, pool_size: args.pool_size, default_disk: args.default_disk };
+        let cluster = match args.cluster_db.clone() {
+            Some(db) => {
+                let node = match args.node.clone() {
+                    Some(n) => n,
+                    None => rustix::system::uname().nodename().to_string_lossy().into_owned(),
+                };
+                berthd::cluster::check_node(&node).map_err(|e| anyhow::anyhow!("--node: {e}"))?;
+                Some(berthd::cluster::ClusterOptions { db, node })
+            }
+            None => None,
+        };
+        let storage = berthd::StorageOptions {
+            choice: args.storage,
+            pool_size: args.pool_size,
+            default_disk: args.default_disk,
+            cluster,
+        };
         // SIGINT or SIGTERM: stop serving, tear the warm pool down, exit (sandboxes stay, for the next daemon).
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("handle SIGTERM")?;

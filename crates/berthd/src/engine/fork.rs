@@ -144,12 +144,18 @@ impl Engine {
     pub async fn create_volume(&self, name: &str) -> Result<Volume, EngineError> {
         berth_runtime::spec::check_name(name).map_err(|e| EngineError::invalid(e.to_string()))?;
         let now = now_ms();
+        if self.store.volumes()?.iter().any(|(v, _)| v == name) {
+            return Err(EngineError::Conflict(format!("a volume named {name:?} already exists")));
+        }
+        // The cluster's first (where there is one): a name another node holds is not made here too.
+        self.claim_volume(name).await?;
         if !self.store.add_volume(name, now)? {
             return Err(EngineError::Conflict(format!("a volume named {name:?} already exists")));
         }
         let dir = self.volume_dir(name);
         if let Err(e) = self.pool_op(move |pool| pool.create(&dir)).await {
             let _ = self.store.remove_volume(name);
+            self.release_volume(name).await;
             return Err(e);
         }
         Ok(Volume { name: name.to_string(), created_at_ms: now, used_by: vec![] })
@@ -188,6 +194,7 @@ impl Engine {
         let dir = self.volume_dir(name);
         self.pool_op(move |pool| pool.remove(&dir)).await?;
         self.store.remove_volume(name)?;
+        self.release_volume(name).await;
         Ok(vol)
     }
 }

@@ -107,6 +107,8 @@ impl Engine {
         if let Some(name) = &req.workspace {
             berth_runtime::spec::check_name(name)
                 .map_err(|e| EngineError::invalid(format!("the workspace volume's name: {e}")))?;
+            // A workspace on another node's disk is not made empty here.
+            self.claim_volume(name).await?;
             if !self.store.volumes()?.iter().any(|(v, _)| v == name) {
                 self.create_volume(name).await?;
                 made = true;
@@ -151,6 +153,7 @@ impl Engine {
             self.detach_pod_egress(&pod.id);
             return Err(e.into());
         }
+        self.share_pod(&pod).await;
         self.pod_journal(
             &pod.id,
             "pod_created",
@@ -197,6 +200,7 @@ impl Engine {
             }
         }
         self.store.put_pod(&pod)?;
+        self.share_pod(&pod).await;
         self.pod_journal(
             id,
             &ev.kind,
@@ -217,6 +221,10 @@ impl Engine {
         berth_runtime::spec::check_name(&req.workspace)
             .map_err(|e| EngineError::invalid(format!("the new workspace volume's name: {e}")))?;
         let now = now_ms();
+        if self.store.volumes()?.iter().any(|(v, _)| *v == req.workspace) {
+            return Err(EngineError::Conflict(format!("a volume named {:?} already exists", req.workspace)));
+        }
+        self.claim_volume(&req.workspace).await?;
         if !self.store.add_volume(&req.workspace, now)? {
             return Err(EngineError::Conflict(format!("a volume named {:?} already exists", req.workspace)));
         }
@@ -257,6 +265,7 @@ impl Engine {
         }
         if let Err(e) = cloned {
             let _ = self.store.remove_volume(&req.workspace);
+            self.release_volume(&req.workspace).await;
             return Err(e);
         }
         let ids: Vec<&String> = frozen.iter().map(|(c, _)| c).collect();
@@ -304,6 +313,7 @@ impl Engine {
             .and_then(|()| std::fs::rename(&fresh, self.pod_receipt_path(id)))
             .map_err(EngineError::Log)?;
         self.store.put_pod(&pod)?;
+        self.share_pod(&pod).await;
         Ok(receipt)
     }
 

@@ -45,12 +45,15 @@ pub struct StorageOptions {
     pub pool_size: Option<u64>,
     /// The quota of a sandbox that asks for none.
     pub default_disk: u64,
+    /// The cluster's shared database, where volume names are held (see `crate::cluster`); none: this node's
+    /// names are its own.
+    pub cluster: Option<crate::cluster::ClusterOptions>,
 }
 
 impl Default for StorageOptions {
     /// What `berth daemon` does unless told otherwise: a pool when the host can make one, 10 GiB a sandbox.
     fn default() -> Self {
-        StorageOptions { choice: StorageChoice::Auto, pool_size: None, default_disk: DEFAULT_DISK }
+        StorageOptions { choice: StorageChoice::Auto, pool_size: None, default_disk: DEFAULT_DISK, cluster: None }
     }
 }
 

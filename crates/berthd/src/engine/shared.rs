@@ -1,0 +1,61 @@
+//! The engine and the cluster's database (see `crate::cluster`): volume names held cluster-wide, pods
+//! written for every node to see.
+
+use berth_api::{ClusterInfo, Pod};
+
+use super::Engine;
+use crate::EngineError;
+use crate::cluster::ClusterError;
+
+impl From<ClusterError> for EngineError {
+    fn from(e: ClusterError) -> Self {
+        match e {
+            ClusterError::Elsewhere { .. } => EngineError::Conflict(e.to_string()),
+            ClusterError::Database(_) => EngineError::Unsupported(e.to_string()),
+        }
+    }
+}
+
+impl Engine {
+    /// Hold volume `name` for this node in the cluster, if there is one.
+    pub(super) async fn claim_volume(&self, name: &str) -> Result<(), EngineError> {
+        match self.cluster.get() {
+            Some(c) => Ok(c.claim_volume(name, super::now_ms()).await?),
+            None => Ok(()),
+        }
+    }
+
+    /// Give volume `name` up in the cluster (removed here); a failure is logged, the removal stands.
+    pub(super) async fn release_volume(&self, name: &str) {
+        if let Some(c) = self.cluster.get()
+            && let Err(e) = c.release_volume(name).await
+        {
+            crate::log::warn(
+                "cannot release a volume in the cluster database",
+                serde_json::json!({"volume": name, "error": e.to_string()}),
+            );
+        }
+    }
+
+    /// Write the pod for the other nodes to see; a failure is logged (this node's store is the pod's record).
+    pub(super) async fn share_pod(&self, pod: &Pod) {
+        if let Some(c) = self.cluster.get()
+            && let Err(e) = c.put_pod(pod).await
+        {
+            crate::log::warn(
+                "cannot write a pod to the cluster database",
+                serde_json::json!({"pod": pod.id, "error": e.to_string()}),
+            );
+        }
+    }
+
+    /// What the cluster's database holds.
+    pub async fn cluster_info(&self) -> Result<ClusterInfo, EngineError> {
+        match self.cluster.get() {
+            Some(c) => Ok(c.info().await?),
+            None => Err(EngineError::Unsupported(
+                "this daemon has no cluster database: start it with berth daemon --cluster-db URL --node NAME".into(),
+            )),
+        }
+    }
+}
