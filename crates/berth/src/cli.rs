@@ -118,6 +118,9 @@ pub enum Command {
     /// Named volumes that sandboxes mount.
     #[command(subcommand)]
     Volume(VolumeCommand),
+    /// Pods a Kubernetes node runs with berth (berth-oci under containerd), as its daemon keeps them.
+    #[command(subcommand)]
+    Pod(PodCommand),
     /// Show a removed sandbox's receipt: outputs with digests, what was revoked and flushed, the leak check.
     Receipt(IdArgs),
     /// A sandbox's egress: allow or deny rules live, its egress log, a suggested allowlist.

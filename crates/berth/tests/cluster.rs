@@ -109,6 +109,11 @@ fn nodes_sharing_a_cluster_database_hold_each_volume_on_one_node() {
         .collect();
     let want = [("project-a", "node-a"), ("project-a-2", "node-a"), ("scratch-b", "node-b")];
     assert_eq!(held, want.map(|(v, n)| (v.to_string(), n.to_string())));
+    let table = text(&b.berth(&["pod", "cluster"]).stdout);
+    assert!(table.starts_with("node node-b\n"), "{table}");
+    for (volume, node) in want {
+        assert!(table.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == [volume, node]), "{table}");
+    }
     let pods = info["pods"].as_array().unwrap();
     assert_eq!(pods.len(), 1, "{info}");
     assert_eq!((pods[0]["node"].as_str(), pods[0]["pod"]["id"].as_str()), (Some("node-a"), Some("pod-a1")));

@@ -88,12 +88,19 @@ fn a_pod_gets_a_workspace_a_journal_a_fork_and_a_receipt_from_the_node_agent() {
 
     // A fork of the workspace at this instant: a later write is not in it.
     sh(&c, &app, "echo two >> /workspace/notes");
-    let (status, body) = d.http("POST", &format!("/v1/pods/{pod}/fork"), r#"{"workspace": "ws-b"}"#);
-    assert_eq!(status, 201, "{body}");
+    // Through the command line, as an operator on the node does it.
+    let forked = d.berth(&["pod", "fork", &pod, "--workspace", "ws-b"]);
+    assert!(forked.status.success(), "{}", text(&forked.stderr));
+    assert_eq!(text(&forked.stdout), "ws-b\n");
     sh(&c, &app, "echo three >> /workspace/notes");
     let (status, body) = d.http("POST", &format!("/v1/pods/{pod}/fork"), r#"{"workspace": "ws-b"}"#);
     assert_eq!(status, 409, "a taken name is refused: {body}");
     assert_eq!(sh(&c, &app, "cat /workspace/notes"), "one\ntwo\nthree\n", "the pod ran on after the fork");
+    let listed = text(&d.berth(&["pod", "ls"]).stdout);
+    let row = listed.lines().find(|l| l.starts_with(&pod[..12])).unwrap_or_default().to_string();
+    for word in ["agents/agent-a", "live", " 2 ", "ws-a"] {
+        assert!(row.contains(word), "{word:?} in {listed}");
+    }
 
     // Bad input to the node's calls: a sentence, nothing changed.
     for (path, body, code, needle) in [
@@ -118,7 +125,7 @@ fn a_pod_gets_a_workspace_a_journal_a_fork_and_a_receipt_from_the_node_agent() {
 
     // The pod ends: the receipt closes a journal whose chain holds, the workspace stays.
     assert_eq!(step(&c, &["down", &pod])["pods_left"], 0);
-    let receipt = get(&d, &format!("/v1/pods/{pod}/receipt"));
+    let receipt: Value = serde_json::from_slice(&d.berth(&["pod", "receipt", &pod]).stdout).unwrap();
     assert_eq!(receipt["journal_verified"], true, "{receipt}");
     assert_eq!(receipt["workspace_kept"], "ws-a");
     assert!(receipt["pod"]["removed_at_ms"].as_u64().is_some());

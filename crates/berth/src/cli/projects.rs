@@ -113,6 +113,35 @@ pub enum VolumeCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum PodCommand {
+    /// List the pods this node's berth-oci reported (live ones first).
+    Ls {
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a pod: its workspace, egress policy and containers (JSON).
+    Show { id: String },
+    /// Copy a pod's workspace, at one instant with the pod frozen, into a new volume a new pod can name.
+    Fork {
+        id: String,
+        /// The new volume's name.
+        #[arg(long)]
+        workspace: String,
+    },
+    /// Print a pod's journal (JSON records, one a line).
+    Journal { id: String },
+    /// Show a removed pod's receipt (JSON).
+    Receipt { id: String },
+    /// What the cluster's database holds: every node's volumes and pods (berth daemon --cluster-db).
+    Cluster {
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum StorageCommand {
     /// Create a btrfs storage pool in a file under the data directory and mount it (the daemon mounts it at
     /// start-up from then on): copy-on-write forks and snapshots, and disk quotas. A running daemon makes it

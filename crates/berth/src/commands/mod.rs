@@ -34,6 +34,7 @@ mod ls;
 mod mcp;
 mod net;
 mod output;
+mod pods;
 mod probe;
 mod projects;
 mod ps;
@@ -103,6 +104,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Diff(args) => projects::diff(&cli.socket, args),
         Command::Export(args) => projects::export(&cli.socket, args),
         Command::Volume(cmd) => projects::volume(&cli.socket, cmd),
+        Command::Pod(cmd) => pods::pod(&cli.socket, cmd),
         Command::Receipt(args) => rm::receipt(&cli.socket, args),
         Command::Secret(cmd) => net::secret(&cli.socket, cmd),
         Command::Net(cmd) => net::net(&cli.socket, cmd),
