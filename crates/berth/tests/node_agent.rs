@@ -8,6 +8,7 @@
 mod common;
 
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -457,4 +458,79 @@ fn a_pods_egress_goes_through_the_node_agents_proxy_and_no_other_way() {
     }
     let (status, body) = d.http("GET", &format!("/v1/pods/{other}"), "");
     assert_eq!(status, 404, "a refused pod is not recorded: {body}");
+}
+
+#[test]
+fn a_cri_pod_on_a_network_of_its_own_gets_out_through_the_proxy_only() {
+    let d = Daemon::start();
+    let port = serve_once_each();
+    // The network beyond the pod, a namespace of the test's; the pod's own is containerd's, made by a CNI
+    // plugin of the test's (tests/kubernetes/test_cni.py) that links the two.
+    let outside = format!("berthtest-cni-{}", std::process::id());
+    let _ = Command::new("ip").args(["netns", "del", &outside]).output();
+    assert!(Command::new("ip").args(["netns", "add", &outside]).status().unwrap().success());
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+        }
+    }
+    let _gone = Gone(outside.clone());
+    let conflist = serde_json::json!({
+        "cniVersion": "0.4.0", "name": "berthtest", "plugins": [{"type": "berth-test", "outside": outside}]
+    });
+    let c = Containerd::start_full(&[("BERTH_SOCKET", d.socket().as_os_str())], |dir| {
+        std::fs::create_dir_all(dir.join("cni-bin")).unwrap();
+        std::fs::create_dir_all(dir.join("cni-conf")).unwrap();
+        for name in ["berth-test", "loopback"] {
+            let plugin = repo().join("crates/berth/tests/kubernetes/test_cni.py");
+            std::os::unix::fs::symlink(plugin, dir.join("cni-bin").join(name)).unwrap();
+        }
+        std::fs::write(dir.join("cni-conf/10-berthtest.conflist"), conflist.to_string()).unwrap();
+    });
+    let annotations = serde_json::json!({
+        "berth.dev/egress": "allowed.test",
+        "berth.dev/egress-hosts": "allowed.test=127.0.0.1",
+    });
+    let up = step(&c, &["up-net", "agent-net", &annotations.to_string()]);
+    assert!(up["error"].is_null(), "{up}");
+    let (pod, app) = (up["pod"].as_str().unwrap().to_string(), up["app"].as_str().unwrap().to_string());
+    let record = get(&d, &format!("/v1/pods/{pod}"));
+    let netns = record["netns"].as_str().unwrap_or_default();
+    assert!(netns.contains("/netns/cni-"), "containerd's namespace for the pod: {record}");
+
+    // An exec the kubelet makes (ExecSync) gets the proxy's variables, and out through the proxy only.
+    let env = sh(&c, &app, "echo $HTTPS_PROXY $no_proxy");
+    assert_eq!(env, "http://127.0.0.1:3128 localhost,127.0.0.1,::1\n");
+    let through = sh(
+        &c,
+        &app,
+        &format!(
+            "printf 'GET http://allowed.test:{port}/ HTTP/1.0\\r\\nHost: allowed.test:{port}\\r\\n\\r\\n' | nc -w 5 127.0.0.1 3128"
+        ),
+    );
+    assert!(through.ends_with("hello from the host\n"), "{through}");
+    let denied = sh(
+        &c,
+        &app,
+        &format!(
+            "printf 'GET http://example.com:{port}/ HTTP/1.0\\r\\nHost: example.com:{port}\\r\\n\\r\\n' | nc -w 5 127.0.0.1 3128"
+        ),
+    );
+    assert!(denied.starts_with("HTTP/1.1 403"), "{denied}");
+    let direct = step(&c, &["sh", &app, "nc -w 2 10.213.0.1 8080 </dev/null; echo direct=$?"]);
+    assert!(direct["stdout"].as_str().unwrap().ends_with("direct=1\n"), "{direct}");
+    let journal = get(&d, &format!("/v1/pods/{pod}/journal"));
+    let verdicts: Vec<&str> = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["action"] == "egress")
+        .map(|r| r["result"]["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts, ["allowed", "denied"]);
+    let netns = netns.to_string();
+    assert_eq!(step(&c, &["down", &pod])["pods_left"], 0);
+    assert_eq!(get(&d, &format!("/v1/pods/{pod}/receipt"))["journal_verified"], true);
+    assert!(!Path::new(&netns).exists(), "containerd removed the pod's namespace {netns}:\n{}", c.log());
 }

@@ -30,6 +30,12 @@ impl Containerd {
 
     /// Started with `env` in its environment (which its shims and runtimes inherit).
     pub fn start_with(env: &[(&str, &std::ffi::OsStr)]) -> Containerd {
+        Containerd::start_full(env, |_| {})
+    }
+
+    /// Started with `env`, once `prepare` has been given its directory (where `cni-bin` and `cni-conf` are
+    /// the CNI plugins' and configurations' directories).
+    pub fn start_full(env: &[(&str, &std::ffi::OsStr)], prepare: impl FnOnce(&Path)) -> Containerd {
         assert!(rustix::process::geteuid().is_root(), "the Kubernetes node tests run containerd and must run as root");
         for tool in ["containerd", "ctr", "containerd-shim-runc-v2"] {
             assert!(
@@ -69,6 +75,7 @@ state = "{d}/state"
             d = d.display()
         );
         std::fs::write(d.join("config.toml"), config).unwrap();
+        prepare(d);
         let log = std::fs::File::create(d.join("containerd.log")).unwrap();
         let child = Command::new("containerd")
             .envs(env.iter().copied())

@@ -2,6 +2,9 @@
 CRI plugin with the CRI v1 stubs from PyPI. Each step prints one JSON object.
 
   cri_workspace.py SOCKET IMAGE HANDLER LOGDIR up NAME WORKSPACE   a pod (with berth.dev/workspace) and a container
+  cri_workspace.py SOCKET IMAGE HANDLER LOGDIR up-net NAME ANNOTATIONS
+                                                                   the same on a network of its own (CNI's), with
+                                                                   the annotations given (JSON)
   cri_workspace.py SOCKET IMAGE HANDLER LOGDIR sh CONTAINER SCRIPT ExecSync of sh -c SCRIPT
   cri_workspace.py SOCKET IMAGE HANDLER LOGDIR down POD            stop and remove the pod and its containers
 """
@@ -18,13 +21,18 @@ rest = sys.argv[6:]
 rt = cri_grpc.RuntimeServiceStub(grpc.insecure_channel("unix://" + sock))
 ns = cri.NamespaceOption(network=cri.NODE, pid=cri.CONTAINER, ipc=cri.POD)
 
-if step == "up":
-    name, workspace = rest
+if step in ("up", "up-net"):
+    if step == "up":
+        name, workspace = rest
+        annotations = {"berth.dev/workspace": workspace}
+    else:
+        name, annotations = rest[0], json.loads(rest[1])
+        ns = cri.NamespaceOption(network=cri.POD, pid=cri.CONTAINER, ipc=cri.POD)
     pod_config = cri.PodSandboxConfig(
         metadata=cri.PodSandboxMetadata(name=name, uid="uid-" + name, namespace="agents", attempt=0),
         hostname=name,
         log_directory=logdir,
-        annotations={"berth.dev/workspace": workspace},
+        annotations=annotations,
         linux=cri.LinuxPodSandboxConfig(security_context=cri.LinuxSandboxSecurityContext(namespace_options=ns)),
     )
     try:
