@@ -261,6 +261,12 @@ pub struct DaemonArgs {
     /// written there. Without it the daemon keeps to its own node.
     #[arg(long, env = "BERTH_CLUSTER_DB", value_name = "URL", hide_env_values = true)]
     pub cluster_db: Option<String>,
+    /// Let pods' egress policies (berth.dev/egress) reach special addresses (loopback, private networks,
+    /// link-local, cloud metadata) that an exact rule or berth.dev/egress-hosts names, such as in-cluster
+    /// services. Without it such a pod is refused: the pod's author is not the node's operator, and the proxy
+    /// connects from this daemon's network.
+    #[arg(long)]
+    pub pod_egress_special: bool,
     /// This node's name in the cluster's database (default: the host name; on Kubernetes, the node's name).
     #[arg(long, env = "NODE_NAME", value_name = "NAME", requires = "cluster_db")]
     pub node: Option<String>,
@@ -310,6 +316,7 @@ impl DaemonArgs {
             keep_removed: self.keep_removed,
             warm: self.warm,
             isolation: self.isolation,
+            pod_egress_special: self.pod_egress_special,
         }
     }
 }

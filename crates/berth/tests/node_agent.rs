@@ -103,8 +103,31 @@ fn a_pod_gets_a_workspace_a_journal_a_fork_and_a_receipt_from_the_node_agent() {
         assert!(row.contains(word), "{word:?} in {listed}");
     }
 
-    // Bad input to the node's calls: a sentence, nothing changed.
+    // Bad input to the node's calls: a sentence, nothing changed. A pod names only its own namespace's
+    // workspaces (not another's, not a sandbox's volume), and its policy reaches no special address unless
+    // the node's operator lets it (--pod-egress-special).
+    let (status, body) = d.http("POST", "/v1/volumes", r#"{"name": "plain-vol"}"#);
+    assert_eq!(status, 201, "{body}");
     for (path, body, code, needle) in [
+        (
+            "/v1/pods",
+            r#"{"id": "p2", "namespace": "agents", "workspace": "plain-vol"}"#,
+            409,
+            "not a workspace of the pods of namespace",
+        ),
+        ("/v1/pods", r#"{"id": "p3", "namespace": "others", "workspace": "ws-a"}"#, 409, "only its own namespace's"),
+        (
+            "/v1/pods",
+            r#"{"id": "p4", "egress": {"allow": ["x.test"], "add_hosts": {"x.test": "127.0.0.1"}}, "netns": "/x"}"#,
+            400,
+            "--pod-egress-special",
+        ),
+        (
+            "/v1/pods",
+            r#"{"id": "p5", "egress": {"allow": ["169.254.169.254:80"]}, "netns": "/x"}"#,
+            400,
+            "--pod-egress-special",
+        ),
         ("/v1/pods", r#"{"id": "../x"}"#, 400, "is not a container id"),
         ("/v1/pods", r#"{"id": "p1", "workspace": "a/b"}"#, 400, "workspace"),
         (&format!("/v1/pods/{pod}/events") as &str, r#"{"kind": "reboot", "container": "x"}"#, 400, "not a pod event"),
@@ -164,7 +187,7 @@ fn a_pod_gets_a_workspace_a_journal_a_fork_and_a_receipt_from_the_node_agent() {
         assert_eq!(sh(&c, up["app"].as_str().unwrap(), "cat /workspace/notes"), want, "{name} on {ws}");
         assert_eq!(step(&c, &["down", up["pod"].as_str().unwrap()])["pods_left"], 0);
     }
-    for ws in ["ws-a", "ws-b"] {
+    for ws in ["ws-a", "ws-b", "plain-vol"] {
         let (status, body) = d.http("DELETE", &format!("/v1/volumes/{ws}"), "");
         assert_eq!(status, 200, "a gone pod's workspace is removable: {body}");
     }
@@ -283,7 +306,7 @@ fn serve_once_each() -> u16 {
 
 #[test]
 fn a_pods_egress_goes_through_the_node_agents_proxy_and_no_other_way() {
-    let mut d = Daemon::start();
+    let mut d = Daemon::start_with(&["--pod-egress-special"]);
     let port = serve_once_each();
     let ns = Netns::new();
     let tmp = tempfile::Builder::new().prefix("bn-").tempdir_in("/tmp").unwrap();
@@ -322,7 +345,7 @@ fn a_pods_egress_goes_through_the_node_agents_proxy_and_no_other_way() {
     assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 1, "the listener took the connection");
     // A request through the proxy the variables name (busybox's wget cannot be used: it crashes at start).
     let fetch = format!(
-        "req() {{ printf 'GET http://%s:{port}/ HTTP/1.0\\r\\nHost: %s:{port}\\r\\n\\r\\n' $1 $1 | nc -w 5 127.0.0.1 3128; }}; \
+        "req() {{ printf 'GET http://%s:{port}/ HTTP/1.0\\r\\nHost: %s:{port}\\r\\n\\r\\n' $1 $1 | nc -w 5 127.0.0.1 1023; }}; \
          echo proxy=$HTTP_PROXY; req allowed.test; req denied.test; \
          nc -w 2 10.213.0.1 8080 </dev/null 2>&1; echo direct=$?"
     );
@@ -359,7 +382,7 @@ fn a_pods_egress_goes_through_the_node_agents_proxy_and_no_other_way() {
     let out = std::fs::read_to_string(&out_path).unwrap();
     // The container has the proxy's variables; the allowed name is reached through it (from the host's
     // network, where the server is); the other is refused by the proxy; a connection around it is dropped.
-    assert!(out.contains("proxy=http://127.0.0.1:3128\n"), "{out}");
+    assert!(out.contains("proxy=http://127.0.0.1:1023\n"), "{out}");
     assert!(out.contains("hello from the host\n"), "{out}");
     assert!(out.contains("HTTP/1.1 403"), "{out}");
     assert!(out.contains("direct=1\n"), "{out}");
@@ -403,7 +426,7 @@ fn a_pods_egress_goes_through_the_node_agents_proxy_and_no_other_way() {
     d.spawn();
     let process = tmp.path().join("process.json");
     let script = format!(
-        "printf 'GET http://allowed.test:{port}/ HTTP/1.0\\r\\nHost: allowed.test:{port}\\r\\n\\r\\n' | nc -w 5 127.0.0.1 3128"
+        "printf 'GET http://allowed.test:{port}/ HTTP/1.0\\r\\nHost: allowed.test:{port}\\r\\n\\r\\n' | nc -w 5 127.0.0.1 1023"
     );
     std::fs::write(
         &process,
@@ -462,7 +485,7 @@ fn a_pods_egress_goes_through_the_node_agents_proxy_and_no_other_way() {
 
 #[test]
 fn a_cri_pod_on_a_network_of_its_own_gets_out_through_the_proxy_only() {
-    let d = Daemon::start();
+    let d = Daemon::start_with(&["--pod-egress-special"]);
     let port = serve_once_each();
     // The network beyond the pod, a namespace of the test's; the pod's own is containerd's, made by a CNI
     // plugin of the test's (tests/kubernetes/test_cni.py) that links the two.
@@ -501,12 +524,12 @@ fn a_cri_pod_on_a_network_of_its_own_gets_out_through_the_proxy_only() {
 
     // An exec the kubelet makes (ExecSync) gets the proxy's variables, and out through the proxy only.
     let env = sh(&c, &app, "echo $HTTPS_PROXY $no_proxy");
-    assert_eq!(env, "http://127.0.0.1:3128 localhost,127.0.0.1,::1\n");
+    assert_eq!(env, "http://127.0.0.1:1023 localhost,127.0.0.1,::1\n");
     let through = sh(
         &c,
         &app,
         &format!(
-            "printf 'GET http://allowed.test:{port}/ HTTP/1.0\\r\\nHost: allowed.test:{port}\\r\\n\\r\\n' | nc -w 5 127.0.0.1 3128"
+            "printf 'GET http://allowed.test:{port}/ HTTP/1.0\\r\\nHost: allowed.test:{port}\\r\\n\\r\\n' | nc -w 5 127.0.0.1 1023"
         ),
     );
     assert!(through.ends_with("hello from the host\n"), "{through}");
@@ -514,7 +537,7 @@ fn a_cri_pod_on_a_network_of_its_own_gets_out_through_the_proxy_only() {
         &c,
         &app,
         &format!(
-            "printf 'GET http://example.com:{port}/ HTTP/1.0\\r\\nHost: example.com:{port}\\r\\n\\r\\n' | nc -w 5 127.0.0.1 3128"
+            "printf 'GET http://example.com:{port}/ HTTP/1.0\\r\\nHost: example.com:{port}\\r\\n\\r\\n' | nc -w 5 127.0.0.1 1023"
         ),
     );
     assert!(denied.starts_with("HTTP/1.1 403"), "{denied}");

@@ -41,6 +41,10 @@ pub struct Bounds {
     pub warm: usize,
     /// The isolation of a sandbox created without one.
     pub isolation: berth_api::Isolation,
+    /// Whether pods' egress policies may name special addresses (loopback, private, link-local, cloud
+    /// metadata) by an exact rule or `berth.dev/egress-hosts`: a pod's author is not the node's operator, and
+    /// the proxy connects from the daemon's network.
+    pub pod_egress_special: bool,
 }
 
 impl Default for Bounds {
@@ -58,6 +62,7 @@ impl Default for Bounds {
             keep_removed: 1000,
             warm: 0,
             isolation: berth_api::Isolation::Namespaces,
+            pod_egress_special: false,
         }
     }
 }

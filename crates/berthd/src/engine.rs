@@ -65,6 +65,10 @@ pub struct Engine {
     pod_lock: Mutex<()>,
     /// Live pods' egress proxies: the task taking each one's connections (see `pod_egress`).
     pod_proxies: std::sync::Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// Live pods' journals, each written through one handle (see `pods`).
+    pod_journals: std::sync::Mutex<HashMap<String, Arc<std::sync::Mutex<pods::PodJournal>>>>,
+    /// Pods' records on their way to the cluster's database, in order (see `shared`).
+    pod_shares: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<berth_api::Pod>>,
     /// The cluster's shared database, when the daemon has one (see `cluster`).
     cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
     events: Arc<Events>,
@@ -158,6 +162,8 @@ impl Engine {
             idempotent: Mutex::new(()),
             pod_lock: Mutex::new(()),
             pod_proxies: std::sync::Mutex::new(HashMap::new()),
+            pod_journals: std::sync::Mutex::new(HashMap::new()),
+            pod_shares: std::sync::OnceLock::new(),
             cluster: cluster.map(std::sync::OnceLock::from).unwrap_or_default(),
             removing: std::sync::Mutex::new(std::collections::HashSet::new()),
             tokens: crate::tokens::Tokens::new(Arc::clone(&store)),

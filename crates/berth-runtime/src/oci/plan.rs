@@ -77,10 +77,11 @@ pub fn compile(config: &Config, host: &Host<'_>) -> Result<Plan, OciError> {
         mount_step(m, host, &mut trees, &mut steps)?;
     }
     if let Some(ws) = host.workspace {
-        if has(WORKSPACE) {
+        let below = |m: &Mount| clean(&m.destination).starts_with(&format!("{WORKSPACE}/"));
+        if has(WORKSPACE) || config.mounts.iter().any(below) {
             return Err(OciError::Config(format!(
                 "the pod has a berth workspace (annotation berth.dev/workspace) and its config mounts {WORKSPACE} \
-                 too: drop one of them"
+                 or a path below it too (the workspace would hide it): drop one of them"
             )));
         }
         trees.push(Tree { source: ws.to_path_buf(), idmap: Idmap::Storage, readonly: false });
@@ -363,8 +364,12 @@ mod tests {
         let i = plan.trees.iter().position(|t| t.source == ws).unwrap();
         assert_eq!((plan.trees[i].idmap, plan.trees[i].readonly), (Idmap::Storage, false));
         assert!(plan.steps.contains(&Step::AttachInRoot { tree: i, target: WORKSPACE.into(), file: false }));
-        let pvc = config(serde_json::json!([{"destination": "/workspace/", "type": "tmpfs"}]));
-        let err = compile(&pvc, &host).unwrap_err().to_string();
-        assert!(err.contains("berth.dev/workspace") && err.contains("drop one"), "{err}");
+        for dest in ["/workspace/", "/workspace/cache"] {
+            let pvc = config(serde_json::json!([{"destination": dest, "type": "tmpfs"}]));
+            let err = compile(&pvc, &host).unwrap_err().to_string();
+            assert!(err.contains("berth.dev/workspace") && err.contains("drop one"), "{err}");
+        }
+        let beside = config(serde_json::json!([{"destination": "/workspaces", "type": "tmpfs"}]));
+        assert!(compile(&beside, &host).is_ok(), "a path that only starts with the same letters is not below it");
     }
 }

@@ -133,6 +133,9 @@ pub enum PodCommand {
     Journal { id: String },
     /// Show a removed pod's receipt (JSON).
     Receipt { id: String },
+    /// Close a pod the daemon did not hear end (its sandbox container was deleted while no daemon ran):
+    /// its receipt is written and its workspace is free to remove.
+    Rm { id: String },
     /// What the cluster's database holds: every node's volumes and pods (berth daemon --cluster-db).
     Cluster {
         /// Print the API's JSON.

@@ -40,6 +40,7 @@ pub fn pod(socket: &Path, cmd: PodCommand) -> anyhow::Result<i32> {
         }
         PodCommand::Show { id } => output::print_raw(&client.get(&path(&id, ""))?.1)?,
         PodCommand::Receipt { id } => output::print_raw(&client.get(&path(&id, "/receipt"))?.1)?,
+        PodCommand::Rm { id } => output::print_raw(&client.delete(&path(&id, ""))?.1)?,
         PodCommand::Journal { id } => {
             let (_, body) = client.get(&path(&id, "/journal"))?;
             for record in client::decode::<Vec<serde_json::Value>>(&body)? {

@@ -189,10 +189,10 @@ pub(super) fn egress_record(
     }
 }
 
-/// The proxy's variables, as every exec of a daemon sandbox (and every process of a pod with an egress
-/// policy) gets them.
-pub(crate) fn proxy_env() -> Vec<(String, String)> {
-    let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
+/// The variables naming the proxy on `port`, as every exec of a daemon sandbox (and every process of a pod
+/// with an egress policy) gets them.
+pub(crate) fn proxy_env(port: u16) -> Vec<(String, String)> {
+    let proxy = format!("http://127.0.0.1:{port}");
     let mut env = Vec::new();
     for k in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
         env.push((k.to_string(), proxy.clone()));
@@ -205,7 +205,7 @@ pub(crate) fn proxy_env() -> Vec<(String, String)> {
 
 /// The environment every exec of a daemon sandbox gets: the proxy, and berth's API with the session token.
 pub(super) fn session_env(id: &str, token: &str) -> Vec<(String, String)> {
-    let mut env = proxy_env();
+    let mut env = proxy_env(PROXY_PORT);
     env.push(("BERTH_API".into(), format!("http://127.0.0.1:{API_PORT}")));
     env.push(("BERTH_TOKEN".into(), token.to_string()));
     env.push(("BERTH_SANDBOX_ID".into(), id.to_string()));

@@ -1,5 +1,5 @@
 //! A pod's egress: the pod's network namespace is the engine's (CNI made it), so berth does not route its
-//! connections as it does a sandbox's. Instead the daemon listens on `127.0.0.1:3128` inside that namespace
+//! connections as it does a sandbox's. Instead the daemon listens on `127.0.0.1:1023` inside that namespace
 //! (a socket bound there stays there) and serves each connection with a `berth_egress::Proxy` that holds the
 //! pod's policy and connects from the daemon's own network; and it drops, with nftables rules in the pod's
 //! namespace, every packet leaving by another interface than `lo` that is not a reply to a connection made
@@ -14,9 +14,9 @@ use tokio::sync::mpsc;
 
 use super::Engine;
 use crate::EngineError;
-use crate::journal::Journal;
 
-/// The rules put in a pod's network namespace: out by `lo`, or as part of a connection made to the pod.
+/// The rules put in a pod's network namespace: out by `lo`, or as part of a connection made to the pod (and
+/// IPv6's neighbour discovery, without which no reply finds its way); nothing is forwarded through it.
 const RULES: &str = "add table inet berth_egress
 flush table inet berth_egress
 table inet berth_egress {
@@ -24,12 +24,18 @@ table inet berth_egress {
     type filter hook output priority 0; policy drop;
     oifname \"lo\" accept
     ct state established,related accept
+    icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept
+  }
+  chain forward {
+    type filter hook forward priority 0; policy drop;
   }
 }
 ";
 
-/// The port the proxy listens on in the pod's namespace.
-pub(crate) const PROXY_PORT: u16 = 3128;
+/// The port the proxy listens on in the pod's namespace: below 1024, which the pod's processes cannot bind
+/// there (the namespace is the host user namespace's, where they have no capability; berth-oci refuses
+/// `linux.sysctl`, so `ip_unprivileged_port_start` stays as it is). A restarted daemon finds it free.
+pub(crate) const PROXY_PORT: u16 = 1023;
 
 /// Bind the proxy's listener inside the network namespace at `netns` and put the rules there, from a thread
 /// of its own (the namespace is the thread's; the thread ends with it).
@@ -37,8 +43,9 @@ fn listen_in(netns: &Path) -> Result<std::net::TcpListener, String> {
     let ns = std::fs::File::open(netns)
         .map_err(|e| format!("cannot open the pod's network namespace {}: {e}", netns.display()))?;
     let theirs = rustix::fs::fstat(&ns).map_err(|e| e.to_string())?;
-    let mine = rustix::fs::stat("/proc/self/ns/net").map_err(|e| e.to_string())?;
-    if (theirs.st_dev, theirs.st_ino) == (mine.st_dev, mine.st_ino) {
+    // The daemon's own, and the host's (the daemon may run in a pod of its own, with the host's pids).
+    let hosts = ["/proc/self/ns/net", "/proc/1/ns/net"].into_iter().filter_map(|p| rustix::fs::stat(p).ok());
+    if hosts.into_iter().any(|h| (theirs.st_dev, theirs.st_ino) == (h.st_dev, h.st_ino)) {
         return Err(format!(
             "{} is the host's network namespace (a hostNetwork pod): berth's egress policy needs the pod's own",
             netns.display()
@@ -100,27 +107,40 @@ impl Engine {
                 .with_lookup_share(berth_egress::lookup_share(self.bounds.max_lookups))
                 .with_events(tx),
         );
+        // The connections are the accept task's: stopping it (the pod's removal) ends them too.
         let accept = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
             loop {
-                match listener.accept().await {
-                    Ok((stream, _)) => {
-                        let proxy = Arc::clone(&proxy);
-                        tokio::spawn(async move { proxy.serve(stream).await });
-                    }
-                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+                tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, _)) => {
+                            let proxy = Arc::clone(&proxy);
+                            connections.spawn(async move { proxy.serve(stream).await });
+                        }
+                        Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+                    },
+                    Some(_) = connections.join_next() => {}
                 }
             }
         });
-        // Ends once the proxy and its connections are gone.
-        let journal = self.pod_journal_path(id);
+        // Within the egress records' share of the pod's journal, through its one handle; nothing once the
+        // pod's removal closed it. Ends once the proxy and its connections are gone.
+        let journal = self.pod_journal_of(id)?;
         let pod = id.to_string();
         tokio::spawn(async move {
             while let Some(a) = attempts.recv().await {
                 let record = super::network::egress_record(&a, pod.clone(), None);
                 let args = serde_json::json!({"host": record.host, "port": record.port, "method": record.method});
                 let result = serde_json::to_value(&record).unwrap_or_default();
-                if let Ok(mut j) = Journal::open(&journal) {
-                    let _ = j.append("pod", "egress", args, result);
+                let mut j = journal.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if j.closed {
+                    return;
+                }
+                if let Err(e) = j.journal.append_egress("pod", args, result) {
+                    crate::log::warn(
+                        "cannot journal a pod's egress",
+                        serde_json::json!({"pod": pod, "error": e.to_string()}),
+                    );
                 }
             }
         });
@@ -144,6 +164,16 @@ impl Engine {
     pub(super) async fn reattach_pods(&self) {
         for pod in self.pods().unwrap_or_default().into_iter().filter(|p| p.removed_at_ms.is_none()) {
             let (Some(net), Some(netns)) = (&pod.egress, &pod.netns) else { continue };
+            // Its namespace is gone: the pod ended while no daemon heard of it. It is closed with a receipt.
+            if !Path::new(netns).exists() {
+                if let Err(e) = self.remove_pod(&pod.id).await {
+                    crate::log::warn(
+                        "cannot close a gone pod",
+                        serde_json::json!({"pod": pod.id, "error": e.to_string()}),
+                    );
+                }
+                continue;
+            }
             if let Err(e) = self.attach_pod_egress(&pod.id, netns, net).await {
                 crate::log::warn(
                     "cannot take up a pod's egress proxy again",

@@ -8,6 +8,7 @@
 //! paths and cgroups.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use berth_api::{Pod, PodContainer, PodEvent, PodFork, PodReceipt, PodRequest, Volume};
 
@@ -35,6 +36,18 @@ fn check_cgroup(path: &str) -> Result<(), EngineError> {
     }
 }
 
+/// A live pod's journal, and whether the pod's removal closed it (then its proxy's last attempts are not
+/// written after the receipt's last record).
+pub(super) struct PodJournal {
+    pub(super) journal: Journal,
+    pub(super) closed: bool,
+}
+
+/// Who owns a pod's workspace volumes: the pods of its Kubernetes namespace.
+fn owner_of(namespace: Option<&str>) -> String {
+    format!("pods/{}", namespace.unwrap_or_default())
+}
+
 impl Engine {
     fn pods_dir(&self) -> PathBuf {
         self.root.join("pods")
@@ -48,15 +61,42 @@ impl Engine {
         self.pods_dir().join(format!("{id}.receipt.json"))
     }
 
-    fn pod_journal(&self, id: &str, action: &str, args: serde_json::Value, result: serde_json::Value) {
-        let appended = Journal::open(&self.pod_journal_path(id))
-            .and_then(|mut j| j.append(&super::actor(), action, args, result).map(|_| ()));
-        if let Err(e) = appended {
-            crate::log::warn(
-                "cannot journal a pod's action",
-                serde_json::json!({"pod": id, "action": action, "error": e.to_string()}),
-            );
+    /// Pod `id`'s journal, open while the pod lives: its calls and its proxy write through this one handle.
+    pub(super) fn pod_journal_of(&self, id: &str) -> Result<Arc<Mutex<PodJournal>>, EngineError> {
+        let mut open = self.pod_journals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(j) = open.get(id) {
+            return Ok(Arc::clone(j));
         }
+        let journal = Journal::open_bounded(&self.pod_journal_path(id), self.bounds.max_journal_bytes / 2)
+            .map_err(EngineError::Log)?;
+        let j = Arc::new(Mutex::new(PodJournal { journal, closed: false }));
+        open.insert(id.to_string(), Arc::clone(&j));
+        Ok(j)
+    }
+
+    /// Record an action of pod `id`'s. What cannot be recorded is not done: a journal that cannot be written,
+    /// is full, or was closed is an error, and the caller does nothing.
+    fn pod_journal(
+        &self,
+        id: &str,
+        action: &str,
+        args: serde_json::Value,
+        result: serde_json::Value,
+    ) -> Result<(), EngineError> {
+        let j = self.pod_journal_of(id)?;
+        let mut j = j.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if j.closed {
+            return Err(EngineError::Conflict(format!("pod {id} was removed: see GET /v1/pods/{id}/receipt")));
+        }
+        if j.journal.bytes() >= self.bounds.max_journal_bytes {
+            return Err(EngineError::Conflict(format!(
+                "pod {id}'s journal is full ({} bytes, berth daemon --max-journal-bytes): it is not {action}",
+                self.bounds.max_journal_bytes
+            )));
+        }
+        j.journal.flush_dropped("pod").map_err(EngineError::Log)?;
+        j.journal.append(&super::actor(), action, args, result).map_err(EngineError::Log)?;
+        Ok(())
     }
 
     /// The pod `id` as recorded, live or removed.
@@ -103,17 +143,6 @@ impl Engine {
                 Some(_) => Err(EngineError::Conflict(format!("pod {} was removed; a pod id is used once", req.id))),
             };
         }
-        let mut made = false;
-        if let Some(name) = &req.workspace {
-            berth_runtime::spec::check_name(name)
-                .map_err(|e| EngineError::invalid(format!("the workspace volume's name: {e}")))?;
-            // A workspace on another node's disk is not made empty here.
-            self.claim_volume(name).await?;
-            if !self.store.volumes()?.iter().any(|(v, _)| v == name) {
-                self.create_volume(name).await?;
-                made = true;
-            }
-        }
         // The policy as the proxy will hold it (a rule berth cannot use is a 400 before anything is done).
         let egress = match &req.egress {
             Some(net) => {
@@ -124,12 +153,38 @@ impl Engine {
                          (hostNetwork) cannot have one",
                     ));
                 }
+                self.check_pod_policy(&policy)?;
                 Some(super::network::network_of(&policy))
             }
             None => None,
         };
+        let owner = owner_of(req.namespace.as_deref());
+        let mut made = false;
+        if let Some(name) = &req.workspace {
+            berth_runtime::spec::check_name(name)
+                .map_err(|e| EngineError::invalid(format!("the workspace volume's name: {e}")))?;
+            match self.store.volume_owner(name)? {
+                // A pod names only its own namespace's workspaces, never a sandbox's volume.
+                Some(theirs) if theirs.as_deref() != Some(owner.as_str()) => {
+                    return Err(EngineError::Conflict(format!(
+                        "the volume {name:?} is not a workspace of the pods of namespace {:?}: a pod may name only \
+                         its own namespace's workspaces",
+                        req.namespace.as_deref().unwrap_or_default()
+                    )));
+                }
+                // Already this namespace's: claimed again (where there is a cluster, it may be another node's).
+                Some(_) => self.claim_volume(name).await?,
+                None => {
+                    self.create_volume_locked(name, Some(&owner)).await?;
+                    made = true;
+                }
+            }
+        }
         let env = match egress {
-            Some(_) => super::network::proxy_env().into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            Some(_) => super::network::proxy_env(super::pod_egress::PROXY_PORT)
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
             None => Vec::new(),
         };
         let pod = Pod {
@@ -149,20 +204,22 @@ impl Engine {
         if let (Some(net), Some(netns)) = (&pod.egress, &pod.netns) {
             self.attach_pod_egress(&pod.id, netns, net).await?;
         }
-        if let Err(e) = self.store.put_pod(&pod) {
+        let recorded = self
+            .pod_journal(
+                &pod.id,
+                "pod_created",
+                serde_json::json!({
+                    "name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "workspace": pod.workspace,
+                    "egress": pod.egress, "netns": pod.netns,
+                }),
+                serde_json::json!({"workspace_made": made}),
+            )
+            .and_then(|()| Ok(self.store.put_pod(&pod)?));
+        if let Err(e) = recorded {
             self.detach_pod_egress(&pod.id);
-            return Err(e.into());
+            return Err(e);
         }
-        self.share_pod(&pod).await;
-        self.pod_journal(
-            &pod.id,
-            "pod_created",
-            serde_json::json!({
-                "name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "workspace": pod.workspace,
-                "egress": pod.egress, "netns": pod.netns,
-            }),
-            serde_json::json!({"workspace_made": made}),
-        );
+        self.share_pod(&pod);
         Ok(pod)
     }
 
@@ -199,14 +256,14 @@ impl Engine {
                 )));
             }
         }
-        self.store.put_pod(&pod)?;
-        self.share_pod(&pod).await;
         self.pod_journal(
             id,
             &ev.kind,
             serde_json::json!({"container": ev.container, "name": ev.name, "cgroup": ev.cgroup, "args": ev.args}),
             serde_json::json!({"pid": ev.pid}),
-        );
+        )?;
+        self.store.put_pod(&pod)?;
+        self.share_pod(&pod);
         Ok(pod)
     }
 
@@ -221,17 +278,25 @@ impl Engine {
         berth_runtime::spec::check_name(&req.workspace)
             .map_err(|e| EngineError::invalid(format!("the new workspace volume's name: {e}")))?;
         let now = now_ms();
+        let hierarchy = berth_runtime::cgroup::Hierarchy::detect().map_err(|e| EngineError::Storage(e.to_string()))?;
         if self.store.volumes()?.iter().any(|(v, _)| *v == req.workspace) {
             return Err(EngineError::Conflict(format!("a volume named {:?} already exists", req.workspace)));
         }
         self.claim_volume(&req.workspace).await?;
-        if !self.store.add_volume(&req.workspace, now)? {
+        let owner = owner_of(pod.namespace.as_deref());
+        if !self.store.add_volume_owned(&req.workspace, now, Some(&owner))? {
             return Err(EngineError::Conflict(format!("a volume named {:?} already exists", req.workspace)));
         }
-        let hierarchy = berth_runtime::cgroup::Hierarchy::detect().map_err(|e| EngineError::Storage(e.to_string()))?;
+        // Every live pod that writes to the workspace is still for the instant, not only this one.
+        let writers: Vec<PodContainer> = self
+            .pods()?
+            .into_iter()
+            .filter(|p| p.removed_at_ms.is_none() && p.workspace.as_deref() == Some(from.as_str()))
+            .flat_map(|p| p.containers)
+            .collect();
         let mut frozen = Vec::new();
         let mut froze_all = Ok(());
-        for c in pod.containers.iter().filter(|c| c.state != "deleted") {
+        for c in writers.iter().filter(|c| c.state != "deleted") {
             let path = Path::new(&c.cgroup);
             let (parent, name) = (path.parent().unwrap_or(Path::new("")), path.file_name().unwrap_or_default());
             let cg = match hierarchy.nested(parent) {
@@ -269,12 +334,20 @@ impl Engine {
             return Err(e);
         }
         let ids: Vec<&String> = frozen.iter().map(|(c, _)| c).collect();
-        self.pod_journal(
+        let noted = self.pod_journal(
             id,
             "fork",
             serde_json::json!({"workspace": req.workspace}),
             serde_json::json!({"from": from, "frozen": ids, "frozen_us": frozen_us}),
         );
+        if let Err(e) = noted {
+            // Not recorded, not kept.
+            let dir = self.volume_dir(&req.workspace);
+            let _ = self.pool_op(move |pool| pool.remove(&dir)).await;
+            let _ = self.store.remove_volume(&req.workspace);
+            self.release_volume(&req.workspace).await;
+            return Err(e);
+        }
         Ok(Volume { name: req.workspace, created_at_ms: now, used_by: vec![] })
     }
 
@@ -291,12 +364,24 @@ impl Engine {
         for c in &mut pod.containers {
             c.state = "deleted".into();
         }
-        self.pod_journal(
-            id,
-            "pod_removed",
-            serde_json::json!({}),
-            serde_json::json!({"workspace_kept": pod.workspace}),
-        );
+        // The pod is gone whatever follows: its record says so first, then its journal is closed (the last
+        // attempts its proxy counted go in before the closing record).
+        self.store.put_pod(&pod)?;
+        self.share_pod(&pod);
+        let j = self.pod_journal_of(id)?;
+        {
+            let mut j = j.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _ = j.journal.flush_dropped("pod");
+            let closing = j.journal.append(
+                &super::actor(),
+                "pod_removed",
+                serde_json::json!({}),
+                serde_json::json!({"workspace_kept": pod.workspace}),
+            );
+            j.closed = true;
+            closing.map_err(EngineError::Log)?;
+        }
+        self.pod_journals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
         let path = self.pod_journal_path(id);
         let verdict = journal::verify(&path).map_err(EngineError::Log)?;
         let head = journal::read(&path).map_err(EngineError::Log)?.last().map(|r| r.hash.clone()).unwrap_or_default();
@@ -312,9 +397,29 @@ impl Engine {
         std::fs::write(&fresh, text)
             .and_then(|()| std::fs::rename(&fresh, self.pod_receipt_path(id)))
             .map_err(EngineError::Log)?;
-        self.store.put_pod(&pod)?;
-        self.share_pod(&pod).await;
         Ok(receipt)
+    }
+
+    /// Whether `policy` may be a pod's: without `--pod-egress-special`, it names no special address (an exact
+    /// IP rule, or a name `egress-hosts` maps to one), since the pod's author is not the node's operator.
+    fn check_pod_policy(&self, policy: &berth_egress::Policy) -> Result<(), EngineError> {
+        if self.bounds.pod_egress_special {
+            return Ok(());
+        }
+        let ips = policy.allow.iter().filter_map(|r| match r.target {
+            berth_egress::Target::Ip(ip) => Some((r.to_string(), ip)),
+            _ => None,
+        });
+        let mapped = policy.add_hosts.iter().map(|(name, ip)| (format!("{name}={ip}"), *ip));
+        for (what, ip) in ips.chain(mapped) {
+            if let Some(kind) = berth_egress::special_kind(ip) {
+                return Err(EngineError::invalid(format!(
+                    "the pod's egress policy reaches {what}, a {kind} address: pods' policies may name such \
+                     addresses only on a node whose daemon runs with --pod-egress-special"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// A removed pod's receipt.

@@ -37,16 +37,26 @@ impl Engine {
         }
     }
 
-    /// Write the pod for the other nodes to see; a failure is logged (this node's store is the pod's record).
-    pub(super) async fn share_pod(&self, pod: &Pod) {
-        if let Some(c) = self.cluster.get()
-            && let Err(e) = c.put_pod(pod).await
-        {
-            crate::log::warn(
-                "cannot write a pod to the cluster database",
-                serde_json::json!({"pod": pod.id, "error": e.to_string()}),
-            );
-        }
+    /// Write the pod for the other nodes to see, in the background and in order: a slow database holds up
+    /// no pod call, and a failure is logged (this node's store is the pod's record).
+    pub(super) fn share_pod(&self, pod: &Pod) {
+        let Some(cluster) = self.cluster.get() else { return };
+        let tx = self.pod_shares.get_or_init(|| {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Pod>();
+            let cluster = std::sync::Arc::clone(cluster);
+            tokio::spawn(async move {
+                while let Some(pod) = rx.recv().await {
+                    if let Err(e) = cluster.put_pod(&pod).await {
+                        crate::log::warn(
+                            "cannot write a pod to the cluster database",
+                            serde_json::json!({"pod": pod.id, "error": e.to_string()}),
+                        );
+                    }
+                }
+            });
+            tx
+        });
+        let _ = tx.send(pod.clone());
     }
 
     /// What the cluster's database holds.

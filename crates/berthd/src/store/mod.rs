@@ -45,7 +45,8 @@ const MIGRATIONS: &[&str] = &[
         created_at_ms INTEGER NOT NULL
     );",
     "ALTER TABLE tokens ADD COLUMN scope TEXT;",
-    "CREATE TABLE pods (
+    "ALTER TABLE volumes ADD COLUMN owner TEXT;
+    CREATE TABLE pods (
         id TEXT PRIMARY KEY,
         record TEXT NOT NULL,
         removed_at_ms INTEGER

@@ -87,13 +87,24 @@ impl Store {
 
     /// Add a volume; false if the name is taken.
     pub fn add_volume(&self, name: &str, now_ms: u64) -> Result<bool, StoreError> {
+        self.add_volume_owned(name, now_ms, None)
+    }
+
+    /// Add a volume that belongs to `owner` (the pods of a namespace: `pods/<namespace>`); false if the name
+    /// is taken.
+    pub fn add_volume_owned(&self, name: &str, now_ms: u64, owner: Option<&str>) -> Result<bool, StoreError> {
         self.with(|c| {
             c.execute(
-                "INSERT OR IGNORE INTO volumes (name, created_at_ms) VALUES (?1, ?2)",
-                params![name, now_ms as i64],
+                "INSERT OR IGNORE INTO volumes (name, created_at_ms, owner) VALUES (?1, ?2, ?3)",
+                params![name, now_ms as i64, owner],
             )
             .map(|n| n > 0)
         })
+    }
+
+    /// Volume `name`'s owner: `None` if there is no such volume, `Some(None)` for one made through the API.
+    pub fn volume_owner(&self, name: &str) -> Result<Option<Option<String>>, StoreError> {
+        self.with(|c| c.query_row("SELECT owner FROM volumes WHERE name = ?1", [name], |r| r.get(0)).optional())
     }
 
     pub fn volumes(&self) -> Result<Vec<(String, u64)>, StoreError> {
