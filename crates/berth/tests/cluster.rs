@@ -40,6 +40,15 @@ impl Postgres {
         Postgres { dir }
     }
 
+    fn restart(&self) {
+        let d = self.dir.path().display();
+        let script = format!(
+            "{PG_BIN}/pg_ctl -D {d}/data -l {d}/log -w -m fast -o \"-k {d} -c listen_addresses=''\" restart >/dev/null"
+        );
+        let out = Command::new("runuser").args(["-u", "postgres", "--", "sh", "-c", &script]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+
     /// The libpq connection string of its one database.
     fn url(&self) -> String {
         format!("host={} user=berth dbname=postgres", self.dir.path().display())
@@ -118,6 +127,12 @@ fn nodes_sharing_a_cluster_database_hold_each_volume_on_one_node() {
     assert_eq!(pods.len(), 1, "{info}");
     assert_eq!((pods[0]["node"].as_str(), pods[0]["pod"]["id"].as_str()), (Some("node-a"), Some("pod-a1")));
     assert_eq!(pods[0]["pod"]["workspace"], "project-a");
+
+    // A restarted database is connected to again.
+    pg.restart();
+    let (status, answer) = call(&a, "POST", "/v1/volumes", r#"{"name": "after-restart"}"#);
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(call(&a, "DELETE", "/v1/volumes/after-restart", "").0, 200);
 
     // The pod ends (the cluster sees it removed); once its node removes the volume, the name is free, and
     // node B makes a workspace of that name of its own.

@@ -63,8 +63,21 @@ impl std::fmt::Debug for ClusterOptions {
 
 /// A connection to the cluster's database, as node `node`.
 pub struct Cluster {
-    client: tokio_postgres::Client,
+    /// The connection, made again when the server closed it (a restart of the database).
+    client: tokio::sync::Mutex<tokio_postgres::Client>,
+    url: String,
     node: String,
+}
+
+/// Connect to `url`, the connection's task running in the background.
+async fn open(url: &str) -> Result<tokio_postgres::Client, ClusterError> {
+    let (client, connection) = timed(tokio_postgres::connect(url, tokio_postgres::NoTls)).await?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            crate::log::warn("the cluster database connection ended", serde_json::json!({"error": e.to_string()}));
+        }
+    });
+    Ok(client)
 }
 
 async fn timed<T>(f: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>) -> Result<T, ClusterError> {
@@ -91,20 +104,24 @@ impl Cluster {
     /// tables if they are not there.
     pub async fn connect(url: &str, node: &str) -> Result<Cluster, ClusterError> {
         check_node(node).map_err(ClusterError::Database)?;
-        let (client, connection) = timed(tokio_postgres::connect(url, tokio_postgres::NoTls)).await?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                crate::log::warn("the cluster database connection ended", serde_json::json!({"error": e.to_string()}));
-            }
-        });
-        let c = Cluster { client, node: node.to_string() };
+        let client = open(url).await?;
         timed(
-            c.client.batch_execute(&format!(
+            client.batch_execute(&format!(
                 "SELECT pg_advisory_lock(4851723); {SCHEMA} SELECT pg_advisory_unlock(4851723);"
             )),
         )
         .await?;
-        Ok(c)
+        Ok(Cluster { client: tokio::sync::Mutex::new(client), url: url.to_string(), node: node.to_string() })
+    }
+
+    /// The connection, made again first if the server closed it (seen closed, or not answering a ping: a
+    /// restarted server's close may not have been read yet).
+    async fn client(&self) -> Result<tokio::sync::MutexGuard<'_, tokio_postgres::Client>, ClusterError> {
+        let mut client = self.client.lock().await;
+        if client.is_closed() || timed(client.simple_query("")).await.is_err() {
+            *client = open(&self.url).await?;
+        }
+        Ok(client)
     }
 
     pub fn node(&self) -> &str {
@@ -114,7 +131,8 @@ impl Cluster {
     /// Hold volume `name` for this node: recorded as this node's, or already this node's. Another node's is
     /// [`ClusterError::Elsewhere`].
     pub async fn claim_volume(&self, name: &str, now_ms: u64) -> Result<(), ClusterError> {
-        let rows = timed(self.client.query(
+        let client = self.client().await?;
+        let rows = timed(client.query(
             "INSERT INTO berth_volumes (name, node, created_at_ms) VALUES ($1, $2, $3)
              ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name WHERE berth_volumes.node = EXCLUDED.node
              RETURNING node",
@@ -124,26 +142,30 @@ impl Cluster {
         if !rows.is_empty() {
             return Ok(());
         }
-        let holder = timed(self.client.query_opt("SELECT node FROM berth_volumes WHERE name = $1", &[&name])).await?;
+        let holder = timed(client.query_opt("SELECT node FROM berth_volumes WHERE name = $1", &[&name])).await?;
         match holder {
             Some(row) => Err(ClusterError::Elsewhere { name: name.to_string(), node: row.get(0) }),
             // Released between the two statements: try once more.
-            None => Box::pin(self.claim_volume(name, now_ms)).await,
+            None => {
+                drop(client);
+                Box::pin(self.claim_volume(name, now_ms)).await
+            }
         }
     }
 
     /// This node no longer holds volume `name` (removed here).
     pub async fn release_volume(&self, name: &str) -> Result<(), ClusterError> {
-        timed(self.client.execute("DELETE FROM berth_volumes WHERE name = $1 AND node = $2", &[&name, &self.node]))
-            .await?;
+        let client = self.client().await?;
+        timed(client.execute("DELETE FROM berth_volumes WHERE name = $1 AND node = $2", &[&name, &self.node])).await?;
         Ok(())
     }
 
     /// Write this node's record of a pod.
     pub async fn put_pod(&self, pod: &Pod) -> Result<(), ClusterError> {
+        let client = self.client().await?;
         let record = serde_json::to_string(pod).unwrap_or_default();
         let removed = pod.removed_at_ms.map(|t| t as i64);
-        timed(self.client.execute(
+        timed(client.execute(
             "INSERT INTO berth_pods (node, id, record, removed_at_ms) VALUES ($1, $2, $3, $4)
              ON CONFLICT (node, id) DO UPDATE SET record = EXCLUDED.record, removed_at_ms = EXCLUDED.removed_at_ms",
             &[&self.node, &pod.id, &record, &removed],
@@ -154,14 +176,14 @@ impl Cluster {
 
     /// Every node's volumes and pods (live pods first).
     pub async fn info(&self) -> Result<ClusterInfo, ClusterError> {
-        let volumes =
-            timed(self.client.query("SELECT name, node, created_at_ms FROM berth_volumes ORDER BY name", &[]))
-                .await?
-                .iter()
-                .map(|r| ClusterVolume { name: r.get(0), node: r.get(1), created_at_ms: r.get::<_, i64>(2) as u64 })
-                .collect();
+        let client = self.client().await?;
+        let volumes = timed(client.query("SELECT name, node, created_at_ms FROM berth_volumes ORDER BY name", &[]))
+            .await?
+            .iter()
+            .map(|r| ClusterVolume { name: r.get(0), node: r.get(1), created_at_ms: r.get::<_, i64>(2) as u64 })
+            .collect();
         let pods = timed(
-            self.client.query("SELECT node, record FROM berth_pods ORDER BY removed_at_ms IS NOT NULL, node, id", &[]),
+            client.query("SELECT node, record FROM berth_pods ORDER BY removed_at_ms IS NOT NULL, node, id", &[]),
         )
         .await?
         .iter()
