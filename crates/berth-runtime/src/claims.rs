@@ -20,6 +20,28 @@ pub(crate) fn claim(dir: &Path, id: &str) -> Result<(File, PathBuf), RuntimeErro
     // unlocked. One left by a maker that died at that moment (its pid reused since) is this one's to remove.
     let fresh = dir.join(format!("{id}.lock.new.{}", std::process::id()));
     fs::create_dir_all(dir).map_err(|source| RuntimeError::PrepareSandbox { source })?;
+    // Where the file system can, the file is made without a name and locked before it gets one, so that no
+    // name of it is ever unlocked while its maker lives (whatever a sweep in another pid namespace thinks
+    // of the maker's pid).
+    if let Some(file) = locked_unnamed(dir) {
+        let _ = fs::remove_file(&fresh);
+        let named = rustix::fs::linkat(&file, "", rustix::fs::CWD, &fresh, rustix::fs::AtFlags::EMPTY_PATH)
+            .or_else(|_| {
+                let by_fd = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
+                rustix::fs::linkat(
+                    rustix::fs::CWD,
+                    by_fd.as_str(),
+                    rustix::fs::CWD,
+                    &fresh,
+                    rustix::fs::AtFlags::SYMLINK_FOLLOW,
+                )
+            })
+            .and_then(|()| rustix::fs::rename(&fresh, &path));
+        if named.is_ok() {
+            return Ok((file, path));
+        }
+        let _ = fs::remove_file(&fresh);
+    }
     let open = || File::options().create_new(true).write(true).open(&fresh);
     let file = match open() {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
@@ -36,6 +58,18 @@ pub(crate) fn claim(dir: &Path, id: &str) -> Result<(File, PathBuf), RuntimeErro
             RuntimeError::PrepareSandbox { source: e.into() }
         })?;
     Ok((file, path))
+}
+
+/// A new file in `dir` without a name (`O_TMPFILE`), locked; none where the file system cannot make one.
+fn locked_unnamed(dir: &Path) -> Option<File> {
+    let fd = rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::TMPFILE | rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::from_raw_mode(0o644),
+    )
+    .ok()?;
+    rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).ok()?;
+    Some(File::from(fd))
 }
 
 /// Remove what sandbox `id` of the data root `root` left when its supervisor died (its cgroup and whatever is
