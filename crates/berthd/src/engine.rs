@@ -61,8 +61,10 @@ pub struct Engine {
     sandboxes: Mutex<HashMap<String, Arc<Live>>>,
     /// Serialises calls made with an `Idempotency-Key` (their results are in the store).
     idempotent: Mutex<()>,
-    /// Serialises changes to pods' records (see `pods`).
+    /// Serialises pods' registrations and forks with the making and removal of volumes (see `pods`).
     pod_lock: Mutex<()>,
+    /// Each live pod's own lock, for the changes to its record and journal.
+    pod_locks: std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>,
     /// Live pods' egress proxies: the task taking each one's connections (see `pod_egress`).
     pod_proxies: std::sync::Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
     /// Live pods' journals, each written through one handle (see `pods`).
@@ -161,6 +163,7 @@ impl Engine {
             sandboxes: Mutex::new(HashMap::new()),
             idempotent: Mutex::new(()),
             pod_lock: Mutex::new(()),
+            pod_locks: std::sync::Mutex::new(HashMap::new()),
             pod_proxies: std::sync::Mutex::new(HashMap::new()),
             pod_journals: std::sync::Mutex::new(HashMap::new()),
             pod_shares: std::sync::OnceLock::new(),

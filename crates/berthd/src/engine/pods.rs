@@ -61,6 +61,13 @@ impl Engine {
         self.pods_dir().join(format!("{id}.receipt.json"))
     }
 
+    /// The lock of pod `id`'s changes (its record and journal); `pod_lock` is taken before it where volumes
+    /// are made.
+    fn pod_lock_of(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.pod_locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(locks.entry(id.to_string()).or_default())
+    }
+
     /// Pod `id`'s journal, open while the pod lives: its calls and its proxy write through this one handle.
     pub(super) fn pod_journal_of(&self, id: &str) -> Result<Arc<Mutex<PodJournal>>, EngineError> {
         let mut open = self.pod_journals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -133,6 +140,7 @@ impl Engine {
     pub async fn register_pod(&self, req: PodRequest) -> Result<Pod, EngineError> {
         check_pod_id(&req.id)?;
         let _one = self.pod_lock.lock().await;
+        let _this = self.pod_lock_of(&req.id).lock_owned().await;
         if let Some(pod) = self.store.pod(&req.id)? {
             return match pod.removed_at_ms {
                 None if pod.workspace == req.workspace => Ok(pod),
@@ -226,7 +234,9 @@ impl Engine {
     /// Record what berth-oci did to one of a live pod's containers.
     pub async fn pod_event(&self, id: &str, ev: PodEvent) -> Result<Pod, EngineError> {
         check_pod_id(&ev.container)?;
-        let _one = self.pod_lock.lock().await;
+        // One pod's events wait for that pod only, not for another's registration (which may wait on the
+        // cluster's database).
+        let _this = self.pod_lock_of(id).lock_owned().await;
         let mut pod = self.live_pod(id)?;
         let known = pod.containers.iter().position(|c| c.id == ev.container);
         let unknown = || EngineError::Conflict(format!("pod {id} has no container {}", ev.container));
@@ -271,6 +281,7 @@ impl Engine {
     /// frozen for the clone (those already frozen stay so), so no write of theirs is half in the copy.
     pub async fn fork_pod(&self, id: &str, req: PodFork) -> Result<Volume, EngineError> {
         let _one = self.pod_lock.lock().await;
+        let _this = self.pod_lock_of(id).lock_owned().await;
         let pod = self.live_pod(id)?;
         let Some(from) = pod.workspace.clone() else {
             return Err(EngineError::Conflict(format!("pod {id} has no workspace (annotation berth.dev/workspace)")));
@@ -354,7 +365,7 @@ impl Engine {
     /// The pod's sandbox container was deleted: the pod is gone. Its record and journal are closed, and its
     /// receipt kept; its workspace volume stays. Asked again, the receipt is the answer.
     pub async fn remove_pod(&self, id: &str) -> Result<PodReceipt, EngineError> {
-        let _one = self.pod_lock.lock().await;
+        let _this = self.pod_lock_of(id).lock_owned().await;
         let mut pod = self.pod(id)?;
         if pod.removed_at_ms.is_some() {
             return self.pod_receipt(id);
@@ -382,6 +393,7 @@ impl Engine {
             closing.map_err(EngineError::Log)?;
         }
         self.pod_journals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
+        self.pod_locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
         let path = self.pod_journal_path(id);
         let verdict = journal::verify(&path).map_err(EngineError::Log)?;
         let head = journal::read(&path).map_err(EngineError::Log)?.last().map(|r| r.hash.clone()).unwrap_or_default();
