@@ -7,7 +7,8 @@
 //!
 //! This module holds the shared helpers (the parsed description, schema lookup and `$ref`s) and the checks of
 //! the description as a document (its version, its references, its operations); `validator` is the small
-//! schema validator and field comparison, `schemas` holds the samples and checks each schema against them,
+//! schema validator and field comparison, `schemas` holds the samples and checks each schema against them, `requests` which fields requests and
+//! responses require,
 //! `storage_samples` holds the samples of the durable-project and image types, `network_samples` those of
 //! the egress types, `previews_samples` those of preview URLs, and `pods_samples` those of pods.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -16,6 +17,7 @@ mod contexts_samples;
 mod network_samples;
 mod pods_samples;
 mod previews_samples;
+mod requests;
 mod schemas;
 mod storage_samples;
 mod validator;

@@ -1,0 +1,136 @@
+//! Which fields requests and responses require: a request schema's `required`, `additionalProperties` and
+//! defaults against what serde accepts and fills in, and every field of a response required (serde writes
+//! them all). The samples are `schemas`'.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::schemas::{full_samples, sparse_samples};
+use super::validator::properties;
+use super::*;
+
+/// For a request type: a property is `required` exactly when serde refuses the object without it; unknown
+/// fields are refused, as `additionalProperties: false` says; and each `default` is what serde fills in.
+fn check_request<T: Serialize + DeserializeOwned>(spec: &Value, name: &str, full: &T) {
+    let s = schema(spec, name);
+    let full = to_value(full);
+    assert_eq!(s["additionalProperties"], false, "{name} refuses unknown fields: say additionalProperties false");
+    let mut unknown = full.clone();
+    unknown["no_such_field"] = Value::Bool(true);
+    assert!(serde_json::from_value::<T>(unknown).is_err(), "{name} took an unknown field");
+    let required: BTreeSet<&str> =
+        s["required"].as_array().into_iter().flatten().map(|r| r.as_str().unwrap()).collect();
+    let minimal: serde_json::Map<String, Value> = full
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| required.contains(k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let minimal = to_value(&serde_json::from_value::<T>(Value::Object(minimal)).unwrap());
+    for (field, prop) in properties(spec, s) {
+        let mut without = full.clone();
+        without.as_object_mut().unwrap().remove(&field);
+        let refused = serde_json::from_value::<T>(without).is_err();
+        assert_eq!(refused, required.contains(field.as_str()), "{name}.{field}: refused without it, and required");
+        if let Some(default) = prop.get("default") {
+            assert_eq!(&minimal[&field], default, "{name}.{field}: serde's default differs from the schema's");
+        }
+    }
+}
+
+/// The request schemas: exactly those that refuse unknown fields.
+const REQUESTS: [&str; 23] = [
+    "Budget",
+    "CreatePreview",
+    "CreateContext",
+    "RunCode",
+    "CreateSandbox",
+    "InitStorage",
+    "Mount",
+    "VolumeMount",
+    "ExecRequest",
+    "MintToken",
+    "CreateSnapshot",
+    "ForkRequest",
+    "RestoreRequest",
+    "ResetRequest",
+    "SetTtl",
+    "ExportRequest",
+    "CreateVolume",
+    "ImportImage",
+    "Network",
+    "NetChange",
+    "PodRequest",
+    "PodEvent",
+    "PodFork",
+];
+
+#[test]
+fn request_schemas_match_deserialization() {
+    let spec = spec();
+    let samples = full_samples();
+    fn check<T: Serialize + DeserializeOwned>(spec: &Value, samples: &[(&str, Value)], name: &str) {
+        let sample = samples.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("no sample of {name}"));
+        check_request(spec, name, &serde_json::from_value::<T>(sample.1.clone()).unwrap());
+    }
+    check::<CreateSandbox>(&spec, &samples, "CreateSandbox");
+    check::<Mount>(&spec, &samples, "Mount");
+    check::<VolumeMount>(&spec, &samples, "VolumeMount");
+    check::<ExecRequest>(&spec, &samples, "ExecRequest");
+    check::<MintToken>(&spec, &samples, "MintToken");
+    check::<CreateSnapshot>(&spec, &samples, "CreateSnapshot");
+    check::<ForkRequest>(&spec, &samples, "ForkRequest");
+    check::<RestoreRequest>(&spec, &samples, "RestoreRequest");
+    check::<ResetRequest>(&spec, &samples, "ResetRequest");
+    check::<SetTtl>(&spec, &samples, "SetTtl");
+    check::<ExportRequest>(&spec, &samples, "ExportRequest");
+    check::<CreateVolume>(&spec, &samples, "CreateVolume");
+    check::<ImportImage>(&spec, &samples, "ImportImage");
+    check::<InitStorage>(&spec, &samples, "InitStorage");
+    check::<Network>(&spec, &samples, "Network");
+    check::<NetChange>(&spec, &samples, "NetChange");
+    check::<CreateContext>(&spec, &samples, "CreateContext");
+    check::<RunCode>(&spec, &samples, "RunCode");
+    check::<Budget>(&spec, &samples, "Budget");
+    check::<CreatePreview>(&spec, &samples, "CreatePreview");
+    check::<PodRequest>(&spec, &samples, "PodRequest");
+    check::<PodEvent>(&spec, &samples, "PodEvent");
+    check::<PodFork>(&spec, &samples, "PodFork");
+    let closed: BTreeSet<&str> = spec["components"]["schemas"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, s)| s["additionalProperties"] == false)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(closed, REQUESTS.into_iter().collect(), "schemas refusing unknown fields (left) and REQUESTS (right)");
+}
+
+#[test]
+fn response_schemas_require_every_field() {
+    // Responses are only serialized, and serde writes every field (nulls and `#[serde(default)]` fields
+    // included): all are required.
+    let spec = spec();
+    for (name, sample) in full_samples().into_iter().chain(sparse_samples()) {
+        if REQUESTS.contains(&name) {
+            continue;
+        }
+        let mut s = resolve(&spec, schema(&spec, name));
+        if let Some(mapping) = s["discriminator"]["mapping"].as_object() {
+            let tag = sample["type"].as_str().unwrap();
+            s = named(&spec, mapping[tag].as_str().unwrap());
+        }
+        let mut required: BTreeSet<String> =
+            s["required"].as_array().into_iter().flatten().map(|r| r.as_str().unwrap().to_string()).collect();
+        for part in s["allOf"].as_array().into_iter().flatten() {
+            let part = resolve(&spec, part);
+            required.extend(part["required"].as_array().into_iter().flatten().map(|r| r.as_str().unwrap().to_string()));
+        }
+        let keys: BTreeSet<String> = sample.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(required, keys, "{name}: required (left) and serialized fields (right) differ");
+    }
+}
