@@ -61,16 +61,8 @@ pub struct Engine {
     sandboxes: Mutex<HashMap<String, Arc<Live>>>,
     /// Serialises calls made with an `Idempotency-Key` (their results are in the store).
     idempotent: Mutex<()>,
-    /// Serialises pods' registrations and forks with the making and removal of volumes (see `pods`).
-    pod_lock: Mutex<()>,
-    /// Each live pod's own lock, for the changes to its record and journal.
-    pod_locks: std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>,
-    /// Live pods' egress proxies: the task taking each one's connections (see `pod_egress`).
-    pod_proxies: std::sync::Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
-    /// Live pods' journals, each written through one handle (see `pods`).
-    pod_journals: std::sync::Mutex<HashMap<String, Arc<std::sync::Mutex<pods::PodJournal>>>>,
-    /// Pods' records on their way to the cluster's database, in order (see `shared`).
-    pod_shares: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<berth_api::Pod>>,
+    /// What the daemon holds of live pods besides their records: locks, journals, proxies (see `pods`).
+    pod_state: pods::PodState,
     /// The cluster's shared database, when the daemon has one (see `cluster`).
     cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
     events: Arc<Events>,
@@ -162,11 +154,7 @@ impl Engine {
             exe,
             sandboxes: Mutex::new(HashMap::new()),
             idempotent: Mutex::new(()),
-            pod_lock: Mutex::new(()),
-            pod_locks: std::sync::Mutex::new(HashMap::new()),
-            pod_proxies: std::sync::Mutex::new(HashMap::new()),
-            pod_journals: std::sync::Mutex::new(HashMap::new()),
-            pod_shares: std::sync::OnceLock::new(),
+            pod_state: pods::PodState::default(),
             cluster: cluster.map(std::sync::OnceLock::from).unwrap_or_default(),
             removing: std::sync::Mutex::new(std::collections::HashSet::new()),
             tokens: crate::tokens::Tokens::new(Arc::clone(&store)),

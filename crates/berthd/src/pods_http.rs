@@ -30,13 +30,7 @@ async fn cluster(axum::extract::State(e): Api) -> Result<Response, Failure> {
 
 /// Pods name host paths and cgroups: a token on the TCP listener reaches none of them.
 fn local_only() -> Result<(), Failure> {
-    if crate::engine::actor() == "local" {
-        return Ok(());
-    }
-    Err(Failure(
-        berth_api::ErrorCode::Unauthorized,
-        "pods are the node's own (berth-oci's) and are served on the unix socket only".into(),
-    ))
+    crate::projects_http::local_only("each pod call")
 }
 
 async fn pods(axum::extract::State(e): Api) -> Result<Response, Failure> {

@@ -65,7 +65,7 @@ async fn receipt(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> 
 
 /// Calls that read or write host paths the caller names are for the unix socket's users (host root's
 /// peers) only: a token on the TCP listener cannot make the daemon read or write the host's files.
-fn local_only(what: &str) -> Result<(), Failure> {
+pub(crate) fn local_only(what: &str) -> Result<(), Failure> {
     if crate::engine::actor() == "local" {
         return Ok(());
     }

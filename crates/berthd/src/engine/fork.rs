@@ -144,11 +144,11 @@ impl Engine {
     pub async fn create_volume(&self, name: &str) -> Result<Volume, EngineError> {
         // Volumes are made and removed one at a time with pods' registrations (see `pods`), so that a check
         // of who uses one holds until what it allowed is done.
-        let _one = self.pod_lock.lock().await;
+        let _one = self.pod_state.lock.lock().await;
         self.create_volume_locked(name, None).await
     }
 
-    /// Make volume `name` for `owner` (see `Store::add_volume_owned`); the caller holds `pod_lock`.
+    /// Make volume `name` for `owner` (see `Store::add_volume_owned`); the caller holds `PodState::lock`.
     pub(super) async fn create_volume_locked(&self, name: &str, owner: Option<&str>) -> Result<Volume, EngineError> {
         berth_runtime::spec::check_name(name).map_err(|e| EngineError::invalid(e.to_string()))?;
         let now = now_ms();
@@ -191,7 +191,7 @@ impl Engine {
     }
 
     pub async fn remove_volume(&self, name: &str) -> Result<Volume, EngineError> {
-        let _one = self.pod_lock.lock().await;
+        let _one = self.pod_state.lock.lock().await;
         let vol =
             self.volumes()?.into_iter().find(|v| v.name == name).ok_or_else(|| EngineError::NoVolume(name.into()))?;
         if !vol.used_by.is_empty() {

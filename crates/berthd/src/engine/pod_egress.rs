@@ -144,8 +144,12 @@ impl Engine {
                 }
             }
         });
-        if let Some(old) =
-            self.pod_proxies.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id.to_string(), accept)
+        if let Some(old) = self
+            .pod_state
+            .proxies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id.to_string(), accept)
         {
             old.abort();
         }
@@ -154,7 +158,8 @@ impl Engine {
 
     /// Stop pod `id`'s proxy from taking connections.
     pub(super) fn detach_pod_egress(&self, id: &str) {
-        if let Some(task) = self.pod_proxies.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id) {
+        if let Some(task) = self.pod_state.proxies.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id)
+        {
             task.abort();
         }
     }
@@ -162,7 +167,7 @@ impl Engine {
     /// At start: the proxies of the live pods with an egress policy, back in their namespaces (a previous
     /// daemon's went with it; meanwhile the rules kept the pods from getting out another way).
     pub(super) async fn reattach_pods(&self) {
-        for pod in self.pods().unwrap_or_default().into_iter().filter(|p| p.removed_at_ms.is_none()) {
+        for pod in self.store.live_pods().unwrap_or_default() {
             let (Some(net), Some(netns)) = (&pod.egress, &pod.netns) else { continue };
             // Its namespace is gone: the pod ended while no daemon heard of it. It is closed with a receipt.
             if !Path::new(netns).exists() {

@@ -7,6 +7,7 @@
 //! `<root>/pods/<id>.receipt.json`. These calls are the node's own (the unix socket only): they name host
 //! paths and cgroups.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -36,6 +37,21 @@ fn check_cgroup(path: &str) -> Result<(), EngineError> {
     }
 }
 
+/// What the daemon holds of live pods besides their records.
+#[derive(Default)]
+pub(super) struct PodState {
+    /// Serialises pods' registrations and forks with the making and removal of volumes.
+    pub(super) lock: tokio::sync::Mutex<()>,
+    /// Each live pod's own lock, for the changes to its record and journal.
+    pub(super) locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Each live pod's journal, written through one handle.
+    pub(super) journals: Mutex<HashMap<String, Arc<Mutex<PodJournal>>>>,
+    /// The task taking each egress proxy's connections (see `pod_egress`).
+    pub(super) proxies: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// Pods' records on their way to the cluster's database, in order (see `shared`).
+    pub(super) shares: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Pod>>,
+}
+
 /// A live pod's journal, and whether the pod's removal closed it (then its proxy's last attempts are not
 /// written after the receipt's last record).
 pub(super) struct PodJournal {
@@ -61,16 +77,16 @@ impl Engine {
         self.pods_dir().join(format!("{id}.receipt.json"))
     }
 
-    /// The lock of pod `id`'s changes (its record and journal); `pod_lock` is taken before it where volumes
+    /// The lock of pod `id`'s changes (its record and journal); `PodState::lock` is taken before it where volumes
     /// are made.
     fn pod_lock_of(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.pod_locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut locks = self.pod_state.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         Arc::clone(locks.entry(id.to_string()).or_default())
     }
 
     /// Pod `id`'s journal, open while the pod lives: its calls and its proxy write through this one handle.
     pub(super) fn pod_journal_of(&self, id: &str) -> Result<Arc<Mutex<PodJournal>>, EngineError> {
-        let mut open = self.pod_journals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut open = self.pod_state.journals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(j) = open.get(id) {
             return Ok(Arc::clone(j));
         }
@@ -127,19 +143,14 @@ impl Engine {
 
     /// The volumes live pods mount, as (volume, pod) pairs.
     pub(crate) fn pod_volume_users(&self) -> Result<Vec<(String, String)>, EngineError> {
-        Ok(self
-            .pods()?
-            .into_iter()
-            .filter(|p| p.removed_at_ms.is_none())
-            .filter_map(|p| Some((p.workspace?, format!("pod:{}", p.id))))
-            .collect())
+        Ok(self.store.live_pods()?.into_iter().filter_map(|p| Some((p.workspace?, format!("pod:{}", p.id)))).collect())
     }
 
     /// Record a pod whose sandbox container is being created, with its workspace volume (made if there is
     /// none of that name). Asked again for the same live pod, the same record is the answer.
     pub async fn register_pod(&self, req: PodRequest) -> Result<Pod, EngineError> {
         check_pod_id(&req.id)?;
-        let _one = self.pod_lock.lock().await;
+        let _one = self.pod_state.lock.lock().await;
         let _this = self.pod_lock_of(&req.id).lock_owned().await;
         if let Some(pod) = self.store.pod(&req.id)? {
             return match pod.removed_at_ms {
@@ -280,7 +291,7 @@ impl Engine {
     /// Copy a live pod's workspace, as it is at one instant, into a new volume: the pod's containers are
     /// frozen for the clone (those already frozen stay so), so no write of theirs is half in the copy.
     pub async fn fork_pod(&self, id: &str, req: PodFork) -> Result<Volume, EngineError> {
-        let _one = self.pod_lock.lock().await;
+        let _one = self.pod_state.lock.lock().await;
         let _this = self.pod_lock_of(id).lock_owned().await;
         let pod = self.live_pod(id)?;
         let Some(from) = pod.workspace.clone() else {
@@ -300,9 +311,10 @@ impl Engine {
         }
         // Every live pod that writes to the workspace is still for the instant, not only this one.
         let writers: Vec<PodContainer> = self
-            .pods()?
+            .store
+            .live_pods()?
             .into_iter()
-            .filter(|p| p.removed_at_ms.is_none() && p.workspace.as_deref() == Some(from.as_str()))
+            .filter(|p| p.workspace.as_deref() == Some(from.as_str()))
             .flat_map(|p| p.containers)
             .collect();
         let mut frozen = Vec::new();
@@ -392,8 +404,8 @@ impl Engine {
             j.closed = true;
             closing.map_err(EngineError::Log)?;
         }
-        self.pod_journals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
-        self.pod_locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
+        self.pod_state.journals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
+        self.pod_state.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
         let path = self.pod_journal_path(id);
         let verdict = journal::verify(&path).map_err(EngineError::Log)?;
         let head = journal::read(&path).map_err(EngineError::Log)?.last().map(|r| r.hash.clone()).unwrap_or_default();

@@ -41,7 +41,7 @@ impl Engine {
     /// no pod call, and a failure is logged (this node's store is the pod's record).
     pub(super) fn share_pod(&self, pod: &Pod) {
         let Some(cluster) = self.cluster.get() else { return };
-        let tx = self.pod_shares.get_or_init(|| {
+        let tx = self.pod_state.shares.get_or_init(|| {
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Pod>();
             let cluster = std::sync::Arc::clone(cluster);
             tokio::spawn(async move {

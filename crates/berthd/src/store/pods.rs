@@ -26,8 +26,18 @@ impl Store {
 
     /// Every pod, live ones first, each group oldest first.
     pub fn pods(&self) -> Result<Vec<berth_api::Pod>, StoreError> {
+        self.pod_records("SELECT record FROM pods ORDER BY removed_at_ms IS NOT NULL, rowid")
+    }
+
+    /// The live pods, oldest first (what volumes' users, forks and start-up look at: removed pods' records
+    /// are not read for them).
+    pub fn live_pods(&self) -> Result<Vec<berth_api::Pod>, StoreError> {
+        self.pod_records("SELECT record FROM pods WHERE removed_at_ms IS NULL ORDER BY rowid")
+    }
+
+    fn pod_records(&self, sql: &str) -> Result<Vec<berth_api::Pod>, StoreError> {
         let rows: Vec<String> = self.with(|c| {
-            let mut stmt = c.prepare("SELECT record FROM pods ORDER BY removed_at_ms IS NOT NULL, rowid")?;
+            let mut stmt = c.prepare(sql)?;
             let rows = stmt.query_map([], |r| r.get(0))?;
             rows.collect()
         })?;
