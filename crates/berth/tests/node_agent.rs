@@ -557,3 +557,27 @@ fn a_cri_pod_on_a_network_of_its_own_gets_out_through_the_proxy_only() {
     assert_eq!(get(&d, &format!("/v1/pods/{pod}/receipt"))["journal_verified"], true);
     assert!(!Path::new(&netns).exists(), "containerd removed the pod's namespace {netns}:\n{}", c.log());
 }
+
+#[test]
+fn past_keep_removed_the_oldest_removed_pods_are_forgotten() {
+    let d = Daemon::start_with(&["--keep-removed", "1"]);
+    for id in ["old-pod", "new-pod"] {
+        let (status, body) = d.http("POST", "/v1/pods", &format!(r#"{{"id": "{id}"}}"#));
+        assert_eq!(status, 201, "{body}");
+        let (status, body) = d.http("DELETE", &format!("/v1/pods/{id}"), "");
+        assert_eq!(status, 200, "{body}");
+    }
+    // The newest removed pod is kept whole; the one before it is gone: record, journal and receipt.
+    assert_eq!(get(&d, "/v1/pods/new-pod/receipt")["journal_verified"], true);
+    for path in ["/v1/pods/old-pod", "/v1/pods/old-pod/receipt", "/v1/pods/old-pod/journal"] {
+        let (status, body) = d.http("GET", path, "");
+        assert_eq!(status, 404, "{path}: {body}");
+    }
+    let files: Vec<String> = std::fs::read_dir(d.root().join("pods"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(files.iter().all(|f| !f.starts_with("old-pod")), "{files:?}");
+    assert!(files.iter().any(|f| f == "new-pod.jsonl"), "{files:?}");
+}

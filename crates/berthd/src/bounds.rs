@@ -211,10 +211,14 @@ pub fn table(b: &Bounds) -> Vec<Bound> {
         ),
         row(
             "removed sandboxes",
-            format!("the newest {} removed sandboxes' journals, receipts and outputs", b.keep_removed),
+            format!(
+                "the newest {} removed sandboxes' journals, receipts and outputs, and as many removed pods'",
+                b.keep_removed
+            ),
             "berth daemon --keep-removed",
             "past it, the oldest removed sandbox's journal, receipt, copied-out outputs and record are deleted \
-             (berth journal and berth receipt then answer 404 for it); a live sandbox's are never deleted",
+             (berth journal and berth receipt then answer 404 for it), and the oldest removed pod's record, \
+             journal and receipt; a live sandbox's or pod's are never deleted",
         ),
         match b.default_memory_bytes {
             Some(m) => row(

@@ -421,6 +421,11 @@ impl Engine {
         std::fs::write(&fresh, text)
             .and_then(|()| std::fs::rename(&fresh, self.pod_receipt_path(id)))
             .map_err(EngineError::Log)?;
+        // Past --keep-removed, the oldest removed pods' records, journals and receipts go, as sandboxes' do.
+        for old in self.store.forget_removed_pods_beyond(self.bounds.keep_removed).unwrap_or_default() {
+            let _ = std::fs::remove_file(self.pod_journal_path(&old));
+            let _ = std::fs::remove_file(self.pod_receipt_path(&old));
+        }
         Ok(receipt)
     }
 

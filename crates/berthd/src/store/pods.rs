@@ -35,6 +35,22 @@ impl Store {
         self.pod_records("SELECT record FROM pods WHERE removed_at_ms IS NULL ORDER BY rowid")
     }
 
+    /// Forget the removed pods past the newest `keep`, oldest first; their ids.
+    pub fn forget_removed_pods_beyond(&self, keep: usize) -> Result<Vec<String>, StoreError> {
+        self.with(|c| {
+            let mut stmt = c.prepare(
+                "SELECT id FROM pods WHERE removed_at_ms IS NOT NULL ORDER BY removed_at_ms DESC, rowid DESC \
+                 LIMIT -1 OFFSET ?1",
+            )?;
+            let mut ids = stmt.query_map([keep as i64], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+            ids.reverse();
+            for id in &ids {
+                c.execute("DELETE FROM pods WHERE id = ?1 AND removed_at_ms IS NOT NULL", [id])?;
+            }
+            Ok(ids)
+        })
+    }
+
     fn pod_records(&self, sql: &str) -> Result<Vec<berth_api::Pod>, StoreError> {
         let rows: Vec<String> = self.with(|c| {
             let mut stmt = c.prepare(sql)?;
