@@ -214,15 +214,18 @@ fn run(g: &Global, verb: &str, args: &[String]) -> Result<i32, OciError> {
                 None => None,
             };
             let workspace = pod.as_ref().and_then(|p| p.workspace_path.as_deref()).map(Path::new);
-            let made = oci.create(&CreateArgs {
-                id,
-                bundle: &bundle,
-                pid_file: p.value(&["--pid-file"]).map(Path::new),
-                console_socket: p.value(&["--console-socket"]).map(Path::new),
-                preserve_fds: p.preserve_fds()?,
-                workspace,
-                extra_env: pod.as_ref().map(|p| p.env.as_slice()).unwrap_or_default(),
-            });
+            let made = oci.create(
+                &config,
+                &CreateArgs {
+                    id,
+                    bundle: &bundle,
+                    pid_file: p.value(&["--pid-file"]).map(Path::new),
+                    console_socket: p.value(&["--console-socket"]).map(Path::new),
+                    preserve_fds: p.preserve_fds()?,
+                    workspace,
+                    extra_env: pod.as_ref().map(|p| p.env.as_slice()).unwrap_or_default(),
+                },
+            );
             let Some(agent) = agent else { return made.map(|()| 0) };
             let recorded = made.and_then(|()| {
                 let st = oci.state(id)?;

@@ -116,8 +116,9 @@ impl Oci {
         State::load(&self.dir(id)?, id)
     }
 
-    /// Build container `id` from its bundle, with its first process waiting for `start`.
-    pub fn create(&self, args: &CreateArgs<'_>) -> Result<(), OciError> {
+    /// Build container `id` from its bundle, whose config the caller read (`Config::load`), with its first
+    /// process waiting for `start`.
+    pub fn create(&self, config: &config::Config, args: &CreateArgs<'_>) -> Result<(), OciError> {
         let dir = self.dir(args.id)?;
         // Root's alone: the state names pids, cgroups and the bundle; the container reaches its start fifo
         // through a descriptor, not by path.
@@ -133,7 +134,7 @@ impl Oci {
             Err(e) => return Err(OciError::io(format!("create {}", dir.display()))(e)),
         }
         private(&dir)?;
-        let made = state::create(&self.root, &dir, args);
+        let made = state::create(&self.root, &dir, config, args);
         if made.is_err() {
             let _ = state::remove(&self.root, &dir, args.id);
         }

@@ -238,14 +238,13 @@ fn cgroup_place(config: &Config, id: &str) -> (PathBuf, String) {
 }
 
 /// Build the container in `dir` (already made, empty) and leave its first process waiting for `start`.
-pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(), OciError> {
-    let config = Config::load(args.bundle)?;
+pub(crate) fn create(root: &Path, dir: &Path, config: &Config, args: &CreateArgs<'_>) -> Result<(), OciError> {
     let ns = config.namespaces()?;
     let limits = config.limits()?;
     let mut process = config.process.clone().unwrap_or_default();
     super::set_env(&mut process.env, args.extra_env);
     let hierarchy = Hierarchy::detect()?;
-    let (cgroup_parent, cgroup_name) = cgroup_place(&config, args.id);
+    let (cgroup_parent, cgroup_name) = cgroup_place(config, args.id);
     let nested = hierarchy.nested(&cgroup_parent)?;
     let v2 = hierarchy.version() == crate::cgroup::Version::V2;
     let own_cgroups = if v2 { Vec::new() } else { nested.open(&cgroup_name).paths().to_vec() };
@@ -259,7 +258,7 @@ pub(crate) fn create(root: &Path, dir: &Path, args: &CreateArgs<'_>) -> Result<(
     if let Some(ws) = args.workspace {
         crate::claims::prepare_storage(ws, 0o755)?;
     }
-    let plan = super::plan::compile(&config, &host)?;
+    let plan = super::plan::compile(config, &host)?;
     std::fs::create_dir_all(host.scratch).map_err(OciError::io("create the scratch mount point"))?;
     let pod = pods::key(args.id, &config.annotations);
     // A pod's containers come after its sandbox container, which is under this root.
