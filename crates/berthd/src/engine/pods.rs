@@ -77,7 +77,8 @@ impl Engine {
         self.pods_dir().join(format!("{id}.receipt.json"))
     }
 
-    /// The lock of pod `id`'s changes (its record and journal); `PodState::lock` is taken before it where volumes
+    /// The lock of live pod `id`'s changes (its record and journal; taken only once the pod is known live,
+    /// and forgotten at its removal, so that no lock is kept for a pod that is not); `PodState::lock` is taken before it where volumes
     /// are made.
     fn pod_lock_of(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.pod_state.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -150,8 +151,8 @@ impl Engine {
     /// none of that name). Asked again for the same live pod, the same record is the answer.
     pub async fn register_pod(&self, req: PodRequest) -> Result<Pod, EngineError> {
         check_pod_id(&req.id)?;
+        // Registrations are one at a time: no event of this pod can come before its record.
         let _one = self.pod_state.lock.lock().await;
-        let _this = self.pod_lock_of(&req.id).lock_owned().await;
         if let Some(pod) = self.store.pod(&req.id)? {
             return match pod.removed_at_ms {
                 None if pod.workspace == req.workspace => Ok(pod),
@@ -247,6 +248,7 @@ impl Engine {
         check_pod_id(&ev.container)?;
         // One pod's events wait for that pod only, not for another's registration (which may wait on the
         // cluster's database).
+        self.live_pod(id)?;
         let _this = self.pod_lock_of(id).lock_owned().await;
         let mut pod = self.live_pod(id)?;
         let known = pod.containers.iter().position(|c| c.id == ev.container);
@@ -292,6 +294,7 @@ impl Engine {
     /// frozen for the clone (those already frozen stay so), so no write of theirs is half in the copy.
     pub async fn fork_pod(&self, id: &str, req: PodFork) -> Result<Volume, EngineError> {
         let _one = self.pod_state.lock.lock().await;
+        self.live_pod(id)?;
         let _this = self.pod_lock_of(id).lock_owned().await;
         let pod = self.live_pod(id)?;
         let Some(from) = pod.workspace.clone() else {
@@ -377,6 +380,9 @@ impl Engine {
     /// The pod's sandbox container was deleted: the pod is gone. Its record and journal are closed, and its
     /// receipt kept; its workspace volume stays. Asked again, the receipt is the answer.
     pub async fn remove_pod(&self, id: &str) -> Result<PodReceipt, EngineError> {
+        if self.pod(id)?.removed_at_ms.is_some() {
+            return self.pod_receipt(id);
+        }
         let _this = self.pod_lock_of(id).lock_owned().await;
         let mut pod = self.pod(id)?;
         if pod.removed_at_ms.is_some() {
