@@ -114,11 +114,11 @@ impl Cluster {
         Ok(Cluster { client: tokio::sync::Mutex::new(client), url: url.to_string(), node: node.to_string() })
     }
 
-    /// The connection, made again first if the server closed it (seen closed, or not answering a ping: a
-    /// restarted server's close may not have been read yet).
+    /// The connection, made again first if the server closed it (a restart of the database: its connection
+    /// task has read the close by the time the server takes connections again).
     async fn client(&self) -> Result<tokio::sync::MutexGuard<'_, tokio_postgres::Client>, ClusterError> {
         let mut client = self.client.lock().await;
-        if client.is_closed() || timed(client.simple_query("")).await.is_err() {
+        if client.is_closed() {
             *client = open(&self.url).await?;
         }
         Ok(client)
