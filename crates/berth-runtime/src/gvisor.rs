@@ -336,7 +336,7 @@ impl Child<'_> {
             crate::child::run_step(step, &self.plan.root, self.trees)?;
         }
         if let Some(kept) = self.tmp_from {
-            crate::gvisor_sleep::put_back(kept, &self.plan.root.join("tmp"))?;
+            crate::gvisor_checkpoint::put_back(kept, &self.plan.root.join("tmp"))?;
         }
         let init = init_copy(self.layout);
         fs::write(&init, b"").map_err(|e| SysError::new("make init's mount point", e))?;
@@ -396,7 +396,7 @@ pub(crate) fn start(
     if image.is_some() {
         berth_init::protocol::send(parent_sock.as_fd(), &berth_init::protocol::Request::Hello, &[])?;
     }
-    let tmp_kept = image.map(crate::gvisor_sleep::tmp_dir);
+    let tmp_kept = image.map(crate::gvisor_checkpoint::tmp_dir);
     let into_cgroup = match entry {
         Entry::Dir(dir) => Some(dir.as_fd()),
         Entry::Tasks(_) => None,

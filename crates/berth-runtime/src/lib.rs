@@ -10,7 +10,7 @@ pub mod checkpoint;
 mod child;
 mod claims;
 pub mod gvisor;
-mod gvisor_sleep;
+mod gvisor_checkpoint;
 pub mod ids;
 pub mod image;
 pub mod oci;

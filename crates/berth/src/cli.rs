@@ -278,7 +278,7 @@ pub struct DaemonArgs {
     /// when there is none and the host can, else warn that they are not bounded; pool: the same, but refuse
     /// to start without one; none: use the data root as it is.
     #[arg(long, default_value = "auto", value_name = "auto|pool|none")]
-    pub storage: berthd::StorageChoice,
+    pub storage: berth_engine::StorageChoice,
     /// The size of a pool the daemon makes. Default: half the free space of the data root's file system, at
     /// most 512G.
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
@@ -302,8 +302,8 @@ pub struct DaemonArgs {
 }
 
 impl DaemonArgs {
-    pub fn bounds(&self) -> berthd::Bounds {
-        berthd::Bounds {
+    pub fn bounds(&self) -> berth_engine::Bounds {
+        berth_engine::Bounds {
             max_log_bytes: self.max_log_bytes,
             max_exec_records: self.max_exec_records,
             max_journal_bytes: self.max_journal_bytes,

@@ -213,12 +213,12 @@ async fn log_request(req: Request, next: axum::middleware::Next) -> Response {
     let (method, path) = (req.method().to_string(), req.uri().path().to_string());
     let started = std::time::Instant::now();
     let response = next.run(req).await;
-    crate::memory::answered();
-    crate::log::info(
+    berth_engine::memory::answered();
+    berth_engine::log::info(
         "request",
         serde_json::json!({
             "method": method, "path": path, "status": response.status().as_u16(),
-            "ms": started.elapsed().as_secs_f64() * 1000.0, "actor": crate::engine::actor(),
+            "ms": started.elapsed().as_secs_f64() * 1000.0, "actor": berth_engine::actor(),
         }),
     );
     response
@@ -258,7 +258,7 @@ async fn require_token(State(e): Api, mut req: Request, next: axum::middleware::
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|t| crate::tokens::digest(t.trim()));
+        .map(|t| berth_engine::tokens::digest(t.trim()));
     // Without a bearer token, a web view's login (its cookie and its key) stands for the token it was opened with.
     let token = match token {
         Some(t) => Some(t),
@@ -270,14 +270,14 @@ async fn require_token(State(e): Api, mut req: Request, next: axum::middleware::
     match token.and_then(|t| e.tokens.check_digest(&t)) {
         Some((id, None)) => {
             req.extensions_mut().insert(Caller { session: None });
-            crate::engine::ACTOR.scope(format!("token:{id}"), next.run(req)).await
+            berth_engine::ACTOR.scope(format!("token:{id}"), next.run(req)).await
         }
         Some((_, Some(sandbox))) => {
             if let Err(message) = e.session_allows(&sandbox, req.method().as_str(), req.uri().path()).await {
                 return Failure(ErrorCode::Unauthorized, message).into_response();
             }
             req.extensions_mut().insert(Caller { session: Some(sandbox.clone()) });
-            crate::engine::ACTOR.scope(format!("session:{sandbox}"), next.run(req)).await
+            berth_engine::ACTOR.scope(format!("session:{sandbox}"), next.run(req)).await
         }
         None => Failure(
             ErrorCode::Unauthorized,
@@ -323,7 +323,7 @@ fn routes() -> Router<Arc<Engine>> {
         .route("/v1/sandboxes/{id}/ttl", post(set_ttl))
         .route("/v1/events", get(events))
         .merge(crate::exec_http::routes())
-        .merge(crate::files::routes())
+        .merge(crate::files_http::routes())
         .merge(crate::shell::routes())
         .merge(crate::projects_http::routes())
         .merge(crate::pods_http::routes())
@@ -336,7 +336,7 @@ fn routes() -> Router<Arc<Engine>> {
 
 /// The daemon's version and the bounds it keeps.
 async fn info(State(e): Api) -> Json<berth_api::DaemonInfo> {
-    Json(e.info())
+    Json(e.info(crate::listen::table(&crate::listen::bounds())))
 }
 
 /// The OpenAPI 3.1 description of this API.
@@ -349,7 +349,7 @@ pub(crate) fn idempotency_key(headers: &HeaderMap, route: &str) -> Result<Option
     let Some(v) = headers.get("idempotency-key") else { return Ok(None) };
     match v.to_str() {
         // Scoped by caller too: one client's key never answers another's request.
-        Ok(k) if !k.is_empty() && k.len() <= 200 => Ok(Some(format!("{} {route} {k}", crate::engine::actor()))),
+        Ok(k) if !k.is_empty() && k.len() <= 200 => Ok(Some(format!("{} {route} {k}", berth_engine::actor()))),
         _ => Err(Failure(
             ErrorCode::InvalidRequest,
             "the Idempotency-Key header must be 1-200 visible characters".into(),
@@ -368,8 +368,8 @@ where
 {
     let e = Arc::clone(e);
     async move {
-        let actor = crate::engine::actor();
-        let task = tokio::spawn(crate::engine::ACTOR.scope(actor, op(e)));
+        let actor = berth_engine::actor();
+        let task = tokio::spawn(berth_engine::ACTOR.scope(actor, op(e)));
         task.await.map_err(|_| EngineError::Storage("the operation failed unexpectedly".into()))?
     }
 }
@@ -397,7 +397,7 @@ async fn create(State(e): Api, headers: HeaderMap, ApiJson(req): ApiJson<CreateS
 
 /// The sandbox a request's session token is for (none for an API token).
 pub(crate) fn session_of_actor() -> Option<String> {
-    crate::engine::actor().strip_prefix("session:").map(str::to_string)
+    berth_engine::actor().strip_prefix("session:").map(str::to_string)
 }
 
 async fn list(State(e): Api) -> Response {
@@ -493,7 +493,7 @@ async fn journal(
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     tokio::task::spawn_blocking(move || {
         let send = |chunk: Vec<u8>| tx.blocking_send(Ok(Bytes::from(chunk))).is_ok();
-        crate::journal::write_array(file, 64 * 1024, send)
+        berth_engine::journal::write_array(file, 64 * 1024, send)
     });
     let body = Body::from_stream(ReceiverStream::new(rx));
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
@@ -523,6 +523,7 @@ pub async fn serve(
         return Err(EngineError::invalid("the listeners' bounds were already set"));
     }
     let engine = Engine::open_with(root, bounds, storage).await?;
+    engine.serve_sandbox_apis_with(Box::new(crate::listen::SandboxApis));
     if let Some(dir) = socket.parent() {
         tokio::fs::create_dir_all(dir).await.map_err(|e| io("create the directory of", e))?;
     }
@@ -530,7 +531,7 @@ pub async fn serve(
     let listener = tokio::net::UnixListener::bind(socket).map_err(|e| io("listen on", e))?;
     std::fs::set_permissions(socket, std::os::unix::fs::PermissionsExt::from_mode(0o660))
         .map_err(|e| io("set the mode of", e))?;
-    crate::memory::spawn_trimmer();
+    berth_engine::memory::spawn_trimmer();
     engine.spawn_meter();
     engine.spawn_warm();
     engine.spawn_reaper();
@@ -559,7 +560,7 @@ pub async fn serve(
             None => None,
         };
         if tls.is_some() {
-            crate::log::info(
+            berth_engine::log::info(
                 "e2b tls",
                 serde_json::json!({"ca": crate::e2b::tls::ca_path(root), "trust": "give clients this certificate \
                     (SSL_CERT_FILE, or the system's store) to reach https://api.<domain> and https://<port>-<id>.<domain>"}),
@@ -567,7 +568,7 @@ pub async fn serve(
         }
         tokio::spawn(crate::e2b::tls::serve(e2b, app, tls));
     }
-    crate::log::info(
+    berth_engine::log::info(
         "listening",
         serde_json::json!({
             "socket": socket, "tcp": listen.map(|a| a.to_string()), "e2b": tcp.e2b_listen.map(|a| a.to_string()), "version": env!("CARGO_PKG_VERSION"),
@@ -575,7 +576,7 @@ pub async fn serve(
             "head_timeout_seconds": listeners.head_timeout.as_secs_f64(), "max_body_bytes": listeners.max_body_bytes,
         }),
     );
-    crate::bounds::log_table(&bounds);
+    berth_engine::bounds::log_table(&bounds);
     // On a worker of the runtime rather than the thread that waits for the daemon: each connection's task then
     // starts on the thread that accepted it, with no other thread to wake first.
     let server = tokio::spawn(crate::listen::serve(listener, app(Arc::clone(&engine)), "unix", None));

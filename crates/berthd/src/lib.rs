@@ -1,46 +1,24 @@
-//! berthd: the daemon. It serves the HTTP API, owns the lifecycle of every sandbox on the host (TTL, idle
-//! timeout, restart reconciliation), and runs execs with streamed, budgeted output.
-//!
-//! Sandboxes are built by a small single-threaded helper per sandbox, the shim (`berth shim`), because
-//! building one forks the calling process into new namespaces, which a multi-threaded daemon must never do.
-//! The shim stays alive as the sandbox's supervisor (its init dies with it) and outlives daemon restarts,
-//! so a new daemon re-adopts running sandboxes from their shims. The daemon talks to each sandbox's init
-//! directly over the init's control socket, which the shim hands over.
+//! berthd: the daemon's transports onto the engine (`berth_engine`). Each one translates and never decides:
+//! the HTTP API on the unix socket and the TCP listener (`http` and its `*_http` route modules), previews of
+//! sandboxes' ports, the web view, the E2B-compatible listener, MCP at `/mcp`, the WebSocket shell, and the
+//! listeners' own bounds (`listen`). What a transport needs that the engine lacks, the engine grows.
 #![forbid(unsafe_code)]
 
-pub mod bounds;
-mod budget;
-pub mod cluster;
 mod contexts_http;
 mod e2b;
-mod engine;
-mod error;
-mod exec;
 mod exec_http;
-mod exec_log;
-mod exec_sleep;
-pub mod files;
+mod files_http;
 mod http;
-pub mod journal;
-mod launch;
 pub mod listen;
-pub mod log;
 mod mcp;
-mod memory;
 mod pods_http;
 mod preview_http;
 mod projects_http;
-mod session;
 mod shell;
-pub mod shim;
-pub mod store;
-pub mod tokens;
 mod usage_http;
 mod web;
 
-pub use bounds::Bounds;
-pub use engine::{DEFAULT_DISK, Engine, StorageChoice, StorageOptions};
-pub use error::EngineError;
+pub use berth_engine::{Bounds, DEFAULT_DISK, Engine, EngineError, StorageChoice, StorageOptions};
 pub use http::ROUTES;
 pub use http::{app, serve, tcp_app};
 

@@ -59,7 +59,7 @@ impl Default for Bounds {
 
 /// The rows of the bounds table (`GET /v1/info`, `berth info`) for what every listener keeps.
 pub fn table(b: &Bounds) -> Vec<berth_api::Bound> {
-    use crate::bounds::{row, size};
+    use berth_engine::bounds::{row, size};
     vec![
         row(
             "api connections",
@@ -87,7 +87,7 @@ pub fn table(b: &Bounds) -> Vec<berth_api::Bound> {
         ),
         row(
             "files API body",
-            size(crate::files::MAX_FILE),
+            size(berth_engine::files::MAX_FILE),
             "fixed",
             "a larger upload, tar stream or file read is answered 413; uploads are read whole before they are \
              written, and the daemon holds at most 256 MiB of them at once (one past it waits 10 s, then 503)",
@@ -213,11 +213,49 @@ async fn refuse<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut io:
 
 /// Log that a listener is full, at most once a second.
 fn warn_full(last: &AtomicU64, name: &str, cap: usize) {
-    let now = crate::engine::now_ms() / 1000;
+    let now = berth_engine::now_ms() / 1000;
     if last.swap(now, Ordering::Relaxed) != now {
-        crate::log::warn(
+        berth_engine::log::warn(
             "a listener is at its connection cap: new connections are refused (503)",
             serde_json::json!({"listener": name, "max_connections": cap}),
         );
+    }
+}
+
+/// A sandbox's connections to its API port, as a listener axum can serve.
+struct SandboxListener(berth_engine::ApiConnections);
+
+impl axum::serve::Listener for SandboxListener {
+    type Io = berth_engine::Counted;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.0.accept().await {
+            Some(stream) => {
+                let addr = stream.peer_addr().unwrap_or_else(|_| ([127, 0, 0, 1], 0).into());
+                (stream, addr)
+            }
+            // The sandbox is gone: no more connections will come (its task is aborted with it).
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(([127, 0, 0, 1], berth_init::protocol::API_PORT).into())
+    }
+}
+
+/// The API as a sandbox's session token reaches it from inside: the TCP listener's (token required), held to
+/// the sandbox's own cap on connections.
+pub(crate) struct SandboxApis;
+
+impl berth_engine::SandboxApi for SandboxApis {
+    fn serve(
+        &self,
+        engine: Arc<berth_engine::Engine>,
+        connections: berth_engine::ApiConnections,
+    ) -> tokio::task::JoinHandle<()> {
+        let app = crate::http::tcp_app(engine);
+        tokio::spawn(serve(SandboxListener(connections), app, "sandbox", Some(berth_engine::MAX_CONNECTIONS)))
     }
 }

@@ -15,8 +15,8 @@ use axum::response::{IntoResponse, Response};
 use berth_api::{CreatePreview, ErrorCode};
 use hyper_util::rt::TokioIo;
 
-use crate::engine::{Engine, PreviewRefusal};
 use crate::http::{ApiJson, Failure};
+use berth_engine::{Engine, PreviewRefusal};
 
 type Api = State<Arc<Engine>>;
 

@@ -66,7 +66,7 @@ async fn receipt(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> 
 /// Calls that read or write host paths the caller names are for the unix socket's users (host root's
 /// peers) only: a token on the TCP listener cannot make the daemon read or write the host's files.
 pub(crate) fn local_only(what: &str) -> Result<(), Failure> {
-    if crate::engine::actor() == "local" {
+    if berth_engine::actor() == "local" {
         return Ok(());
     }
     Err(Failure(

@@ -36,12 +36,12 @@ use berth_init::protocol::{Event, Request, Winsize};
 use serde::Deserialize;
 use tokio::io::unix::AsyncFd;
 
-use crate::engine::AttachedExec;
-use crate::exec_log::ExecLog;
-use crate::files::{FileError, SandboxFs};
 use crate::http::Failure;
-use crate::launch::{self, Outcome};
 use crate::{Engine, EngineError};
+use berth_engine::AttachedExec;
+use berth_engine::exec_log::ExecLog;
+use berth_engine::files::{FileError, SandboxFs};
+use berth_engine::launch::{self, Outcome};
 
 const DEFAULT_ROWS: u16 = 24;
 const DEFAULT_COLS: u16 = 80;
@@ -137,9 +137,9 @@ async fn shell(
     let env = BTreeMap::from([("TERM".to_string(), term)]);
     // The shell runs after the upgrade, outside this request's task: it keeps the caller's identity, so that
     // its journal records name who opened it.
-    let actor = crate::engine::actor();
+    let actor = berth_engine::actor();
     Ok(ws.max_message_size(MAX_MESSAGE).on_upgrade(move |socket| {
-        crate::engine::ACTOR.scope(actor, run(e, record.id, argv, env, (pty, inside), socket))
+        berth_engine::ACTOR.scope(actor, run(e, record.id, argv, env, (pty, inside), socket))
     }))
 }
 

@@ -182,13 +182,13 @@ fn required(schema: &Value) -> BTreeSet<String> {
 fn journal_shapes_match_their_schemas() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.jsonl");
-    let mut journal = berthd::journal::Journal::open(&path).unwrap();
+    let mut journal = berth_engine::journal::Journal::open(&path).unwrap();
     let record = journal
         .append("local", "exec", serde_json::json!({"argv": ["true"]}), serde_json::json!({"exit_code": 0}))
         .unwrap();
-    let good = berthd::journal::verify(&path).unwrap();
+    let good = berth_engine::journal::verify(&path).unwrap();
     std::fs::write(&path, "not a record\n").unwrap();
-    let bad = berthd::journal::verify(&path).unwrap();
+    let bad = berth_engine::journal::verify(&path).unwrap();
     assert!(bad.first_bad.is_some());
 
     let spec = spec();

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use berth_api::{FileEntry, FileKind};
-use berthd::files::{MAX_FILE, extract_host, write_tar_host};
+use berth_engine::files::{MAX_FILE, extract_host, write_tar_host};
 use rustix::fs::{Mode, OFlags};
 
 use crate::cli::CpArgs;

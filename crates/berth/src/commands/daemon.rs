@@ -38,12 +38,12 @@ pub fn daemon(root: &Path, socket: &Path, args: crate::cli::DaemonArgs) -> anyho
                     Some(n) => n,
                     None => rustix::system::uname().nodename().to_string_lossy().into_owned(),
                 };
-                berthd::cluster::check_node(&node).map_err(|e| anyhow::anyhow!("--node: {e}"))?;
-                Some(berthd::cluster::ClusterOptions { db, node })
+                berth_engine::cluster::check_node(&node).map_err(|e| anyhow::anyhow!("--node: {e}"))?;
+                Some(berth_engine::cluster::ClusterOptions { db, node })
             }
             None => None,
         };
-        let storage = berthd::StorageOptions {
+        let storage = berth_engine::StorageOptions {
             choice: args.storage,
             pool_size: args.pool_size,
             default_disk: args.default_disk,

@@ -25,7 +25,7 @@ pub fn info(root: &Path, socket: &Path) -> anyhow::Result<i32> {
         Some(d) => (format!("the daemon at {}", socket.display()), d.bounds),
         None => (
             format!("defaults (no daemon answers at {}; its flags may change them)", socket.display()),
-            berthd::bounds::table(&berthd::Bounds::default()),
+            berth_engine::bounds::table(&berth_engine::Bounds::default()),
         ),
     };
     let info = serde_json::json!({

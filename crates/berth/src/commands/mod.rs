@@ -72,7 +72,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Token(crate::cli::TokenCommand::Ls { json }) => daemon::token_ls(&cli.socket, json),
         Command::Token(crate::cli::TokenCommand::Rm { id }) => daemon::token_rm(&cli.socket, &id),
-        Command::Shim => Ok(berthd::shim::main(&cli.root)),
+        Command::Shim => Ok(berth_engine::shim::main(&cli.root)),
         Command::Create(args) => create::create(&cli.socket, *args),
         Command::Ls(args) => ls::ls(&cli.socket, args),
         Command::Inspect(args) => inspect::inspect(&cli.socket, args),

@@ -223,7 +223,8 @@ fn network(body: &Value) -> Result<Option<Value>, Response> {
 impl E2b {
     async fn call_with(&self, key: &str, path: &str, body: Value, idempotency: &str) -> Answer {
         // The SDK's keys are 1-255 characters; berth's 1-200: a longer one is used as its digest.
-        let k = if idempotency.len() <= 200 { idempotency.to_string() } else { crate::tokens::digest(idempotency) };
+        let k =
+            if idempotency.len() <= 200 { idempotency.to_string() } else { berth_engine::tokens::digest(idempotency) };
         let req = axum::http::Request::builder()
             .method(Method::POST)
             .uri(path)
@@ -390,7 +391,7 @@ async fn connect(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
     }
     // A timeout only ever moves the end later; one that slept at its timeout (autoPause) gets it anew.
     if let Some(t) = body["timeout"].as_f64().filter(|t| *t > 0.0) {
-        let wanted = super::super::engine::now_ms() + (t * 1000.0) as u64;
+        let wanted = berth_engine::now_ms() + (t * 1000.0) as u64;
         let slept = sb.expires_at_ms.is_none() && sb.ttl_action != berth_api::TtlAction::Remove;
         if slept || sb.expires_at_ms.is_some_and(|at| at < wanted) {
             let a = s

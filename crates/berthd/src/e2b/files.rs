@@ -42,13 +42,13 @@ async fn upload(s: &E2b, key: &str, id: &str, who: &Who, path: Option<String>, r
     let headers = req.headers().clone();
     let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     let gzip = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()).is_some_and(|e| e.contains("gzip"));
-    let body = match axum::body::to_bytes(req.into_body(), crate::files::MAX_FILE as usize * 2).await {
+    let body = match axum::body::to_bytes(req.into_body(), berth_engine::files::MAX_FILE as usize * 2).await {
         Ok(b) => b,
-        Err(_) => return error(413, format!("an upload is at most {} bytes", crate::files::MAX_FILE)),
+        Err(_) => return error(413, format!("an upload is at most {} bytes", berth_engine::files::MAX_FILE)),
     };
     let body = if gzip {
         let mut out = Vec::new();
-        match flate2::read::GzDecoder::new(&body[..]).take(crate::files::MAX_FILE + 1).read_to_end(&mut out) {
+        match flate2::read::GzDecoder::new(&body[..]).take(berth_engine::files::MAX_FILE + 1).read_to_end(&mut out) {
             Ok(_) => Bytes::from(out),
             Err(e) => return error(400, format!("the body is not gzip: {e}")),
         }

@@ -185,7 +185,7 @@ async fn execute(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
         let mut stream = answer.into_body().into_data_stream();
         let mut buf: Vec<u8> = Vec::new();
         let mut pending = [String::new(), String::new()];
-        let now = || rfc3339(crate::engine::now_ms());
+        let now = || rfc3339(berth_engine::now_ms());
         while let Some(Ok(chunk)) = stream.next().await {
             buf.extend_from_slice(&chunk);
             while let Some(at) = buf.iter().position(|b| *b == b'\n') {

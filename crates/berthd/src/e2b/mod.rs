@@ -39,7 +39,7 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use crate::Engine;
-use crate::tokens::{digest, random_hex};
+use berth_engine::tokens::{digest, random_hex};
 
 /// envd's port, the code interpreter's, and the envd version berth answers as (what it implements).
 pub(crate) const ENVD_PORT: u16 = 49983;
@@ -92,7 +92,7 @@ pub fn app(engine: Arc<Engine>, domain: Option<String>) -> Router {
         vault: match engine.vault() {
             Ok(v) => Some(v),
             Err(e) => {
-                crate::log::warn(
+                berth_engine::log::warn(
                     "e2b access tokens",
                     json!({"error": e.to_string(), "then": "they last only as long as the daemon runs"}),
                 );

@@ -72,8 +72,8 @@ impl E2b {
                     return Who { user: Some("user".into()), home: HOME.into() };
                 }
                 let passwd = String::from_utf8_lossy(&a.body);
-                let named = crate::engine::users::Spec::Name("user".into());
-                let has = crate::engine::users::resolve(&named, Some(&passwd)).is_ok();
+                let named = berth_engine::users::Spec::Name("user".into());
+                let has = berth_engine::users::resolve(&named, Some(&passwd)).is_ok();
                 // Only a yes is kept: a sandbox may make its `user` later (useradd), and is then asked again.
                 if has {
                     self.has_user.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), true);

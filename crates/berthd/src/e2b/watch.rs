@@ -109,7 +109,7 @@ pub(super) async fn create(s: &E2b, key: &str, id: &str, m: &Value) -> Response 
         Ok(x) => x,
         Err(r) => return r,
     };
-    let watcher_id = crate::tokens::random_hex(8).unwrap_or_default();
+    let watcher_id = berth_engine::tokens::random_hex(8).unwrap_or_default();
     let w = Watcher { sandbox: id.to_string(), key: key.to_string(), root, recursive, seen };
     let mut all = s.watchers.0.lock().unwrap_or_else(|p| p.into_inner());
     // At most 64 per sandbox: the oldest (by id order, which is random) is dropped first.

@@ -12,9 +12,7 @@
 //! as the web view, so it would carry the cookie; it does not have the key. A request whose `Origin` is not
 //! the listener's own is refused whatever it carries, and previews never pass the cookie on.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -24,15 +22,13 @@ use berth_api::ErrorCode;
 
 use crate::Engine;
 use crate::http::Failure;
-use crate::tokens::{digest, random_hex};
+use berth_engine::logins::LIFETIME;
+use berth_engine::tokens::digest;
 
 /// The login's cookie, the header and the query parameter its key comes in.
 pub(crate) const COOKIE: &str = "berth_web";
 const KEY_HEADER: &str = "x-berth-key";
 const KEY_PARAM: &str = "berth_key";
-/// How long a login lasts, and how many are kept (the oldest goes first).
-const LIFETIME: Duration = Duration::from_secs(12 * 3600);
-const MAX_LOGINS: usize = 64;
 /// The largest login request body.
 const MAX_LOGIN_BODY: usize = 4096;
 
@@ -52,51 +48,6 @@ const ASSETS: &[(&str, &str, &str)] = &[
 /// What the page may load and reach: itself only.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; \
                    connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
-
-/// Open web logins, by the digest of their cookie.
-#[derive(Default)]
-pub(crate) struct Logins {
-    open: std::sync::Mutex<HashMap<String, Login>>,
-}
-
-struct Login {
-    /// The digest of the token it was opened with (checked again at each request: revoked, it ends here).
-    token: String,
-    key: String,
-    opened: Instant,
-}
-
-impl Logins {
-    /// Open a login for a token (by its digest): the cookie's value and the key.
-    fn open(&self, token: String) -> std::io::Result<(String, String)> {
-        let (cookie, key) = (random_hex(32)?, random_hex(32)?);
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        open.retain(|_, l| l.opened.elapsed() < LIFETIME);
-        while open.len() >= MAX_LOGINS {
-            let Some(oldest) = open.iter().min_by_key(|(_, l)| l.opened).map(|(k, _)| k.clone()) else { break };
-            open.remove(&oldest);
-        }
-        open.insert(digest(&cookie), Login { token, key: digest(&key), opened: Instant::now() });
-        Ok((cookie, key))
-    }
-
-    /// The token digest of the login this cookie and key open, if they open one.
-    fn token(&self, cookie: &str, key: &str) -> Option<String> {
-        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let login = open.get(&digest(cookie))?;
-        (login.opened.elapsed() < LIFETIME && login.key == digest(key)).then(|| login.token.clone())
-    }
-
-    fn close(&self, cookie: &str) {
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&digest(cookie));
-    }
-
-    /// End the login with this key (the page's logout: its cookie is for `/v1/` and does not come with it).
-    fn close_by_key(&self, key: &str) {
-        let key = digest(key);
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, l| l.key != key);
-    }
-}
 
 /// A cookie's value from a request's `Cookie` headers.
 pub(crate) fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
@@ -220,7 +171,7 @@ async fn login(e: &Engine, req: Request) -> Result<Response, Failure> {
         ));
     };
     let (cookie, key) = e.logins.open(token).map_err(|err| Failure::from(crate::EngineError::Log(err)))?;
-    let expires_at_ms = crate::engine::now_ms() + LIFETIME.as_millis() as u64;
+    let expires_at_ms = berth_engine::now_ms() + LIFETIME.as_millis() as u64;
     let set = format!("{COOKIE}={cookie}; Path=/v1/; HttpOnly; SameSite=Strict; Max-Age={}", LIFETIME.as_secs());
     let mut r = axum::Json(LoginAnswer { key, sandbox, expires_at_ms }).into_response();
     if let Ok(v) = HeaderValue::from_str(&set) {
@@ -248,31 +199,6 @@ fn logout(e: &Engine, headers: &HeaderMap) -> Response {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_login_needs_its_cookie_and_its_key() {
-        let logins = Logins::default();
-        let (cookie, key) = logins.open("t1".into()).unwrap();
-        assert_eq!(logins.token(&cookie, &key).as_deref(), Some("t1"));
-        assert_eq!(logins.token(&cookie, "other"), None);
-        assert_eq!(logins.token(&key, &key), None);
-        logins.close(&cookie);
-        assert_eq!(logins.token(&cookie, &key), None);
-        let (cookie, key) = logins.open("t2".into()).unwrap();
-        logins.close_by_key(&key);
-        assert_eq!(logins.token(&cookie, &key), None);
-    }
-
-    #[test]
-    fn the_oldest_login_goes_first() {
-        let logins = Logins::default();
-        let first = logins.open("first".into()).unwrap();
-        for _ in 0..MAX_LOGINS {
-            logins.open("later".into()).unwrap();
-        }
-        assert_eq!(logins.token(&first.0, &first.1), None);
-        assert_eq!(logins.open.lock().unwrap().len(), MAX_LOGINS);
-    }
 
     #[test]
     fn origins_are_compared_with_the_host() {

@@ -36,7 +36,14 @@ impl Drop for Slot {
 }
 
 /// An API connection and its slot (held, not read: dropping the connection gives the slot back).
-struct Counted(tokio::net::TcpStream, #[allow(dead_code)] Slot);
+pub struct Counted(tokio::net::TcpStream, #[allow(dead_code)] Slot);
+
+impl Counted {
+    /// The address the connection came from inside the sandbox.
+    pub fn peer_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.0.peer_addr()
+    }
+}
 
 impl tokio::io::AsyncRead for Counted {
     fn poll_read(
@@ -66,27 +73,21 @@ impl std::os::fd::AsFd for Counted {
     }
 }
 
-/// The API's connections from one sandbox, as a listener axum can serve.
-struct Connections(mpsc::UnboundedReceiver<Counted>);
+/// The connections one sandbox makes to its API port, in the order they came.
+pub struct ApiConnections(mpsc::UnboundedReceiver<Counted>);
 
-impl axum::serve::Listener for Connections {
-    type Io = Counted;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.0.recv().await {
-            Some(stream) => {
-                let addr = stream.0.peer_addr().unwrap_or_else(|_| ([127, 0, 0, 1], 0).into());
-                (stream, addr)
-            }
-            // The sandbox is gone: no more connections will come (its task is aborted with it).
-            None => std::future::pending().await,
-        }
+impl ApiConnections {
+    /// The next connection; none once the sandbox is gone.
+    pub async fn accept(&mut self) -> Option<Counted> {
+        self.0.recv().await
     }
+}
 
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(([127, 0, 0, 1], API_PORT).into())
-    }
+/// What serves berth's API to a sandbox's own API port (its session token's calls): the daemon's HTTP
+/// transport, given to the engine once at start (`Engine::serve_sandbox_apis_with`). The engine hands it
+/// each sandbox's connections, counted against the sandbox's cap, and aborts the task with the sandbox.
+pub trait SandboxApi: Send + Sync {
+    fn serve(&self, engine: Arc<Engine>, connections: ApiConnections) -> tokio::task::JoinHandle<()>;
 }
 
 fn tcp_stream(fd: OwnedFd) -> Option<tokio::net::TcpStream> {
@@ -101,10 +102,11 @@ impl Engine {
     pub(super) fn route_connections(&self, live: &Arc<Live>) {
         let Some(engine) = self.this.get().and_then(std::sync::Weak::upgrade) else { return };
         let (api_tx, api_rx) = mpsc::unbounded_channel();
-        let app = crate::http::tcp_app(Arc::clone(&engine));
-        // Held to the sandbox's cap on connections (Slot) before they get here.
-        let api = tokio::spawn(crate::listen::serve(Connections(api_rx), app, "sandbox", Some(MAX_CONNECTIONS)));
-        live.keep_task(api);
+        // Held to the sandbox's cap on connections (Slot) before they get here. Without a transport for
+        // them (an engine that serves nothing), the sender's connections are closed as they come.
+        if let Some(api) = self.sandbox_api.get() {
+            live.keep_task(api.serve(engine, ApiConnections(api_rx)));
+        }
         let weak = Arc::downgrade(live);
         let open = Arc::new(AtomicUsize::new(0));
         // Straight from the task that reads init's control socket to a task of the connection's own: no hop

@@ -51,6 +51,9 @@ pub enum EngineError {
     Log(#[source] std::io::Error),
     #[error(transparent)]
     Sys(#[from] berth_sys::SysError),
+    /// A files operation's own refusal or failure, with its own code.
+    #[error(transparent)]
+    Files(#[from] crate::files::FileError),
 }
 
 impl EngineError {
@@ -84,6 +87,7 @@ impl EngineError {
             | EngineError::Log(_)
             | EngineError::Storage(_)
             | EngineError::Sys(_) => ErrorCode::Internal,
+            EngineError::Files(e) => e.code(),
         }
     }
 }

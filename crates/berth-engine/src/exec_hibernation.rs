@@ -1,6 +1,6 @@
 //! An exec that outlives a hibernation of its sandbox: its supervisor's state handed over when the sandbox
 //! is on disk, kept beside the image, and pumped again at the wake from new pipes that CRIU gives the
-//! restored command in place of the old ones (see `engine::sleep`).
+//! restored command in place of the old ones (see `engine::hibernate_execs`).
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
 use crate::EngineError;
-use crate::budget::Budget;
 use crate::exec::{Ends, Park, Pump, watch_pipe};
 use crate::exec_log::ExecLog;
+use crate::output_budget::OutputBudget;
 use crate::session::Session;
 
 /// What is kept on disk of an exec asleep with its sandbox.
@@ -94,7 +94,7 @@ pub async fn resume(
     let file = tokio::fs::OpenOptions::new().append(true).open(&saved.log).await.map_err(EngineError::Log)?;
     let mut input = state;
     let log = ExecLog::load(file, &mut input).ok_or_else(unreadable)?;
-    let budget = Budget::load(&mut input).ok_or_else(unreadable)?;
+    let budget = OutputBudget::load(&mut input).ok_or_else(unreadable)?;
     let [out, err] = wake.pipes;
     let pipes = [out.map(watch_pipe).transpose()?, err.map(watch_pipe).transpose()?];
     let events = wake.session.register_as(saved.num);

@@ -11,14 +11,14 @@ const MAX_PASSWD: usize = 1 << 20;
 
 /// What a request asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Spec {
+pub enum Spec {
     Name(String),
     Ids { uid: u32, gid: Option<u32> },
 }
 
 /// Whom to run as, once resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Account {
+pub struct Account {
     pub uid: u32,
     pub gid: u32,
     /// Its name and home, when the sandbox's `/etc/passwd` has it.
@@ -68,7 +68,7 @@ fn entries(passwd: &str) -> impl Iterator<Item = (&str, u32, u32, &str)> {
 }
 
 /// Resolve `spec` against the text of a sandbox's `/etc/passwd` (`None`: it has none).
-pub(crate) fn resolve(spec: &Spec, passwd: Option<&str>) -> Result<Account, EngineError> {
+pub fn resolve(spec: &Spec, passwd: Option<&str>) -> Result<Account, EngineError> {
     let home = |h: &str| (h.starts_with('/') && !h.contains('\0')).then(|| h.to_string());
     let mut found = passwd.into_iter().flat_map(entries);
     match spec {

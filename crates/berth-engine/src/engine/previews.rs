@@ -48,13 +48,13 @@ fn random_hex(bytes: usize) -> Result<String, EngineError> {
 
 /// A connection open through a preview, counted on its sandbox while it lives; the last one to close brings
 /// the reaper's next pass (the sandbox may be idle from then on).
-pub(crate) struct OpenConnection {
+pub struct OpenConnection {
     count: Arc<std::sync::atomic::AtomicUsize>,
     reaper: Arc<tokio::sync::Notify>,
 }
 
 impl OpenConnection {
-    fn new(count: &Arc<std::sync::atomic::AtomicUsize>, reaper: &Arc<tokio::sync::Notify>) -> OpenConnection {
+    pub fn new(count: &Arc<std::sync::atomic::AtomicUsize>, reaper: &Arc<tokio::sync::Notify>) -> OpenConnection {
         count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         OpenConnection { count: Arc::clone(count), reaper: Arc::clone(reaper) }
     }
@@ -113,7 +113,7 @@ impl Engine {
     }
 
     /// The domain previews are hosts under, if any.
-    pub(crate) fn preview_domain(&self) -> Option<&str> {
+    pub fn preview_domain(&self) -> Option<&str> {
         self.previews.domain.get().map(String::as_str)
     }
 
@@ -272,7 +272,7 @@ impl Engine {
 
     /// A stream socket connected to `127.0.0.1:port` inside sandbox `id` (woken or resumed first, as any
     /// activity does), through its init, and what counts it as open until it is dropped.
-    pub(crate) async fn connect_port(
+    pub async fn connect_port(
         &self,
         id: &str,
         port: u16,
@@ -292,7 +292,7 @@ impl Engine {
     }
 
     /// Journal one request through preview `preview` of sandbox `sid`.
-    pub(crate) async fn journal_preview(&self, sid: &str, preview: &str, method: &str, path: &str, status: u16) {
+    pub async fn journal_preview(&self, sid: &str, preview: &str, method: &str, path: &str, status: u16) {
         self.note_preview(
             sid,
             "preview",

@@ -12,7 +12,7 @@ use crate::EngineError;
 /// How long a sandbox has been paused, for the clocks that count only time running (exec and run timeouts,
 /// a TTL that counts only active time).
 #[derive(Debug, Default)]
-pub(crate) struct PauseClock {
+pub struct PauseClock {
     /// Milliseconds paused before the current pause, and when the current pause began.
     state: std::sync::Mutex<(u64, Option<u64>)>,
 }

@@ -1,11 +1,11 @@
 //! An exec's (or a shell's) log on disk, bounded: the head is written as it comes, the tail is held back
 //! and written at the end after a marker line that says how many bytes were dropped between them. The same
-//! [`Budget`] as the output a client is sent, with a larger tail.
+//! [`OutputBudget`] as the output a client is sent, with a larger tail.
 
 use berth_api::Stream;
 use tokio::io::AsyncWriteExt;
 
-use crate::budget::Budget;
+use crate::output_budget::OutputBudget;
 
 /// Most of a log's tail held in memory until its exec ends.
 const TAIL_MAX: u64 = 1 << 20;
@@ -14,7 +14,7 @@ const LOG_BUFFER: usize = 64 << 10;
 
 pub struct ExecLog {
     file: tokio::io::BufWriter<tokio::fs::File>,
-    budget: Budget,
+    budget: OutputBudget,
     head: u64,
     tail: u64,
 }
@@ -22,7 +22,7 @@ pub struct ExecLog {
 impl ExecLog {
     /// A log of at most `max` bytes of output (plus the marker line) in `file`.
     pub fn new(file: tokio::fs::File, max: u64) -> ExecLog {
-        let budget = Budget::with_tail(max, TAIL_MAX);
+        let budget = OutputBudget::with_tail(max, TAIL_MAX);
         let (head, tail) = budget.shape();
         ExecLog { file: tokio::io::BufWriter::with_capacity(LOG_BUFFER, file), budget, head, tail }
     }
@@ -40,7 +40,7 @@ impl ExecLog {
         self.file.flush().await
     }
 
-    /// Write out what the head holds and save the rest of the log's state (see [`Budget::save`]).
+    /// Write out what the head holds and save the rest of the log's state (see [`OutputBudget::save`]).
     pub async fn save(&mut self, out: &mut Vec<u8>) -> std::io::Result<()> {
         self.file.flush().await?;
         out.extend(self.head.to_le_bytes());
@@ -52,9 +52,9 @@ impl ExecLog {
     /// The log saved by [`ExecLog::save`] going on in `file` (opened to append), read from the front of
     /// `input`.
     pub fn load(file: tokio::fs::File, input: &mut &[u8]) -> Option<ExecLog> {
-        let head = crate::budget::take_u64(input)?;
-        let tail = crate::budget::take_u64(input)?;
-        let budget = Budget::load(input)?;
+        let head = crate::output_budget::take_u64(input)?;
+        let tail = crate::output_budget::take_u64(input)?;
+        let budget = OutputBudget::load(input)?;
         Some(ExecLog { file: tokio::io::BufWriter::with_capacity(LOG_BUFFER, file), budget, head, tail })
     }
 

@@ -75,7 +75,7 @@ fn parse_decl(decl: &str) -> Result<(String, Delivery), EngineError> {
 }
 
 impl Engine {
-    pub(crate) fn vault(&self) -> Result<Vault, EngineError> {
+    pub fn vault(&self) -> Result<Vault, EngineError> {
         Vault::open(&self.root, &key_path(&self.root)).map_err(secret_err)
     }
 

@@ -48,7 +48,7 @@ pub(super) struct PodState {
     pub(super) journals: Mutex<HashMap<String, Arc<Mutex<PodJournal>>>>,
     /// The task taking each egress proxy's connections (see `pod_egress`).
     pub(super) proxies: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
-    /// Pods' records on their way to the cluster's database, in order (see `shared`).
+    /// Pods' records on their way to the cluster's database, in order (see `cluster`).
     pub(super) shares: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Pod>>,
 }
 

@@ -11,8 +11,8 @@ use tokio::sync::mpsc;
 use super::contexts::{Ctx, Reach, connect, control};
 use super::{Engine, Live, now_ms};
 use crate::EngineError;
-use crate::budget::Budget;
 use crate::exec_log::ExecLog;
+use crate::output_budget::OutputBudget;
 
 /// Largest frame an interpreter may send (a result with a big image, say).
 const MAX_FRAME: u64 = 16 << 20;
@@ -81,8 +81,15 @@ impl Engine {
         let log = ExecLog::new(file, self.bounds.max_log_bytes);
         let timeout = req.timeout_seconds.map(Duration::from_secs_f64);
         tokio::spawn(async move {
-            let run =
-                Run { engine, live, ctx: c, budget: Budget::new(max_output), log: Some(log), tx: Some(tx), total: 0 };
+            let run = Run {
+                engine,
+                live,
+                ctx: c,
+                budget: OutputBudget::new(max_output),
+                log: Some(log),
+                tx: Some(tx),
+                total: 0,
+            };
             let (engine, live) = (Arc::clone(&run.engine), Arc::clone(&run.live));
             run.pump(conn, timeout, log_path).await;
             drop(guard);
@@ -98,7 +105,7 @@ struct Run {
     engine: Arc<Engine>,
     live: Arc<Live>,
     ctx: Arc<Ctx>,
-    budget: Budget,
+    budget: OutputBudget,
     log: Option<ExecLog>,
     tx: Option<mpsc::Sender<RunFrame>>,
     total: u64,

@@ -16,9 +16,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use berth_runtime::cgroup::Cgroup;
 
 use crate::EngineError;
-use crate::budget::Budget;
 use crate::exec_log::ExecLog;
 use crate::launch::{self, Outcome, kill_tree};
+use crate::output_budget::OutputBudget;
 use crate::session::Session;
 
 /// Default bytes of output sent to a client.
@@ -72,14 +72,14 @@ pub enum Input {
     Close,
 }
 
-/// What an exec's supervisor is asked around a hibernation of its sandbox (see `exec_sleep`).
+/// What an exec's supervisor is asked around a hibernation of its sandbox (see `exec_hibernation`).
 pub enum Park {
     /// The sandbox is about to be written to disk: take its end (init gone) for a sleep, not a death. Refused,
     /// with why, by an exec streaming to a client or still being fed its stdin.
     Hold(oneshot::Sender<Result<(), String>>),
     /// The sandbox is on disk: read what the old pipes still hold, then hand over the exec's state and stop
     /// (`None`: it had ended before the dump).
-    Sleep(oneshot::Sender<Option<crate::exec_sleep::Asleep>>),
+    Sleep(oneshot::Sender<Option<crate::exec_hibernation::Asleep>>),
     /// The hibernation failed: go on as before.
     Release,
 }
@@ -176,7 +176,7 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
         exec_id: plan.exec_id,
         pipes: [Some(out_r), Some(err_r)],
         log: ExecLog::new(file, plan.max_log),
-        budget: Budget::new(plan.max_output),
+        budget: OutputBudget::new(plan.max_output),
         redact: plan.redactor.map(|r| [r.clone(), r]),
         total: 0,
         timeout: plan.timeout,
@@ -215,7 +215,7 @@ pub(crate) struct Pump {
     pub pipes: [Option<pipe::Receiver>; 2],
     pub log: ExecLog,
     /// The output a client is sent.
-    pub budget: Budget,
+    pub budget: OutputBudget,
     /// One redactor per stream: a secret split across two reads of one stream is still caught.
     pub redact: Option<[berth_secrets::Redactor; 2]>,
     /// Bytes of output in all.
@@ -380,7 +380,7 @@ impl Pump {
             };
             self.release_redacted(&mut None).await;
             self.timeout = left;
-            let _ = reply.send(crate::exec_sleep::Asleep::take(self, ends, held_pipes).await);
+            let _ = reply.send(crate::exec_hibernation::Asleep::take(self, ends, held_pipes).await);
             return;
         }
         self.session.unregister(self.num);

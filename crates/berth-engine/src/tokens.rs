@@ -14,12 +14,12 @@ pub struct Tokens {
 }
 
 /// SHA-256 of a secret, in hexadecimal: what is kept of tokens (API, session, preview).
-pub(crate) fn digest(token: &str) -> String {
+pub fn digest(token: &str) -> String {
     Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `bytes` random bytes (from `getrandom`), in hexadecimal.
-pub(crate) fn random_hex(bytes: usize) -> std::io::Result<String> {
+pub fn random_hex(bytes: usize) -> std::io::Result<String> {
     let mut buf = vec![0u8; bytes];
     rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty())?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
@@ -63,7 +63,7 @@ impl Tokens {
     }
 
     /// The same for a token known by its digest only (a web view's login keeps no more).
-    pub(crate) fn check_digest(&self, sha256: &str) -> Option<(String, Option<String>)> {
+    pub fn check_digest(&self, sha256: &str) -> Option<(String, Option<String>)> {
         self.store.token_and_scope(sha256).ok().flatten()
     }
 

@@ -136,7 +136,7 @@ pub fn size(bytes: u64) -> String {
     format!("{bytes} bytes")
 }
 
-pub(crate) fn row(resource: &str, bound: String, set_by: &str, note: &str) -> Bound {
+pub fn row(resource: &str, bound: String, set_by: &str, note: &str) -> Bound {
     Bound { resource: resource.into(), bound, set_by: set_by.into(), note: note.into() }
 }
 

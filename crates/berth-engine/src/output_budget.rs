@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use berth_api::Stream;
 
 #[derive(Debug)]
-pub struct Budget {
+pub struct OutputBudget {
     head_left: u64,
     tail_cap: u64,
     tail: VecDeque<(Stream, Vec<u8>)>,
@@ -17,16 +17,16 @@ pub struct Budget {
     dropped: u64,
 }
 
-impl Budget {
+impl OutputBudget {
     /// A budget of `max` bytes: a quarter (at most 16 KiB) is kept for the tail, the rest streams live.
-    pub fn new(max: u64) -> Budget {
-        Budget::with_tail(max, 16 * 1024)
+    pub fn new(max: u64) -> OutputBudget {
+        OutputBudget::with_tail(max, 16 * 1024)
     }
 
     /// A budget of `max` bytes whose tail (held in memory until the end) is a quarter, at most `tail_max`.
-    pub fn with_tail(max: u64, tail_max: u64) -> Budget {
+    pub fn with_tail(max: u64, tail_max: u64) -> OutputBudget {
         let tail_cap = (max / 4).min(tail_max);
-        Budget { head_left: max - tail_cap, tail_cap, tail: VecDeque::new(), tail_len: 0, dropped: 0 }
+        OutputBudget { head_left: max - tail_cap, tail_cap, tail: VecDeque::new(), tail_len: 0, dropped: 0 }
     }
 
     /// Bytes kept at the head and at the tail.
@@ -73,7 +73,7 @@ impl Budget {
         self.dropped
     }
 
-    /// The budget's state as bytes, taken up again by [`Budget::load`] (an exec that outlives a hibernation,
+    /// The budget's state as bytes, taken up again by [`OutputBudget::load`] (an exec that outlives a hibernation,
     /// or the daemon that ran it).
     pub fn save(&self, out: &mut Vec<u8>) {
         for n in [self.head_left, self.tail_cap, self.dropped, self.tail.len() as u64] {
@@ -86,11 +86,11 @@ impl Budget {
         }
     }
 
-    /// A budget saved by [`Budget::save`], read from the front of `input` (which is advanced past it).
-    pub fn load(input: &mut &[u8]) -> Option<Budget> {
+    /// A budget saved by [`OutputBudget::save`], read from the front of `input` (which is advanced past it).
+    pub fn load(input: &mut &[u8]) -> Option<OutputBudget> {
         let [head_left, tail_cap, dropped, chunks] =
             [take_u64(input)?, take_u64(input)?, take_u64(input)?, take_u64(input)?];
-        let mut b = Budget { head_left, tail_cap, tail: VecDeque::new(), tail_len: 0, dropped };
+        let mut b = OutputBudget { head_left, tail_cap, tail: VecDeque::new(), tail_len: 0, dropped };
         for _ in 0..chunks {
             let (&kind, rest) = input.split_first()?;
             *input = rest;
@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_saved_budget_goes_on_as_it_would_have() {
-        let (mut a, mut b) = (Budget::new(200), Budget::new(200));
+        let (mut a, mut b) = (OutputBudget::new(200), OutputBudget::new(200));
         for i in 0..10u8 {
             a.push(Stream::Stdout, &[i; 17]);
             b.push(if i % 2 == 0 { Stream::Stdout } else { Stream::Stderr }, &[i; 17]);
@@ -133,19 +133,19 @@ mod tests {
         b.save(&mut bytes);
         a.save(&mut bytes);
         let mut input = &bytes[..];
-        let mut b2 = Budget::load(&mut input).unwrap();
-        let mut a2 = Budget::load(&mut input).unwrap();
+        let mut b2 = OutputBudget::load(&mut input).unwrap();
+        let mut a2 = OutputBudget::load(&mut input).unwrap();
         assert!(input.is_empty());
         for (x, y) in [(&mut a, &mut a2), (&mut b, &mut b2)] {
             assert_eq!(x.push(Stream::Stdout, &[9; 30]), y.push(Stream::Stdout, &[9; 30]));
             assert_eq!((x.dropped(), x.finish()), (y.dropped(), y.finish()));
         }
-        assert!(Budget::load(&mut &bytes[..20]).is_none(), "a cut-off state is no budget");
+        assert!(OutputBudget::load(&mut &bytes[..20]).is_none(), "a cut-off state is no budget");
     }
 
     #[test]
     fn within_budget_nothing_is_lost() {
-        let mut b = Budget::new(100);
+        let mut b = OutputBudget::new(100);
         let mut sent = b.push(Stream::Stdout, &[b'a'; 70]).unwrap();
         assert_eq!(sent.len(), 70);
         let second = b.push(Stream::Stderr, &[b'b'; 10]).unwrap();
@@ -160,7 +160,7 @@ mod tests {
 
     #[test]
     fn past_the_budget_the_middle_goes_and_the_tail_stays() {
-        let mut b = Budget::new(1000);
+        let mut b = OutputBudget::new(1000);
         let head = b.push(Stream::Stdout, &[b'h'; 750]).unwrap();
         assert_eq!(head.len(), 750);
         for i in 0..100u8 {
@@ -174,7 +174,7 @@ mod tests {
 
     #[test]
     fn streams_keep_their_order_in_the_tail() {
-        let mut b = Budget::new(40);
+        let mut b = OutputBudget::new(40);
         b.push(Stream::Stdout, &[b'x'; 30]);
         b.push(Stream::Stdout, b"out");
         b.push(Stream::Stderr, b"err");

@@ -1,5 +1,6 @@
-//! The engine: every sandbox on this host and every command the API offers on them. HTTP handlers (and,
-//! later, the MCP server) call these methods and nothing else.
+//! The engine: every sandbox on this host and every command the API offers on them. The daemon's transports
+//! (the HTTP API and MCP through it, the E2B listener, the web view, previews) call these methods and
+//! nothing else.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::AsFd;
@@ -17,11 +18,13 @@ use crate::shim::{self, ShimReply, ShimRequest};
 
 mod attach;
 mod changes;
+mod cluster;
 mod context_run;
-pub(crate) mod contexts;
+pub mod contexts;
 mod create;
 mod events;
 mod execs;
+mod files;
 mod fork;
 mod fork_processes;
 mod hibernate;
@@ -31,9 +34,9 @@ mod network;
 mod pod_egress;
 mod pods;
 mod previews;
-mod shared;
 pub use previews::Refusal as PreviewRefusal;
-pub(crate) mod pause;
+mod hibernate_execs;
+pub mod pause;
 mod projects;
 mod reap;
 mod receipt;
@@ -41,18 +44,17 @@ mod recovery;
 mod retain;
 mod secrets;
 mod sessions;
-mod sleep;
 mod storage;
 mod ttl;
 mod usage;
-pub(crate) mod users;
+pub mod users;
 mod warm;
 
-pub(crate) use attach::AttachedExec;
+pub use attach::AttachedExec;
 use events::Events;
 pub use live::{ACTOR, actor, journal_path};
 use live::{ExecEntry, Live};
-pub use network::MAX_CONNECTIONS;
+pub use network::{ApiConnections, Counted, MAX_CONNECTIONS, SandboxApi};
 pub use storage::{DEFAULT_DISK, StorageChoice, StorageOptions};
 
 pub struct Engine {
@@ -102,12 +104,14 @@ pub struct Engine {
     warm: warm::Warm,
     /// Brings the reaper's next pass forward (see `reap`).
     reap_wake: Arc<tokio::sync::Notify>,
-    /// The execs asleep in hibernated sandboxes, as far as this daemon holds them (see `sleep`).
-    asleep: sleep::Kept,
+    /// The execs asleep in hibernated sandboxes, as far as this daemon holds them (see `hibernate_execs`).
+    asleep: hibernate_execs::Kept,
     /// Preview URLs of sandboxes' ports (see `previews`).
     previews: previews::Previews,
-    /// The web view's open logins (see `web`).
-    pub(crate) logins: crate::web::Logins,
+    /// The web view's open logins (see `logins`).
+    pub logins: crate::logins::Logins,
+    /// What serves each sandbox's own API port (see `network::SandboxApi`).
+    sandbox_api: std::sync::OnceLock<Box<dyn network::SandboxApi>>,
 }
 
 pub fn now_ms() -> u64 {
@@ -175,9 +179,10 @@ impl Engine {
             criu: berth_runtime::checkpoint::Criu::find(None),
             warm: warm::Warm::new(bounds.warm),
             reap_wake: Arc::default(),
-            asleep: sleep::Kept::default(),
+            asleep: hibernate_execs::Kept::default(),
             previews: previews::Previews::default(),
-            logins: crate::web::Logins::default(),
+            logins: crate::logins::Logins::default(),
+            sandbox_api: std::sync::OnceLock::new(),
             events: Arc::new(Events {
                 tx: tokio::sync::broadcast::channel(1024).0,
                 recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
@@ -452,13 +457,18 @@ impl Engine {
         }
     }
 
-    /// The daemon's version and its bounds.
-    pub fn info(&self) -> berth_api::DaemonInfo {
+    /// Serve each sandbox's own API port with `api` (once: later calls are ignored).
+    pub fn serve_sandbox_apis_with(&self, api: Box<dyn network::SandboxApi>) {
+        let _ = self.sandbox_api.set(api);
+    }
+
+    /// The daemon's version and its bounds: the engine's, then the transports' (`listeners`).
+    pub fn info(&self, listeners: Vec<berth_api::Bound>) -> berth_api::DaemonInfo {
         berth_api::DaemonInfo {
             version: env!("CARGO_PKG_VERSION").to_string(),
             bounds: std::iter::once(self.files_bound())
                 .chain(crate::bounds::table(&self.bounds))
-                .chain(crate::listen::table(&crate::listen::bounds()))
+                .chain(listeners)
                 .collect(),
             warm: self.warm_info(),
             isolation: self.bounds.isolation,

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::{Engine, ExecEntry, Live};
 use crate::EngineError;
 use crate::exec::Park;
-use crate::exec_sleep::{self, Saved};
+use crate::exec_hibernation::{self, Saved};
 
 /// The file beside the image that lists the execs asleep in it.
 const EXECS: &str = "execs.json";
@@ -203,7 +203,7 @@ impl Engine {
             });
             let cgroup = self.cgroups.as_ref().and_then(|h| h.open(sid).child(&saved.exec_id).ok());
             let oom = self.oom_count(sid, cgroup.as_ref(), berth_api::Isolation::Namespaces);
-            let wake = exec_sleep::Wake {
+            let wake = exec_hibernation::Wake {
                 session: Arc::clone(&live.session),
                 pipes,
                 redactor: live.redactor.clone().filter(|r| !r.is_empty()),
@@ -211,7 +211,7 @@ impl Engine {
                 cgroup: cgroup.clone(),
                 oom,
             };
-            let resumed = exec_sleep::resume(&saved, &state, wake, keeper.done.clone(), keeper.kill_rx).await;
+            let resumed = exec_hibernation::resume(&saved, &state, wake, keeper.done.clone(), keeper.kill_rx).await;
             let park = match resumed {
                 Ok(park) => Some(park),
                 Err(e) => {

@@ -47,7 +47,7 @@ impl Engine {
     /// becomes its controlling terminal), in /workspace, with the sandbox's environment and `env` on top.
     /// With `pty`, init opens the terminal inside, of that size, and `stdio` is one stream socket it copies
     /// the terminal to.
-    pub(crate) async fn exec_attached(
+    pub async fn exec_attached(
         &self,
         id: &str,
         argv: Vec<String>,

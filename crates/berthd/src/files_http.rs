@@ -1,31 +1,5 @@
-//! The files API: read, write, list, stat, remove and make directories inside a running sandbox, and move
-//! whole trees in and out as tar.
-//!
-//! The daemon is host root and the sandbox is not trusted, so every path goes through the same few rules:
-//!
-//! - A path is resolved from the sandbox's own root, `/proc/<init>/root`, with `openat2` and
-//!   `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`: `..` at the top, absolute symlinks and symlinks that climb
-//!   out all stay inside the sandbox, and `/proc/*/root`-style magic links are refused. API paths must be
-//!   absolute, and a `..` component is refused outright.
-//! - Anything new is created relative to its parent's descriptor with `O_EXCL`/`O_NOFOLLOW` (or mkdirat,
-//!   symlinkat), never by resolving a path string again; recursive removal and tar work from descriptors too.
-//! - A file is opened `O_PATH` first and opened for I/O (through `/proc/self/fd`) only once it is known to be
-//!   a regular file, so a device or a FIFO is never opened.
-//! - Nothing on /proc, /sys or another kernel file system is read or written: there, the daemon's
-//!   credentials would be the host's.
-//! - The work runs on a thread whose file-system ids are the sandbox root's host ids (see
-//!   `berth_sys::fsids`): the sandbox's file systems accept new files from it, and new files and
-//!   directories are owned by root inside (they are also chowned to it explicitly).
-//!
-//! The tar functions also serve the CLI on the host side (`berth cp`), with the host's own ids.
-//!
-//! The HTTP side (routes, handlers, query types) is here; `error` holds `FileError`, `fs` the sandbox's file
-//! system (`SandboxFs`), `fd` the descriptor helpers under it, and `archive` the tar code.
-
-mod archive;
-mod error;
-mod fd;
-mod fs;
+//! The files API over HTTP: routes, handlers and query types onto the engine's files calls (`Engine::files`
+//! and `berth_engine::files::SandboxFs`), and the bound on upload bodies held at once.
 
 use std::io::{self, Write};
 use std::sync::Arc;
@@ -43,18 +17,10 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-pub use archive::{extract_host, validate_tar, write_tar_host};
-pub use error::FileError;
-use error::{Result, io_err};
-pub use fs::{Got, SandboxFs, parse_path};
+use berth_engine::files::{FileError, Got, MAX_FILE, Result, SandboxFs, io_err, parse_mode, parse_path};
 
 use crate::Engine;
 use crate::http::Failure;
-
-/// Largest file read or written in one request, and largest tar accepted in one request.
-pub const MAX_FILE: u64 = 64 << 20;
-/// Deepest directory tree walked (each level holds a descriptor open).
-const MAX_DEPTH: usize = 256;
 
 impl From<FileError> for Failure {
     fn from(e: FileError) -> Failure {
@@ -112,17 +78,6 @@ struct ArchiveQuery {
     user: Option<String>,
 }
 
-/// An octal mode such as `644`, `0644` or `0o644`.
-fn parse_mode(m: Option<&str>) -> Result<Option<u32>> {
-    let Some(m) = m else { return Ok(None) };
-    let digits = m.strip_prefix("0o").unwrap_or(m);
-    let octal = !digits.is_empty() && digits.bytes().all(|b| (b'0'..=b'7').contains(&b));
-    match u32::from_str_radix(digits, 8) {
-        Ok(v) if v <= 0o7777 && octal => Ok(Some(v)),
-        _ => Err(FileError::Invalid(format!("{m:?} is not a file mode: use octal, such as 0644"))),
-    }
-}
-
 fn query<T>(q: std::result::Result<Query<T>, QueryRejection>) -> Result<T, Failure> {
     q.map(|Query(q)| q).map_err(|e| Failure::new(ErrorCode::InvalidRequest, e.body_text()))
 }
@@ -144,36 +99,9 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(Failure::from)
 }
 
-/// The sandbox's file system, through its init.
-async fn sandbox(e: &Engine, id: &str) -> Result<SandboxFs, Failure> {
-    let mut record = e.get(id).await?;
-    // A file call is activity: it wakes a paused or hibernated sandbox and starts its idle clock again.
-    use berth_api::SandboxState as S;
-    if matches!(record.state, S::Running | S::Paused | S::Hibernated) {
-        e.touch_id(id, "files").await?;
-        if record.state == S::Hibernated {
-            record = e.get(id).await?;
-        }
-    }
-    let Some(pid) = record.pid else {
-        return Err(Failure::new(ErrorCode::Conflict, format!("sandbox {} has no running init", record.id)));
-    };
-    let isolation = record.isolation;
-    blocking(move || SandboxFs::open(pid, isolation)).await
-}
-
-/// The sandbox's file system, worked on as `user` (see `ExecRequest::user`) when one is given: its permissions
-/// apply as to that user's processes, and what is made is owned by it. The name is checked before the
-/// sandbox is woken.
+/// The sandbox's file system, worked on as `user` when one is given.
 async fn sandbox_as(e: &Engine, id: &str, user: Option<&str>) -> Result<SandboxFs, Failure> {
-    let spec = user.map(crate::engine::users::parse).transpose()?;
-    let fs = sandbox(e, id).await?;
-    let Some(spec) = spec else { return Ok(fs) };
-    let account = tokio::task::spawn_blocking(move || crate::engine::users::account_in(&fs, &spec).map(|a| (fs, a)))
-        .await
-        .map_err(|_| Failure::new(ErrorCode::Internal, "a files task failed".to_string()))??;
-    let (fs, a) = account;
-    Ok(fs.as_user(a.uid, a.gid)?)
+    Ok(e.files(id, user).await?)
 }
 
 type Api = State<Arc<Engine>>;

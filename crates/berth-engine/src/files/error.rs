@@ -42,7 +42,7 @@ impl FileError {
     }
 }
 
-pub(super) type Result<T, E = FileError> = std::result::Result<T, E>;
+pub type Result<T, E = FileError> = std::result::Result<T, E>;
 
 /// A failed system call on `path`, doing `what`, as the error its errno deserves.
 pub(super) fn sys(what: &str, path: &str, e: Errno) -> FileError {
@@ -70,7 +70,7 @@ pub(super) fn sys(what: &str, path: &str, e: Errno) -> FileError {
     }
 }
 
-pub(super) fn io_err(what: &str, path: &str, e: io::Error) -> FileError {
+pub fn io_err(what: &str, path: &str, e: io::Error) -> FileError {
     match e.raw_os_error() {
         Some(n) => sys(what, path, Errno::from_raw_os_error(n)),
         None => FileError::Internal(format!("cannot {what} {path}: {e}")),

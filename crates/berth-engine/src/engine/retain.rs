@@ -38,7 +38,7 @@ impl Engine {
     /// Before an action that adds a record to sandbox `id`'s journal: refuse it when the journal is full
     /// (`refused` says what is not done). Actions that end the sandbox's work (stop, remove, kill) are not
     /// asked: they are done and recorded past the bound, and each can happen only so often.
-    pub(crate) async fn admit_record(&self, id: &str, refused: &str) -> Result<(), EngineError> {
+    pub async fn admit_record(&self, id: &str, refused: &str) -> Result<(), EngineError> {
         let (sid, bytes) = match self.live(id).await {
             Ok(live) => (live.record.lock().await.id.clone(), live.journal_bytes()),
             Err(_) => {

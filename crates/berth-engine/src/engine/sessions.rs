@@ -76,7 +76,7 @@ impl Engine {
     }
 
     /// Whether sandbox `id` is `owner` itself or one of its children (removed ones included).
-    pub(crate) async fn owned_by(&self, owner: &str, id: &str) -> bool {
+    pub async fn owned_by(&self, owner: &str, id: &str) -> bool {
         if id == owner {
             return true;
         }

@@ -13,12 +13,12 @@ static ANSWERED: AtomicU64 = AtomicU64::new(0);
 const QUIET: Duration = Duration::from_secs(5);
 
 /// Count one answered request.
-pub(crate) fn answered() {
+pub fn answered() {
     ANSWERED.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Watch for quiet spells after activity, and hand the allocator's free memory back in each.
-pub(crate) fn spawn_trimmer() {
+pub fn spawn_trimmer() {
     tokio::spawn(async move {
         let mut seen = ANSWERED.load(Ordering::Relaxed);
         let mut trimmed = seen;

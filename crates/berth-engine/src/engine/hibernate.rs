@@ -45,11 +45,11 @@ impl Engine {
         let held = match gvisor {
             true => {
                 self.check_gvisor_hibernatable(&live, &sid).await?;
-                super::sleep::Held::default()
+                super::hibernate_execs::Held::default()
             }
             false => {
                 self.check_hibernatable(&live, &sid, "hibernate", true).await?;
-                // Its detached execs sleep with it (see `sleep`); any other running exec refuses. Released if
+                // Its detached execs sleep with it (see `hibernate_execs`); any other running exec refuses. Released if
                 // it fails.
                 self.hold_execs(&live, &sid).await?
             }
