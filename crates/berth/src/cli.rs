@@ -26,7 +26,7 @@ pub struct Cli {
     pub root: PathBuf,
 
     /// The berth daemon's socket.
-    #[arg(long, global = true, env = "BERTH_SOCKET", default_value = crate::client::DEFAULT_SOCKET, value_name = "PATH")]
+    #[arg(long, global = true, env = "BERTH_SOCKET", default_value = berth_client::DEFAULT_SOCKET, value_name = "PATH")]
     pub socket: PathBuf,
 
     #[command(subcommand)]

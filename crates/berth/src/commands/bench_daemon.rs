@@ -12,9 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use berth_api::{CreateSandbox, ExecFrame, ExecRequest, ExecResult, Sandbox};
+use berth_client::{Client, segment};
 use serde_json::{Value, json};
-
-use crate::client::{Client, segment};
 
 /// How long the idle sandboxes settle before the measurement, and how long it lasts.
 const SETTLE: Duration = Duration::from_secs(2);

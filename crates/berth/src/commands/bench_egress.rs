@@ -21,11 +21,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use berth_api::{CreateSandbox, ExecFrame, ExecRequest, ExecResult, Mount, NetChange, NetChanged, Network, Sandbox};
+use berth_client::Client;
 use serde_json::{Value, json};
 
 use super::bench_client::{self, monotonic_ns};
 use crate::cli::BenchArgs;
-use crate::client::{self, Client};
 
 /// The name the sandbox's policy allows; `--add-host` maps it to the host's 127.0.0.1, which the proxy
 /// otherwise refuses.
@@ -59,7 +59,7 @@ pub fn bench_egress(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
         ..CreateSandbox::default()
     };
     let (_, body) = Client::connect(socket)?.post_json("/v1/sandboxes", &request)?;
-    let sandbox: Sandbox = client::decode(&body)?;
+    let sandbox: Sandbox = berth_client::decode(&body)?;
     let guard = Guard { socket: socket.to_path_buf(), id: sandbox.id.clone() };
 
     let argv = vec![format!("/opt/berth/{name}"), "bench-client".into(), "--control".into(), target(servers.control)];
@@ -87,7 +87,7 @@ struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let path = format!("/v1/sandboxes/{}", client::segment(&self.id));
+        let path = format!("/v1/sandboxes/{}", berth_client::segment(&self.id));
         if let Err(e) = Client::connect(&self.socket).and_then(|c| c.delete(&path)) {
             eprintln!("berth bench: could not remove sandbox {}: {e}", self.id);
         }
@@ -98,7 +98,7 @@ type ExecThread = JoinHandle<anyhow::Result<(ExecResult, String)>>;
 
 /// Run the client through the API on a thread of its own; its result, and what it wrote to stderr.
 fn spawn_exec(socket: &Path, id: &str, argv: Vec<String>) -> ExecThread {
-    let (socket, path) = (socket.to_path_buf(), format!("/v1/sandboxes/{}/execs", client::segment(id)));
+    let (socket, path) = (socket.to_path_buf(), format!("/v1/sandboxes/{}/execs", berth_client::segment(id)));
     std::thread::spawn(move || {
         let req = ExecRequest { argv, ..ExecRequest::default() };
         let mut stream = Client::connect(&socket)?.post_json_stream(&path, &req)?;
@@ -318,13 +318,13 @@ fn policy_changes(
     args: &BenchArgs,
 ) -> anyhow::Result<Value> {
     let rule = target(servers.hold);
-    let path = format!("/v1/sandboxes/{}/net", client::segment(id));
+    let path = format!("/v1/sandboxes/{}/net", berth_client::segment(id));
     let change = |allow: bool| -> anyhow::Result<NetChanged> {
         let rules = vec![rule.clone()];
         let change =
             if allow { NetChange { allow: rules, deny: vec![] } } else { NetChange { allow: vec![], deny: rules } };
         let (_, body) = Client::connect(socket)?.post_json(&path, &change)?;
-        Ok(client::decode(&body)?)
+        Ok(berth_client::decode(&body)?)
     };
     let warmup = args.warmup.min(3);
     let (mut to_eof, mut call) = (Vec::new(), Vec::new());

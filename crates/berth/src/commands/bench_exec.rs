@@ -8,10 +8,10 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use berth_api::{CreateSandbox, ExecRequest, Sandbox};
+use berth_client::Client;
 
 use super::bench_daemon::{self, DaemonBenchOpts};
 use crate::cli::BenchArgs;
-use crate::client::Client;
 
 pub fn bench_exec(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
     let opts = DaemonBenchOpts { bytes: args.bytes, idle: args.idle, daemon_pid: args.daemon_pid, pause: false };

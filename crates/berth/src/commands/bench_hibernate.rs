@@ -7,9 +7,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use berth_api::{CreateSandbox, ExecRequest, Sandbox};
+use berth_client::Client;
 
 use crate::cli::BenchArgs;
-use crate::client::Client;
 
 /// 256 MiB of memory, every page written, then a marker file, then nothing.
 pub(super) const HOLDER: &str =

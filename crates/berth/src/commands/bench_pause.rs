@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use berth_api::ExecRequest;
+use berth_client::Client;
 
 use crate::cli::BenchArgs;
-use crate::client::Client;
 
 pub fn bench_pause(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
     super::bench_contexts::on_a_sandbox(socket, &args, measure)

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use berth_api::{CreateSandbox, CreateSnapshot, ExecFrame, ExecRequest, ForkRequest, Forked, Sandbox, Snapshot};
 use berth_api::{StorageInfo, Stream, Teardown};
+use berth_client::{Client, ClientError, segment};
 use serde_json::{Value, json};
 
 use super::bench_daemon::{self, status_kib};
 use super::bench_soak_check::{self, Census};
 use crate::cli::BenchArgs;
-use crate::client::{Client, ClientError, segment};
 
 /// Execs in each loop.
 const EXECS: usize = 10;
