@@ -3,7 +3,8 @@
 //! It owns talking to the daemon from a command line: connecting to the socket (and telling a missing daemon
 //! from one that refuses), the bearer token from `BERTH_TOKEN`, request heads, reading answers however they
 //! are framed, and turning the API's error bodies into `ClientError`s. What the requests mean is the API's
-//! (`berth-api`'s types), and what is done with the answers is its callers'.
+//! (`berth-api`'s types), and what is done with the answers is its callers': the `berth` command line and
+//! `berth-bench`.
 //!
 //! One connection per request (`Connection: close`): the CLI makes a handful of requests per run, so keeping
 //! connections alive would buy nothing. Responses may be framed by `Content-Length`, by

@@ -10,8 +10,8 @@ use berth_api::{Sandbox, Snapshot};
 use berth_client::Client;
 use serde_json::{Value, json};
 
-use super::bench_daemon::{Daemon, arg_value, cmdline, proc_pids};
-use super::bench_soak::Made;
+use crate::daemon::{Daemon, arg_value, cmdline, proc_pids};
+use crate::soak::Made;
 
 /// What the host had before the loops, where a count is all there is to compare.
 pub struct Census {

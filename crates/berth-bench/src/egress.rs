@@ -24,8 +24,8 @@ use berth_api::{CreateSandbox, ExecFrame, ExecRequest, ExecResult, Mount, NetCha
 use berth_client::Client;
 use serde_json::{Value, json};
 
-use super::bench_client::{self, monotonic_ns};
-use crate::cli::BenchArgs;
+use crate::BenchArgs;
+use crate::egress_client::{self, monotonic_ns};
 
 /// The name the sandbox's policy allows; `--add-host` maps it to the host's 127.0.0.1, which the proxy
 /// otherwise refuses.
@@ -252,7 +252,7 @@ fn measure(socket: &Path, id: &str, servers: &Servers, ctl: &mut Control, args: 
             let secs = if proxied {
                 ctl.ask(&format!("push {} {bytes}", target(servers.sink)))? as f64 / 1e9
             } else {
-                bench_client::push(bench_client::connect(&sink)?, bytes)?.as_secs_f64()
+                egress_client::push(egress_client::connect(&sink)?, bytes)?.as_secs_f64()
             };
             if round > 0 {
                 let v = bytes as f64 / secs / 1e9;
@@ -273,7 +273,7 @@ fn measure(socket: &Path, id: &str, servers: &Servers, ctl: &mut Control, args: 
                 ctl.send(&rtt)?;
                 p = ctl.answer_pair()?;
             } else {
-                d = bench_client::one_rtt(&|| bench_client::connect(&echo))?;
+                d = egress_client::one_rtt(&|| egress_client::connect(&echo))?;
             }
         }
         if round >= args.warmup {
@@ -410,13 +410,22 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::cli::{Cli, Command};
+
+    /// The options as `berth` takes them: under its `bench` subcommand.
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    #[derive(Debug, clap::Subcommand)]
+    enum Command {
+        Bench(BenchArgs),
+    }
 
     fn bench_args(argv: &[&str]) -> Result<BenchArgs, clap::Error> {
-        match Cli::try_parse_from(argv)?.command {
-            Command::Bench(args) => Ok(args),
-            other => panic!("not bench: {other:?}"),
-        }
+        let Command::Bench(args) = Cli::try_parse_from(argv)?.command;
+        Ok(args)
     }
 
     #[test]
@@ -432,10 +441,10 @@ mod tests {
     fn the_servers_answer_what_the_client_times() {
         let servers = Servers::start().unwrap();
         let sink = format!("127.0.0.1:{}", servers.sink);
-        bench_client::push(bench_client::connect(&sink).unwrap(), (3 << 20) + 1).unwrap();
+        egress_client::push(egress_client::connect(&sink).unwrap(), (3 << 20) + 1).unwrap();
         let echo = format!("127.0.0.1:{}", servers.echo);
         for _ in 0..3 {
-            let (all, open) = bench_client::one_rtt(&|| bench_client::connect(&echo)).unwrap();
+            let (all, open) = egress_client::one_rtt(&|| egress_client::connect(&echo)).unwrap();
             assert!(open <= all);
         }
     }

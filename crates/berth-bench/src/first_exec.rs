@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use berth_api::{CreateSandbox, DaemonInfo, ExecFrame, ExecRequest, Sandbox};
 use berth_client::Client;
 
-use crate::cli::BenchArgs;
+use crate::BenchArgs;
 
 struct Daemon {
     root: PathBuf,

@@ -406,7 +406,7 @@ fn wake_times(socket: &Path, ids: &[String], json: bool) -> anyhow::Result<Value
 }
 
 /// `berth bench --density`: the idle cost of `--idle` sandboxes, paused.
-pub fn density(socket: &Path, args: crate::cli::BenchArgs) -> anyhow::Result<i32> {
+pub fn density(socket: &Path, args: crate::BenchArgs) -> anyhow::Result<i32> {
     let opts = DaemonBenchOpts { bytes: 0, idle: args.idle, daemon_pid: args.daemon_pid, pause: true };
     let daemon = find_daemon(socket, opts.daemon_pid)?;
     let report = idle_cost(socket, &daemon, &opts, args.json)?;

@@ -21,7 +21,7 @@ use berth_api::{
 use berth_client::{Client, ClientError, segment};
 use serde::Serialize;
 
-use crate::cli::BenchArgs;
+use crate::BenchArgs;
 
 /// Directories the workspace's files are spread over: a project's files are not all in one directory, and
 /// several streams of random data fill them faster than one.

@@ -8,8 +8,8 @@ use std::time::Instant;
 use berth_api::{CreateSandbox, ForkRequest, Forked, Sandbox};
 use berth_client::Client;
 
-use super::bench_hibernate::{exec, ms, start_holder};
-use crate::cli::BenchArgs;
+use crate::BenchArgs;
+use crate::hibernate::{exec, ms, start_holder};
 
 /// 64 MiB of memory, every page written, then a marker file, then nothing.
 const HOLDER: &str =
