@@ -2,7 +2,6 @@
 #![forbid(unsafe_code)]
 
 mod cli;
-mod client;
 mod commands;
 mod exit;
 mod oci;

@@ -12,10 +12,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use berth_api::{Network, Pod, PodEvent, PodRequest};
+use berth_client::Client;
 use berth_runtime::oci::config::{Config, Want};
 use berth_runtime::oci::{Oci, OciError};
-
-use crate::client::{self, Client};
 
 /// The annotation naming the pod's workspace volume.
 pub const WORKSPACE: &str = "berth.dev/workspace";
@@ -35,7 +34,7 @@ fn socket() -> PathBuf {
     std::env::var_os("BERTH_SOCKET")
         .filter(|s| !s.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(client::DEFAULT_SOCKET))
+        .unwrap_or_else(|| PathBuf::from(berth_client::DEFAULT_SOCKET))
 }
 
 fn wanted(annotations: &BTreeMap<String, String>) -> bool {
@@ -75,7 +74,7 @@ pub struct Agent {
     pub pod: String,
 }
 
-fn failed(what: &str, e: client::ClientError) -> OciError {
+fn failed(what: &str, e: berth_client::ClientError) -> OciError {
     OciError::State(format!(
         "{what}: the pod asks for berth's node features (annotations {PREFIX}*) and the berth daemon at {} \
          answered: {e}",
@@ -125,7 +124,7 @@ impl Agent {
             let path = format!("/v1/pods/{}", self.pod);
             self.client.get(&path).map_err(|e| failed("cannot find the container's pod", e))?.1
         };
-        client::decode(&body).map_err(|e| failed("cannot read the pod", e))
+        berth_client::decode(&body).map_err(|e| failed("cannot read the pod", e))
     }
 
     /// Journal an event of the pod's (before what it names is done, so that nothing is left unrecorded); the
@@ -134,7 +133,7 @@ impl Agent {
         let path = format!("/v1/pods/{}/events", self.pod);
         let (_, body) =
             self.client.post_json(&path, ev).map_err(|e| failed(&format!("cannot journal {}", ev.kind), e))?;
-        client::decode(&body).map_err(|e| failed("cannot read the pod", e))
+        berth_client::decode(&body).map_err(|e| failed("cannot read the pod", e))
     }
 
     /// The container was created: journal it with its name, cgroup and program.

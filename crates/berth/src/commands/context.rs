@@ -4,13 +4,13 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use berth_api::{Context, CreateContext, RunCode, RunFrame};
+use berth_client::{Client, ClientError};
 
 use super::output;
 use crate::cli::ContextCommand;
-use crate::client::{self, Client, ClientError};
 
 fn path(id: &str, rest: &str) -> String {
-    format!("/v1/sandboxes/{}/contexts{rest}", client::segment(id))
+    format!("/v1/sandboxes/{}/contexts{rest}", berth_client::segment(id))
 }
 
 pub fn context(socket: &Path, cmd: ContextCommand) -> anyhow::Result<i32> {
@@ -25,7 +25,7 @@ pub fn context(socket: &Path, cmd: ContextCommand) -> anyhow::Result<i32> {
             if json {
                 output::print_raw(&body)?;
             } else {
-                println!("{}", client::decode::<Context>(&body)?.id);
+                println!("{}", berth_client::decode::<Context>(&body)?.id);
             }
             Ok(0)
         }
@@ -36,7 +36,7 @@ pub fn context(socket: &Path, cmd: ContextCommand) -> anyhow::Result<i32> {
                 return Ok(0);
             }
             let now = output::now_ms();
-            let rows: Vec<Vec<String>> = client::decode::<Vec<Context>>(&body)?
+            let rows: Vec<Vec<String>> = berth_client::decode::<Vec<Context>>(&body)?
                 .into_iter()
                 .map(|c| {
                     vec![
@@ -64,23 +64,24 @@ pub fn context(socket: &Path, cmd: ContextCommand) -> anyhow::Result<i32> {
             let env = env.into_iter().collect();
             let req =
                 RunCode { code, timeout_seconds: timeout.map(output::seconds), max_output_bytes: max_output, env };
-            run(&client, &path(&id, &format!("/{}/run", client::segment(&context))), &req, json)
+            run(&client, &path(&id, &format!("/{}/run", berth_client::segment(&context))), &req, json)
         }
         ContextCommand::Interrupt { id, context } => {
-            let (_, body) = client.post_json(&path(&id, &format!("/{}/interrupt", client::segment(&context))), &())?;
-            let v: serde_json::Value = client::decode(&body)?;
+            let (_, body) =
+                client.post_json(&path(&id, &format!("/{}/interrupt", berth_client::segment(&context))), &())?;
+            let v: serde_json::Value = berth_client::decode(&body)?;
             println!("{}", if v["interrupted"] == true { "interrupted" } else { "nothing was running" });
             Ok(0)
         }
         ContextCommand::Restart { id, context } => {
-            client.post_json(&path(&id, &format!("/{}/restart", client::segment(&context))), &())?;
+            client.post_json(&path(&id, &format!("/{}/restart", berth_client::segment(&context))), &())?;
             println!("{context}");
             Ok(0)
         }
         ContextCommand::Rm { id, contexts } => {
             let mut code = 0;
             for c in contexts {
-                match client.delete(&path(&id, &format!("/{}", client::segment(&c)))) {
+                match client.delete(&path(&id, &format!("/{}", berth_client::segment(&c)))) {
                     Ok(_) => println!("{c}"),
                     Err(e) => {
                         eprintln!("berth: {e}");

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use berth_api::{FileEntry, FileKind};
+use berth_client::Client;
 use berth_engine::files::{MAX_FILE, extract_host, write_tar_host};
 use rustix::fs::{Mode, OFlags};
 
 use crate::cli::CpArgs;
-use crate::client::{self, Client};
 
 /// One side of a copy.
 #[derive(Debug, PartialEq, Eq)]
@@ -55,15 +55,15 @@ pub fn cp(socket: &Path, args: CpArgs) -> anyhow::Result<i32> {
 }
 
 fn url(what: &str, id: &str, path: &str, extra: &str) -> String {
-    format!("/v1/sandboxes/{}/{what}?path={}{extra}", client::segment(id), client::segment(path))
+    format!("/v1/sandboxes/{}/{what}?path={}{extra}", berth_client::segment(id), berth_client::segment(path))
 }
 
 /// What `path` is in the sandbox; `None` when it does not exist (a missing sandbox is an error).
 fn stat(client: &Client, id: &str, path: &str) -> anyhow::Result<Option<FileEntry>> {
     // Ask for the sandbox first, so that "no such sandbox" is not mistaken for "no such file".
-    client.get(&format!("/v1/sandboxes/{}", client::segment(id)))?;
+    client.get(&format!("/v1/sandboxes/{}", berth_client::segment(id)))?;
     match client.get(&url("stat", id, path, "")) {
-        Ok((_, body)) => Ok(Some(client::decode(&body)?)),
+        Ok((_, body)) => Ok(Some(berth_client::decode(&body)?)),
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e.into()),
     }

@@ -3,10 +3,10 @@
 use std::path::Path;
 
 use berth_api::{CreateSandbox, Mount};
+use berth_client::Client;
 
 use super::output;
 use crate::cli::CreateArgs;
-use crate::client::{self, Client};
 
 pub fn create(socket: &Path, args: CreateArgs) -> anyhow::Result<i32> {
     let mode = match (args.dangerously_allow_all_net, args.net.as_deref()) {
@@ -60,11 +60,11 @@ pub fn create(socket: &Path, args: CreateArgs) -> anyhow::Result<i32> {
         output::print_raw(&body)?;
         return Ok(0);
     }
-    let created: serde_json::Value = client::decode(&body)?;
+    let created: serde_json::Value = berth_client::decode(&body)?;
     let id = created
         .get("id")
         .and_then(|id| id.as_str())
-        .ok_or_else(|| client::ClientError::Protocol("the new sandbox has no id".into()))?;
+        .ok_or_else(|| berth_client::ClientError::Protocol("the new sandbox has no id".into()))?;
     println!("{id}");
     Ok(0)
 }

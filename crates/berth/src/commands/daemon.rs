@@ -66,7 +66,7 @@ pub fn daemon(root: &Path, socket: &Path, args: crate::cli::DaemonArgs) -> anyho
 
 /// `berth token create`: mint a token over the unix socket and print it.
 pub fn token_create(socket: &Path, name: &str, json: bool) -> anyhow::Result<i32> {
-    let client = crate::client::Client::connect(socket)?;
+    let client = berth_client::Client::connect(socket)?;
     let (_, body) = client.post_json("/v1/tokens", &serde_json::json!({ "name": name }))?;
     if json {
         println!("{}", String::from_utf8_lossy(&body));
@@ -79,7 +79,7 @@ pub fn token_create(socket: &Path, name: &str, json: bool) -> anyhow::Result<i32
 
 /// `berth token ls`.
 pub fn token_ls(socket: &Path, json: bool) -> anyhow::Result<i32> {
-    let (_, body) = crate::client::Client::connect(socket)?.get("/v1/tokens")?;
+    let (_, body) = berth_client::Client::connect(socket)?.get("/v1/tokens")?;
     if json {
         println!("{}", String::from_utf8_lossy(&body));
         return Ok(0);
@@ -93,7 +93,7 @@ pub fn token_ls(socket: &Path, json: bool) -> anyhow::Result<i32> {
 
 /// `berth token rm ID`.
 pub fn token_rm(socket: &Path, id: &str) -> anyhow::Result<i32> {
-    crate::client::Client::connect(socket)?.delete(&format!("/v1/tokens/{}", crate::client::segment(id)))?;
+    berth_client::Client::connect(socket)?.delete(&format!("/v1/tokens/{}", berth_client::segment(id)))?;
     println!("revoked {id}");
     Ok(0)
 }

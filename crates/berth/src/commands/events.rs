@@ -4,9 +4,9 @@ use std::io::Write;
 use std::path::Path;
 
 use berth_api::LifecycleEvent;
+use berth_client::Client;
 
 use crate::cli::EventsArgs;
-use crate::client::Client;
 
 pub fn events(socket: &Path, args: EventsArgs) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;

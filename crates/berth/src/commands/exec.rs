@@ -4,10 +4,10 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use berth_api::{ExecFrame, ExecInfo, ExecRequest, Stream};
+use berth_client::{Client, ClientError};
 
 use super::output;
 use crate::cli::ExecArgs;
-use crate::client::{self, Client, ClientError};
 use crate::exit;
 
 pub fn exec(socket: &Path, args: ExecArgs) -> anyhow::Result<i32> {
@@ -30,13 +30,13 @@ pub fn exec(socket: &Path, args: ExecArgs) -> anyhow::Result<i32> {
         user: args.user,
     };
     let client = Client::connect(socket)?;
-    let path = format!("/v1/sandboxes/{}/execs", client::segment(&args.id));
+    let path = format!("/v1/sandboxes/{}/execs", berth_client::segment(&args.id));
     if args.detach {
         let (_, body) = client.post_json(&path, &request)?;
         if args.json {
             output::print_raw(&body)?;
         } else {
-            let info: ExecInfo = client::decode(&body)?;
+            let info: ExecInfo = berth_client::decode(&body)?;
             println!("{}", info.exec_id);
         }
         return Ok(0);
@@ -98,6 +98,6 @@ pub fn exec(socket: &Path, args: ExecArgs) -> anyhow::Result<i32> {
 
 /// Read the response to its end after the exit frame, so that the daemon sees a client that heard it out
 /// rather than one that hung up; what (if anything) follows the exit frame does not matter.
-fn finish(stream: &mut client::Streaming) {
+fn finish(stream: &mut berth_client::Streaming) {
     let _ = io::copy(stream, &mut io::sink());
 }

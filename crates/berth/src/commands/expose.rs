@@ -3,13 +3,13 @@
 use std::path::Path;
 
 use berth_api::{CreatePreview, Preview};
+use berth_client::Client;
 
 use super::output;
 use crate::cli::{ExposeArgs, ExposeCommand};
-use crate::client::{self, Client};
 
 fn path(id: &str, rest: &str) -> String {
-    format!("/v1/sandboxes/{}/previews{rest}", client::segment(id))
+    format!("/v1/sandboxes/{}/previews{rest}", berth_client::segment(id))
 }
 
 pub fn expose(socket: &Path, args: ExposeArgs) -> anyhow::Result<i32> {
@@ -22,7 +22,7 @@ pub fn expose(socket: &Path, args: ExposeArgs) -> anyhow::Result<i32> {
                 return Ok(0);
             }
             let now = output::now_ms();
-            let rows: Vec<Vec<String>> = client::decode::<Vec<Preview>>(&body)?
+            let rows: Vec<Vec<String>> = berth_client::decode::<Vec<Preview>>(&body)?
                 .into_iter()
                 .map(|p| {
                     let expires = p
@@ -37,7 +37,7 @@ pub fn expose(socket: &Path, args: ExposeArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         Some(ExposeCommand::Rm { id, preview }) => {
-            client.delete(&path(&id, &format!("/{}", client::segment(&preview))))?;
+            client.delete(&path(&id, &format!("/{}", berth_client::segment(&preview))))?;
             println!("removed preview {preview}");
             Ok(0)
         }
@@ -50,7 +50,7 @@ pub fn expose(socket: &Path, args: ExposeArgs) -> anyhow::Result<i32> {
             if args.json {
                 output::print_raw(&body)?;
             } else {
-                println!("{}", client::decode::<Preview>(&body)?.url);
+                println!("{}", berth_client::decode::<Preview>(&body)?.url);
             }
             Ok(0)
         }

@@ -4,10 +4,10 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 
 use berth_api::{Image, ImportFrame, ImportImage};
+use berth_client::Client;
 
 use super::output;
 use crate::cli::ImageCommand;
-use crate::client::{self, Client};
 
 pub fn image(socket: &Path, cmd: ImageCommand) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
@@ -41,7 +41,7 @@ fn import(client: &Client, name: String, source: &Path, json: bool) -> anyhow::R
     let mut stream = client.post_json_stream("/v1/images", &req)?;
     let bar = std::io::stderr().is_terminal() && !json;
     while let Some(line) = stream.next_line()? {
-        let frame: ImportFrame = client::decode(&line)?;
+        let frame: ImportFrame = berth_client::decode(&line)?;
         match frame {
             ImportFrame::Progress { layer, layers, bytes_done, bytes_total } => {
                 if bar {

@@ -14,7 +14,7 @@ pub fn info(root: &Path, socket: &Path) -> anyhow::Result<i32> {
     let landlock = berth_sys::landlock::abi_version();
     // The running daemon's storage and what bounds sandboxes' files (`bounded`, `unbounded`); without a
     // daemon, the pool as a daemon would find it here.
-    let daemon = crate::client::Client::connect(socket)
+    let daemon = berth_client::Client::connect(socket)
         .and_then(|c| c.get("/v1/storage"))
         .ok()
         .and_then(|(_, body)| serde_json::from_slice::<serde_json::Value>(&body).ok());
@@ -61,7 +61,7 @@ fn isolation() -> serde_json::Value {
 }
 
 fn daemon_info(socket: &Path) -> Option<berth_api::DaemonInfo> {
-    let client = crate::client::Client::connect(socket).ok()?;
+    let client = berth_client::Client::connect(socket).ok()?;
     let (_, body) = client.get("/v1/info").ok()?;
     serde_json::from_slice(&body).ok()
 }

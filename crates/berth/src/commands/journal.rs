@@ -2,14 +2,18 @@
 
 use std::path::Path;
 
+use berth_client::Client;
+
 use super::output;
 use crate::cli::JournalArgs;
-use crate::client::{self, Client};
 
 pub fn journal(socket: &Path, args: JournalArgs) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
-    let path =
-        format!("/v1/sandboxes/{}/journal{}", client::segment(&args.id), if args.verify { "?verify=true" } else { "" });
+    let path = format!(
+        "/v1/sandboxes/{}/journal{}",
+        berth_client::segment(&args.id),
+        if args.verify { "?verify=true" } else { "" }
+    );
     let (_, body) = client.get(&path)?;
     if args.json {
         output::print_raw(&body)?;

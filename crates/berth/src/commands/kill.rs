@@ -2,13 +2,15 @@
 
 use std::path::Path;
 
+use berth_client::Client;
+
 use super::output;
 use crate::cli::KillArgs;
-use crate::client::{self, Client};
 
 pub fn kill(socket: &Path, args: KillArgs) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
-    let path = format!("/v1/sandboxes/{}/execs/{}", client::segment(&args.id), client::segment(&args.exec_id));
+    let path =
+        format!("/v1/sandboxes/{}/execs/{}", berth_client::segment(&args.id), berth_client::segment(&args.exec_id));
     let (_, body) = client.delete(&path)?;
     if args.json {
         output::print_raw(if body.is_empty() { b"{}" } else { &body })?;

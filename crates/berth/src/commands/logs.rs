@@ -3,15 +3,16 @@
 use std::io::{self, Read, Write};
 use std::path::Path;
 
+use berth_client::Client;
+
 use crate::cli::LogsArgs;
-use crate::client::{self, Client};
 
 pub fn logs(socket: &Path, args: LogsArgs) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
     let path = format!(
         "/v1/sandboxes/{}/execs/{}/log{}",
-        client::segment(&args.id),
-        client::segment(&args.exec_id),
+        berth_client::segment(&args.id),
+        berth_client::segment(&args.exec_id),
         if args.follow { "?follow=true" } else { "" }
     );
     let mut stream = client.get_stream(&path)?;

@@ -3,10 +3,10 @@
 use std::path::Path;
 
 use berth_api::{Sandbox, SandboxState};
+use berth_client::Client;
 
 use super::output;
 use crate::cli::LsArgs;
-use crate::client::Client;
 
 pub fn ls(socket: &Path, args: LsArgs) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;

@@ -6,9 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
+use berth_client::{Client, ClientError};
 use berth_mcp::{ApiError, Body, Call, Reply};
-
-use crate::client::{Client, ClientError};
 
 /// The daemon's socket, one connection per call.
 struct Socket {

@@ -1,22 +1,5 @@
 //! One module per verb.
 
-mod bench;
-mod bench_client;
-mod bench_contexts;
-mod bench_daemon;
-mod bench_egress;
-mod bench_exec;
-mod bench_first;
-mod bench_fork_processes;
-mod bench_gvisor;
-mod bench_hibernate;
-mod bench_hibernate_gvisor;
-mod bench_meter;
-mod bench_pause;
-mod bench_preview;
-mod bench_soak;
-mod bench_soak_check;
-mod bench_storage;
 mod context;
 mod cp;
 mod create;
@@ -52,20 +35,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Run(args) => run::run(&cli.root, args),
         Command::Probe(args) => probe::probe(args),
         Command::Info => info::info(&cli.root, &cli.socket),
-        Command::Bench(args) if args.storage => bench_storage::bench_storage(&cli.root, &cli.socket, args),
-        Command::Bench(args) if args.egress => bench_egress::bench_egress(&cli.socket, args),
-        Command::Bench(args) if args.metering => bench_meter::bench_meter(&cli.socket, args),
-        Command::Bench(args) if args.density => bench_daemon::density(&cli.socket, args),
-        Command::Bench(args) if args.pause => bench_pause::bench_pause(&cli.socket, args),
-        Command::Bench(args) if args.hibernate => bench_hibernate::bench_hibernate(&cli.socket, args),
-        Command::Bench(args) if args.fork_processes => bench_fork_processes::bench_fork_processes(&cli.socket, args),
-        Command::Bench(args) if args.contexts => bench_contexts::bench_contexts(&cli.socket, args),
-        Command::Bench(args) if args.soak => bench_soak::bench_soak(&cli.socket, args),
-        Command::Bench(args) if args.first_exec => bench_first::bench_first_exec(args),
-        Command::Bench(args) if args.exec => bench_exec::bench_exec(&cli.socket, args),
-        Command::Bench(args) if args.gvisor => bench_gvisor::bench_gvisor(&cli.root, args),
-        Command::Bench(args) if args.preview => bench_preview::bench_preview(&cli.socket, args),
-        Command::Bench(args) => bench::bench(&cli.root, args),
+        Command::Bench(args) => berth_bench::run(&cli.root, &cli.socket, args),
         Command::Daemon(args) => daemon::daemon(&cli.root, &cli.socket, args),
         Command::Token(crate::cli::TokenCommand::Create { name, json }) => {
             daemon::token_create(&cli.socket, &name, json)
@@ -111,7 +81,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Image(cmd) => image::image(&cli.socket, cmd),
         Command::Storage(cmd) => storage::storage(&cli.root, &cli.socket, cmd),
         Command::Mcp => mcp::mcp(&cli.socket),
-        Command::BenchClient(args) => bench_client::bench_client(args),
+        Command::BenchClient(args) => berth_bench::run_client(args),
         Command::Init => anyhow::bail!("init runs only as PID 1 of a sandbox that berth created"),
     }
 }

@@ -3,13 +3,13 @@
 use std::path::Path;
 
 use berth_api::{EgressRecord, NetChange, NetChanged, NetSuggestion};
+use berth_client::Client;
 
 use super::output;
 use crate::cli::NetCommand;
-use crate::client::{self, Client};
 
 fn path(id: &str, rest: &str) -> String {
-    format!("/v1/sandboxes/{}/net{rest}", client::segment(id))
+    format!("/v1/sandboxes/{}/net{rest}", berth_client::segment(id))
 }
 
 pub fn net(socket: &Path, cmd: NetCommand) -> anyhow::Result<i32> {
@@ -45,7 +45,7 @@ pub fn net(socket: &Path, cmd: NetCommand) -> anyhow::Result<i32> {
             if json {
                 output::print_raw(&body)?;
             } else {
-                let s: NetSuggestion = client::decode(&body)?;
+                let s: NetSuggestion = berth_client::decode(&body)?;
                 println!("{}", s.allow.join(","));
             }
             Ok(0)
@@ -58,7 +58,7 @@ fn change(client: &Client, id: &str, change: NetChange, json: bool) -> anyhow::R
     if json {
         output::print_raw(&body)?;
     } else {
-        let c: NetChanged = client::decode(&body)?;
+        let c: NetChanged = berth_client::decode(&body)?;
         println!(
             "allow: {}; deny: {}; closed {} connection(s)",
             if c.network.allow.is_empty() { "-".into() } else { c.network.allow.join(",") },
@@ -86,7 +86,7 @@ pub fn secret(socket: &Path, cmd: crate::cli::SecretCommand) -> anyhow::Result<i
             if value.is_empty() {
                 anyhow::bail!("no value on stdin: pipe it in, such as: printf %s \"$TOKEN\" | berth secret set {name}");
             }
-            client.put_bytes(&format!("/v1/secrets/{}", client::segment(&name)), &value)?;
+            client.put_bytes(&format!("/v1/secrets/{}", berth_client::segment(&name)), &value)?;
             println!("{name}");
         }
         SecretCommand::Ls { json } => {

@@ -75,10 +75,10 @@ pub fn seconds(d: std::time::Duration) -> f64 {
 
 /// `DELETE {collection}/{name}` for each name, saying what was removed and what could not be; exit code 1
 /// if anything could not.
-pub fn remove_each(client: &crate::client::Client, collection: &str, names: &[String]) -> i32 {
+pub fn remove_each(client: &berth_client::Client, collection: &str, names: &[String]) -> i32 {
     let mut failed = false;
     for n in names {
-        match client.delete(&format!("{collection}/{}", crate::client::segment(n))) {
+        match client.delete(&format!("{collection}/{}", berth_client::segment(n))) {
             Ok(_) => println!("removed {n}"),
             Err(e) => {
                 eprintln!("berth: {n}: {e}");
@@ -91,13 +91,13 @@ pub fn remove_each(client: &crate::client::Client, collection: &str, names: &[St
 
 /// Accept a list either as a bare JSON array or wrapped in an object under `key`.
 pub fn list<T: serde::de::DeserializeOwned>(body: &[u8], key: &str) -> anyhow::Result<Vec<T>> {
-    let value: serde_json::Value = crate::client::decode(body)?;
+    let value: serde_json::Value = berth_client::decode(body)?;
     let items = match value {
         serde_json::Value::Object(mut o) => o.remove(key).unwrap_or(serde_json::Value::Null),
         v => v,
     };
     Ok(serde_json::from_value(items)
-        .map_err(|e| crate::client::ClientError::Protocol(format!("unexpected JSON ({e})")))?)
+        .map_err(|e| berth_client::ClientError::Protocol(format!("unexpected JSON ({e})")))?)
 }
 
 #[cfg(test)]

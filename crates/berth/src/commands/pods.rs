@@ -4,14 +4,14 @@
 use std::path::Path;
 
 use berth_api::{ClusterInfo, Pod, PodFork};
+use berth_client::Client;
 
 use super::output;
 use crate::cli::PodCommand;
-use crate::client::{self, Client};
 
 pub fn pod(socket: &Path, cmd: PodCommand) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
-    let path = |id: &str, tail: &str| format!("/v1/pods/{}{tail}", client::segment(id));
+    let path = |id: &str, tail: &str| format!("/v1/pods/{}{tail}", berth_client::segment(id));
     match cmd {
         PodCommand::Ls { json } => {
             let (_, body) = client.get("/v1/pods")?;
@@ -20,7 +20,7 @@ pub fn pod(socket: &Path, cmd: PodCommand) -> anyhow::Result<i32> {
                 return Ok(0);
             }
             let now = output::now_ms();
-            let rows: Vec<Vec<String>> = client::decode::<Vec<Pod>>(&body)?
+            let rows: Vec<Vec<String>> = berth_client::decode::<Vec<Pod>>(&body)?
                 .into_iter()
                 .map(|p| {
                     let state = if p.removed_at_ms.is_some() { "removed" } else { "live" };
@@ -43,7 +43,7 @@ pub fn pod(socket: &Path, cmd: PodCommand) -> anyhow::Result<i32> {
         PodCommand::Rm { id } => output::print_raw(&client.delete(&path(&id, ""))?.1)?,
         PodCommand::Journal { id } => {
             let (_, body) = client.get(&path(&id, "/journal"))?;
-            for record in client::decode::<Vec<serde_json::Value>>(&body)? {
+            for record in berth_client::decode::<Vec<serde_json::Value>>(&body)? {
                 println!("{record}");
             }
         }
@@ -57,7 +57,7 @@ pub fn pod(socket: &Path, cmd: PodCommand) -> anyhow::Result<i32> {
                 output::print_raw(&body)?;
                 return Ok(0);
             }
-            let info: ClusterInfo = client::decode(&body)?;
+            let info: ClusterInfo = berth_client::decode(&body)?;
             println!("node {}", info.node);
             let rows: Vec<Vec<String>> = info.volumes.into_iter().map(|v| vec![v.name, v.node]).collect();
             output::print_table(&["VOLUME", "NODE"], &rows)?;

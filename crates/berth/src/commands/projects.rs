@@ -7,14 +7,14 @@ use berth_api::{
     CreateSnapshot, CreateVolume, Diff, ExportRequest, Exported, ForkRequest, Forked, ResetRequest, RestoreRequest,
     Sandbox, Snapshot, Volume,
 };
+use berth_client::Client;
 
 use super::output;
 use crate::cli::VolumeCommand;
 use crate::cli::{DiffArgs, ExportArgs, ForkArgs, IdArgs, ResetArgs, RestoreArgs, SnapshotArgs, SnapshotCommand};
-use crate::client::{self, Client};
 
 fn sandbox_path(id: &str, verb: &str) -> String {
-    format!("/v1/sandboxes/{}/{verb}", client::segment(id))
+    format!("/v1/sandboxes/{}/{verb}", berth_client::segment(id))
 }
 
 /// Print a sandbox the way stop, start and friends report one: its id and state, or the API's JSON.
@@ -22,7 +22,7 @@ fn report(body: &[u8], json: bool) -> anyhow::Result<i32> {
     if json {
         output::print_raw(body)?;
     } else {
-        let s: Sandbox = client::decode(body)?;
+        let s: Sandbox = berth_client::decode(body)?;
         println!("{} {}", s.id, serde_json::to_value(s.state)?.as_str().unwrap_or_default());
     }
     Ok(0)
@@ -70,7 +70,7 @@ pub fn snapshot(socket: &Path, args: SnapshotArgs) -> anyhow::Result<i32> {
             if args.json {
                 output::print_raw(&body)?;
             } else {
-                println!("{}", client::decode::<Snapshot>(&body)?.id);
+                println!("{}", berth_client::decode::<Snapshot>(&body)?.id);
             }
             Ok(0)
         }
@@ -102,7 +102,7 @@ pub fn fork(socket: &Path, args: ForkArgs) -> anyhow::Result<i32> {
         output::print_raw(&body)?;
         return Ok(0);
     }
-    let forked: Forked = client::decode(&body)?;
+    let forked: Forked = berth_client::decode(&body)?;
     for s in &forked.sandboxes {
         println!("{}", s.id);
     }
@@ -120,7 +120,7 @@ pub fn diff(socket: &Path, args: DiffArgs) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
     let mut query = Vec::new();
     if let Some(a) = &args.against {
-        query.push(format!("against={}", client::segment(a)));
+        query.push(format!("against={}", berth_client::segment(a)));
     }
     if args.patch {
         query.push("format=patch".to_string());
@@ -138,7 +138,7 @@ pub fn diff(socket: &Path, args: DiffArgs) -> anyhow::Result<i32> {
         output::print_raw(&body)?;
         return Ok(0);
     }
-    let diff: Diff = client::decode(&body)?;
+    let diff: Diff = berth_client::decode(&body)?;
     for c in &diff.changes {
         let mark = match c.kind {
             berth_api::ChangeKind::Added => "A",
@@ -186,7 +186,7 @@ pub fn export(socket: &Path, args: ExportArgs) -> anyhow::Result<i32> {
     if args.json {
         output::print_raw(&body)?;
     } else {
-        let e: Exported = client::decode(&body)?;
+        let e: Exported = berth_client::decode(&body)?;
         println!("{} {} ({} files)", e.branch, e.commit, e.files);
     }
     Ok(0)
@@ -197,7 +197,7 @@ pub fn volume(socket: &Path, cmd: VolumeCommand) -> anyhow::Result<i32> {
     match cmd {
         VolumeCommand::Create { name } => {
             let (_, body) = client.post_json("/v1/volumes", &CreateVolume { name })?;
-            println!("{}", client::decode::<Volume>(&body)?.name);
+            println!("{}", berth_client::decode::<Volume>(&body)?.name);
         }
         VolumeCommand::Ls { json } => {
             let (_, body) = client.get("/v1/volumes")?;

@@ -3,14 +3,14 @@
 use std::path::Path;
 
 use berth_api::ExecInfo;
+use berth_client::Client;
 
 use super::output;
 use crate::cli::PsArgs;
-use crate::client::{self, Client};
 
 pub fn ps(socket: &Path, args: PsArgs) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
-    let (_, body) = client.get(&format!("/v1/sandboxes/{}/execs", client::segment(&args.id)))?;
+    let (_, body) = client.get(&format!("/v1/sandboxes/{}/execs", berth_client::segment(&args.id)))?;
     if args.json {
         output::print_raw(&body)?;
         return Ok(0);

@@ -3,10 +3,10 @@
 use std::path::Path;
 
 use berth_api::{Sandbox, Teardown};
+use berth_client::Client;
 
 use super::output;
 use crate::cli::RmArgs;
-use crate::client::{self, Client};
 use crate::exit;
 
 pub fn rm(socket: &Path, args: RmArgs) -> anyhow::Result<i32> {
@@ -20,7 +20,7 @@ pub fn rm(socket: &Path, args: RmArgs) -> anyhow::Result<i32> {
     let mut failed = false;
     let mut done: Vec<serde_json::Value> = Vec::new();
     for id in &ids {
-        let body = match client.delete(&format!("/v1/sandboxes/{}", client::segment(id))) {
+        let body = match client.delete(&format!("/v1/sandboxes/{}", berth_client::segment(id))) {
             Ok((_, body)) => body,
             // Listed a moment ago but gone now: someone else (or its TTL) removed it.
             Err(e) if args.all && e.is_not_found() => continue,
@@ -34,7 +34,7 @@ pub fn rm(socket: &Path, args: RmArgs) -> anyhow::Result<i32> {
         let teardown: Teardown = if body.iter().all(u8::is_ascii_whitespace) {
             Teardown { id: id.clone(), ..Teardown::default() }
         } else {
-            client::decode(&body)?
+            berth_client::decode(&body)?
         };
         if args.json {
             done.push(serde_json::to_value(&teardown)?);
@@ -73,11 +73,11 @@ fn print_receipt(r: &Teardown) {
 /// `berth receipt ID`: a removed sandbox's receipt.
 pub fn receipt(socket: &Path, args: crate::cli::IdArgs) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
-    let (_, body) = client.get(&format!("/v1/sandboxes/{}/receipt", client::segment(&args.id)))?;
+    let (_, body) = client.get(&format!("/v1/sandboxes/{}/receipt", berth_client::segment(&args.id)))?;
     if args.json {
         output::print_raw(&body)?;
     } else {
-        print_receipt(&client::decode::<Teardown>(&body)?);
+        print_receipt(&berth_client::decode::<Teardown>(&body)?);
     }
     Ok(0)
 }

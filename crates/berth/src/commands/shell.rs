@@ -13,13 +13,13 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use berth_api::ErrorBody;
+use berth_client::ClientError;
 use rustix::event::{PollFd, PollFlags};
 use tungstenite::client::IntoClientRequest;
 use tungstenite::handshake::HandshakeError;
 use tungstenite::{Message, WebSocket};
 
 use crate::cli::ShellArgs;
-use crate::client::{self, ClientError};
 use crate::exit;
 
 /// The end-of-file key of a terminal in canonical mode.
@@ -34,15 +34,15 @@ pub fn shell(socket: &Path, args: ShellArgs) -> anyhow::Result<i32> {
     let winch = if tty { Some(berth_sys::pty::resize_signal_fd()?) } else { None };
     let mut query = Vec::new();
     if let Some(cmd) = &args.cmd {
-        query.push(format!("cmd={}", client::segment(cmd)));
+        query.push(format!("cmd={}", berth_client::segment(cmd)));
     }
     if let Some(term) = &args.term {
-        query.push(format!("term={}", client::segment(term)));
+        query.push(format!("term={}", berth_client::segment(term)));
     }
     if let Some((rows, cols)) = local_size(tty) {
         query.push(format!("rows={rows}&cols={cols}"));
     }
-    let mut path = format!("/v1/sandboxes/{}/shell", client::segment(&args.id));
+    let mut path = format!("/v1/sandboxes/{}/shell", berth_client::segment(&args.id));
     if !query.is_empty() {
         path = format!("{path}?{}", query.join("&"));
     }

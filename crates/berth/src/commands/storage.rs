@@ -2,8 +2,9 @@
 
 use std::path::Path;
 
+use berth_client::Client;
+
 use crate::cli::StorageCommand;
-use crate::client::{self, Client};
 
 pub fn storage(root: &Path, socket: &Path, cmd: StorageCommand) -> anyhow::Result<i32> {
     match cmd {
@@ -11,7 +12,7 @@ pub fn storage(root: &Path, socket: &Path, cmd: StorageCommand) -> anyhow::Resul
             // A running daemon makes the pool itself and uses it from its next sandbox on.
             if let Ok(c) = Client::connect(socket) {
                 let (_, body) = c.post_json("/v1/storage", &berth_api::InitStorage { size_bytes: size })?;
-                let info = client::decode::<berth_api::StorageInfo>(&body)?;
+                let info = berth_client::decode::<berth_api::StorageInfo>(&body)?;
                 println!(
                     "storage pool ready: {} ({} bytes; quotas {}); the daemon uses it from now on",
                     info.mode,
@@ -41,7 +42,7 @@ pub fn storage(root: &Path, socket: &Path, cmd: StorageCommand) -> anyhow::Resul
         StorageCommand::Info { json } => {
             // The daemon's view when one runs; else this host's pool as the daemon would open it.
             let info = match Client::connect(socket).and_then(|c| c.get("/v1/storage")) {
-                Ok((_, body)) => client::decode::<berth_api::StorageInfo>(&body)?,
+                Ok((_, body)) => berth_client::decode::<berth_api::StorageInfo>(&body)?,
                 Err(_) => {
                     let info = berth_storage::Pool::open(root)?.info()?;
                     berth_api::StorageInfo {

@@ -3,24 +3,24 @@
 use std::path::Path;
 
 use berth_api::Usage;
+use berth_client::Client;
 
 use super::output;
 use crate::cli::{BudgetArgs, TtlArgs, UsageArgs};
-use crate::client::{self, Client};
 
 pub fn usage(socket: &Path, args: UsageArgs) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
     if let (true, Some(id)) = (args.history, &args.id) {
-        let (_, body) = client.get(&format!("/v1/sandboxes/{}/usage/history", client::segment(id)))?;
+        let (_, body) = client.get(&format!("/v1/sandboxes/{}/usage/history", berth_client::segment(id)))?;
         if args.json {
             output::print_raw(&body)?;
         } else {
-            history(&client::decode::<Vec<berth_api::UsagePoint>>(&body)?)?;
+            history(&berth_client::decode::<Vec<berth_api::UsagePoint>>(&body)?)?;
         }
         return Ok(0);
     }
     let path = match &args.id {
-        Some(id) => format!("/v1/sandboxes/{}/usage", client::segment(id)),
+        Some(id) => format!("/v1/sandboxes/{}/usage", berth_client::segment(id)),
         None => "/v1/usage".to_string(),
     };
     let (_, body) = client.get(&path)?;
@@ -29,8 +29,8 @@ pub fn usage(socket: &Path, args: UsageArgs) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let all: Vec<Usage> = match &args.id {
-        Some(_) => vec![client::decode(&body)?],
-        None => client::decode(&body)?,
+        Some(_) => vec![berth_client::decode(&body)?],
+        None => berth_client::decode(&body)?,
     };
     table(&all)?;
     Ok(0)
@@ -62,24 +62,24 @@ pub fn budget(socket: &Path, args: BudgetArgs) -> anyhow::Result<i32> {
         change.wall_seconds = b.wall_seconds.or(change.wall_seconds);
     }
     let client = Client::connect(socket)?;
-    let (_, body) = client.post_json(&format!("/v1/sandboxes/{}/budget", client::segment(&args.id)), &change)?;
+    let (_, body) = client.post_json(&format!("/v1/sandboxes/{}/budget", berth_client::segment(&args.id)), &change)?;
     if args.json {
         output::print_raw(&body)?;
         return Ok(0);
     }
-    table(&[client::decode(&body)?])?;
+    table(&[berth_client::decode(&body)?])?;
     Ok(0)
 }
 
 pub fn ttl(socket: &Path, args: TtlArgs) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
     let change = berth_api::SetTtl { ttl_seconds: args.ttl.0 };
-    let (_, body) = client.post_json(&format!("/v1/sandboxes/{}/ttl", client::segment(&args.id)), &change)?;
+    let (_, body) = client.post_json(&format!("/v1/sandboxes/{}/ttl", berth_client::segment(&args.id)), &change)?;
     if args.json {
         output::print_raw(&body)?;
         return Ok(0);
     }
-    let s: berth_api::Sandbox = client::decode(&body)?;
+    let s: berth_api::Sandbox = berth_client::decode(&body)?;
     match s.expires_at_ms {
         Some(at) => println!("{} is removed in {:.0} s", s.name, at.saturating_sub(berthd_now_ms()) as f64 / 1000.0),
         None => println!("{} has no TTL", s.name),

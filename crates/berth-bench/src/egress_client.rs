@@ -19,7 +19,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
-use crate::cli::BenchClientArgs;
+use crate::BenchClientArgs;
 
 /// Write size of a push: large enough that system calls do not bound the rate.
 const CHUNK: usize = 256 * 1024;

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::time::Instant;
 
 use berth_api::{Context, CreateContext, CreateSandbox, ExecRequest, RunCode, Sandbox};
+use berth_client::Client;
 
-use crate::cli::BenchArgs;
-use crate::client::Client;
+use crate::BenchArgs;
 
 pub fn bench_contexts(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
     on_a_sandbox(socket, &args, measure)

@@ -7,11 +7,11 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use berth_api::{Sandbox, Snapshot};
+use berth_client::Client;
 use serde_json::{Value, json};
 
-use super::bench_daemon::{Daemon, arg_value, cmdline, proc_pids};
-use super::bench_soak::Made;
-use crate::client::Client;
+use crate::daemon::{Daemon, arg_value, cmdline, proc_pids};
+use crate::soak::Made;
 
 /// What the host had before the loops, where a count is all there is to compare.
 pub struct Census {

@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use berth_api::ExecRequest;
+use berth_client::Client;
 
-use crate::cli::BenchArgs;
-use crate::client::Client;
+use crate::BenchArgs;
 
 pub fn bench_pause(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
-    super::bench_contexts::on_a_sandbox(socket, &args, measure)
+    crate::contexts::on_a_sandbox(socket, &args, measure)
 }
 
 /// The freezer of the sandbox's cgroup, as the kernel shows it: v2's `cgroup.freeze` and `cgroup.events`, or

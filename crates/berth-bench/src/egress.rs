@@ -21,11 +21,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use berth_api::{CreateSandbox, ExecFrame, ExecRequest, ExecResult, Mount, NetChange, NetChanged, Network, Sandbox};
+use berth_client::Client;
 use serde_json::{Value, json};
 
-use super::bench_client::{self, monotonic_ns};
-use crate::cli::BenchArgs;
-use crate::client::{self, Client};
+use crate::BenchArgs;
+use crate::egress_client::{self, monotonic_ns};
 
 /// The name the sandbox's policy allows; `--add-host` maps it to the host's 127.0.0.1, which the proxy
 /// otherwise refuses.
@@ -59,7 +59,7 @@ pub fn bench_egress(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
         ..CreateSandbox::default()
     };
     let (_, body) = Client::connect(socket)?.post_json("/v1/sandboxes", &request)?;
-    let sandbox: Sandbox = client::decode(&body)?;
+    let sandbox: Sandbox = berth_client::decode(&body)?;
     let guard = Guard { socket: socket.to_path_buf(), id: sandbox.id.clone() };
 
     let argv = vec![format!("/opt/berth/{name}"), "bench-client".into(), "--control".into(), target(servers.control)];
@@ -87,7 +87,7 @@ struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let path = format!("/v1/sandboxes/{}", client::segment(&self.id));
+        let path = format!("/v1/sandboxes/{}", berth_client::segment(&self.id));
         if let Err(e) = Client::connect(&self.socket).and_then(|c| c.delete(&path)) {
             eprintln!("berth bench: could not remove sandbox {}: {e}", self.id);
         }
@@ -98,7 +98,7 @@ type ExecThread = JoinHandle<anyhow::Result<(ExecResult, String)>>;
 
 /// Run the client through the API on a thread of its own; its result, and what it wrote to stderr.
 fn spawn_exec(socket: &Path, id: &str, argv: Vec<String>) -> ExecThread {
-    let (socket, path) = (socket.to_path_buf(), format!("/v1/sandboxes/{}/execs", client::segment(id)));
+    let (socket, path) = (socket.to_path_buf(), format!("/v1/sandboxes/{}/execs", berth_client::segment(id)));
     std::thread::spawn(move || {
         let req = ExecRequest { argv, ..ExecRequest::default() };
         let mut stream = Client::connect(&socket)?.post_json_stream(&path, &req)?;
@@ -252,7 +252,7 @@ fn measure(socket: &Path, id: &str, servers: &Servers, ctl: &mut Control, args: 
             let secs = if proxied {
                 ctl.ask(&format!("push {} {bytes}", target(servers.sink)))? as f64 / 1e9
             } else {
-                bench_client::push(bench_client::connect(&sink)?, bytes)?.as_secs_f64()
+                egress_client::push(egress_client::connect(&sink)?, bytes)?.as_secs_f64()
             };
             if round > 0 {
                 let v = bytes as f64 / secs / 1e9;
@@ -273,7 +273,7 @@ fn measure(socket: &Path, id: &str, servers: &Servers, ctl: &mut Control, args: 
                 ctl.send(&rtt)?;
                 p = ctl.answer_pair()?;
             } else {
-                d = bench_client::one_rtt(&|| bench_client::connect(&echo))?;
+                d = egress_client::one_rtt(&|| egress_client::connect(&echo))?;
             }
         }
         if round >= args.warmup {
@@ -318,13 +318,13 @@ fn policy_changes(
     args: &BenchArgs,
 ) -> anyhow::Result<Value> {
     let rule = target(servers.hold);
-    let path = format!("/v1/sandboxes/{}/net", client::segment(id));
+    let path = format!("/v1/sandboxes/{}/net", berth_client::segment(id));
     let change = |allow: bool| -> anyhow::Result<NetChanged> {
         let rules = vec![rule.clone()];
         let change =
             if allow { NetChange { allow: rules, deny: vec![] } } else { NetChange { allow: vec![], deny: rules } };
         let (_, body) = Client::connect(socket)?.post_json(&path, &change)?;
-        Ok(client::decode(&body)?)
+        Ok(berth_client::decode(&body)?)
     };
     let warmup = args.warmup.min(3);
     let (mut to_eof, mut call) = (Vec::new(), Vec::new());
@@ -410,13 +410,22 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::cli::{Cli, Command};
+
+    /// The options as `berth` takes them: under its `bench` subcommand.
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    #[derive(Debug, clap::Subcommand)]
+    enum Command {
+        Bench(BenchArgs),
+    }
 
     fn bench_args(argv: &[&str]) -> Result<BenchArgs, clap::Error> {
-        match Cli::try_parse_from(argv)?.command {
-            Command::Bench(args) => Ok(args),
-            other => panic!("not bench: {other:?}"),
-        }
+        let Command::Bench(args) = Cli::try_parse_from(argv)?.command;
+        Ok(args)
     }
 
     #[test]
@@ -432,10 +441,10 @@ mod tests {
     fn the_servers_answer_what_the_client_times() {
         let servers = Servers::start().unwrap();
         let sink = format!("127.0.0.1:{}", servers.sink);
-        bench_client::push(bench_client::connect(&sink).unwrap(), (3 << 20) + 1).unwrap();
+        egress_client::push(egress_client::connect(&sink).unwrap(), (3 << 20) + 1).unwrap();
         let echo = format!("127.0.0.1:{}", servers.echo);
         for _ in 0..3 {
-            let (all, open) = bench_client::one_rtt(&|| bench_client::connect(&echo)).unwrap();
+            let (all, open) = egress_client::one_rtt(&|| egress_client::connect(&echo)).unwrap();
             assert!(open <= all);
         }
     }

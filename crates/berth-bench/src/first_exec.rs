@@ -12,9 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use berth_api::{CreateSandbox, DaemonInfo, ExecFrame, ExecRequest, Sandbox};
+use berth_client::Client;
 
-use crate::cli::BenchArgs;
-use crate::client::Client;
+use crate::BenchArgs;
 
 struct Daemon {
     root: PathBuf,

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::cli::BenchArgs;
+use crate::BenchArgs;
 
 #[derive(Debug, Serialize)]
 pub(crate) struct CaseResult {

@@ -12,9 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use berth_api::{CreateSandbox, ExecFrame, ExecRequest, ExecResult, Sandbox};
+use berth_client::{Client, segment};
 use serde_json::{Value, json};
-
-use crate::client::{Client, segment};
 
 /// How long the idle sandboxes settle before the measurement, and how long it lasts.
 const SETTLE: Duration = Duration::from_secs(2);
@@ -407,7 +406,7 @@ fn wake_times(socket: &Path, ids: &[String], json: bool) -> anyhow::Result<Value
 }
 
 /// `berth bench --density`: the idle cost of `--idle` sandboxes, paused.
-pub fn density(socket: &Path, args: crate::cli::BenchArgs) -> anyhow::Result<i32> {
+pub fn density(socket: &Path, args: crate::BenchArgs) -> anyhow::Result<i32> {
     let opts = DaemonBenchOpts { bytes: 0, idle: args.idle, daemon_pid: args.daemon_pid, pause: true };
     let daemon = find_daemon(socket, opts.daemon_pid)?;
     let report = idle_cost(socket, &daemon, &opts, args.json)?;

@@ -18,10 +18,10 @@ use berth_api::{
     CreateSandbox, CreateSnapshot, ExecFrame, ExecRequest, ForkRequest, Forked, RestoreRequest, Sandbox, Snapshot,
     StorageInfo,
 };
+use berth_client::{Client, ClientError, segment};
 use serde::Serialize;
 
-use crate::cli::BenchArgs;
-use crate::client::{self, Client, ClientError, segment};
+use crate::BenchArgs;
 
 /// Directories the workspace's files are spread over: a project's files are not all in one directory, and
 /// several streams of random data fill them faster than one.
@@ -138,7 +138,7 @@ struct Ctx<'a> {
 
 pub fn bench_storage(root: &Path, socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
     let (_, body) = Client::connect(socket)?.get("/v1/storage")?;
-    let info: StorageInfo = client::decode(&body)?;
+    let info: StorageInfo = berth_client::decode(&body)?;
     let pool = root.join("pool");
     let mut made = Made {
         socket: socket.to_path_buf(),
@@ -159,7 +159,7 @@ pub fn bench_storage(root: &Path, socket: &Path, args: BenchArgs) -> anyhow::Res
     }
 
     let (_, body) = Client::connect(socket)?.post_json("/v1/sandboxes", &spec())?;
-    let sandbox: Sandbox = client::decode(&body)?;
+    let sandbox: Sandbox = berth_client::decode(&body)?;
     made.sandbox = Some(sandbox.id.clone());
     let workspace = pool.join("sandboxes").join(&sandbox.id).join("workspace");
     anyhow::ensure!(
@@ -180,7 +180,7 @@ pub fn bench_storage(root: &Path, socket: &Path, args: BenchArgs) -> anyhow::Res
     }
     let (_, body) =
         Client::connect(socket)?.post_json(&sandbox_path(&sandbox.id, "snapshots"), &CreateSnapshot::default())?;
-    let base = client::decode::<Snapshot>(&body)?.id;
+    let base = berth_client::decode::<Snapshot>(&body)?.id;
     made.base = Some(base.clone());
 
     let copies = pool.join("volumes");
@@ -340,7 +340,7 @@ fn run_case(kind: Kind, ctx: &Ctx, made: &mut Made, n: usize) -> anyhow::Result<
             let (_, body) = Client::connect(ctx.socket)?
                 .post_json(&sandbox_path(&ctx.id, "snapshots"), &CreateSnapshot::default())?;
             let ms = ms(t);
-            made.snapshots.push(client::decode::<Snapshot>(&body)?.id);
+            made.snapshots.push(berth_client::decode::<Snapshot>(&body)?.id);
             Ok(ms)
         }
         Kind::Fork(count) => {
@@ -356,14 +356,14 @@ fn run_case(kind: Kind, ctx: &Ctx, made: &mut Made, n: usize) -> anyhow::Result<
             let req = RestoreRequest { snapshot: ctx.base.clone() };
             let (_, body) = Client::connect(ctx.socket)?.post_json(&sandbox_path(&ctx.id, "restore"), &req)?;
             let ms = ms(t);
-            client::decode::<Sandbox>(&body)?;
+            berth_client::decode::<Sandbox>(&body)?;
             Ok(ms)
         }
         Kind::Create => {
             let t = Instant::now();
             let (_, body) = Client::connect(ctx.socket)?.post_json("/v1/sandboxes", &spec())?;
             let ms = ms(t);
-            made.sandboxes.push(client::decode::<Sandbox>(&body)?.id);
+            made.sandboxes.push(berth_client::decode::<Sandbox>(&body)?.id);
             Ok(ms)
         }
         Kind::CliFork => {
@@ -412,7 +412,7 @@ fn run_case(kind: Kind, ctx: &Ctx, made: &mut Made, n: usize) -> anyhow::Result<
 
 /// Record what a fork made: its children and the snapshot of the instant, their parent.
 fn forked(made: &mut Made, body: &[u8], count: u32) -> anyhow::Result<()> {
-    let forked: Forked = client::decode(body)?;
+    let forked: Forked = berth_client::decode(body)?;
     made.snapshots.push(forked.parent);
     let got = forked.sandboxes.len();
     made.sandboxes.extend(forked.sandboxes.into_iter().map(|s| s.id));

@@ -8,10 +8,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use berth_api::{CreatePreview, CreateSandbox, Preview, Sandbox};
+use berth_client::Client;
 
-use super::bench_hibernate::{exec, median_of, ms};
-use crate::cli::BenchArgs;
-use crate::client::Client;
+use crate::BenchArgs;
+use crate::hibernate::{exec, median_of, ms};
 
 /// The port both servers listen on (inside the sandbox; on the host, a free one).
 const INSIDE_PORT: u16 = 8000;

@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 
 use berth_api::ErrorBody;
 
-use super::ClientError;
+use crate::ClientError;
 
 /// The longest status line, header line or chunk-size line accepted.
 const MAX_LINE: u64 = 16 * 1024;
@@ -47,7 +47,7 @@ impl Streaming {
     }
 
     /// Read the rest of the body into memory.
-    pub(super) fn into_bytes(self) -> Result<(u16, Vec<u8>), ClientError> {
+    pub(crate) fn into_bytes(self) -> Result<(u16, Vec<u8>), ClientError> {
         let status = self.status;
         let body = read_all(self.body, MAX_BODY)?;
         if !(200..300).contains(&status) {
@@ -57,7 +57,7 @@ impl Streaming {
     }
 
     /// Pass a 2xx response on; turn any other into its error.
-    pub(super) fn ok(self) -> Result<Streaming, ClientError> {
+    pub(crate) fn ok(self) -> Result<Streaming, ClientError> {
         if (200..300).contains(&self.status) {
             return Ok(self);
         }
@@ -113,7 +113,7 @@ fn api_error(status: u16, body: &[u8]) -> ClientError {
     ClientError::Api { status, code: None, message }
 }
 
-pub(super) fn read_response(mut conn: BufReader<UnixStream>) -> Result<Streaming, ClientError> {
+pub(crate) fn read_response(mut conn: BufReader<UnixStream>) -> Result<Streaming, ClientError> {
     let (status, framing) = read_head(&mut conn)?;
     Ok(Streaming { status, body: BufReader::new(Body::new(conn, framing)) })
 }

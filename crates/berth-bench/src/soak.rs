@@ -2,7 +2,7 @@
 //! sandbox, runs ten execs (reading their output), writes files and reads them back through the files API, now
 //! and then takes a snapshot and forks, and removes everything it made. Errors are counted by kind, the
 //! daemon's memory is sampled from /proc while the loops run and again after it has been left idle, and at the
-//! end `bench_soak_check` looks for anything the loops left behind. Any error or leftover makes the exit code 1.
+//! end `soak_check` looks for anything the loops left behind. Any error or leftover makes the exit code 1.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use berth_api::{CreateSandbox, CreateSnapshot, ExecFrame, ExecRequest, ForkRequest, Forked, Sandbox, Snapshot};
 use berth_api::{StorageInfo, Stream, Teardown};
+use berth_client::{Client, ClientError, segment};
 use serde_json::{Value, json};
 
-use super::bench_daemon::{self, status_kib};
-use super::bench_soak_check::{self, Census};
-use crate::cli::BenchArgs;
-use crate::client::{Client, ClientError, segment};
+use crate::BenchArgs;
+use crate::daemon::{self, status_kib};
+use crate::soak_check::{self, Census};
 
 /// Execs in each loop.
 const EXECS: usize = 10;
@@ -138,7 +138,7 @@ impl Ctx<'_> {
 }
 
 pub fn bench_soak(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
-    let daemon = bench_daemon::find_daemon(socket, args.daemon_pid)?;
+    let daemon = daemon::find_daemon(socket, args.daemon_pid)?;
     let (_, body) = Client::connect(socket)?.get("/v1/storage")?;
     let storage: StorageInfo = serde_json::from_slice(&body)?;
     let census = Census::take(&daemon);
@@ -191,7 +191,7 @@ pub fn bench_soak(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
     let fds_idle = open_fds(pid);
     let split_idle = (status_kib(pid, "RssAnon"), status_kib(pid, "RssFile"));
     let made = ctx.made.into_inner().unwrap_or_default();
-    let check = bench_soak_check::check(socket, &daemon, &census, &made);
+    let check = soak_check::check(socket, &daemon, &census, &made);
     let tally = ctx.tally.into_inner().unwrap_or_default();
     let samples = samples.into_inner().unwrap_or_default();
     let rss_peak = samples.iter().map(|s| s.1).chain([rss_loops_end]).max().unwrap_or(0);

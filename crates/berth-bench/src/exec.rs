@@ -1,21 +1,21 @@
 //! `berth bench --exec`: the round trip of `exec true` on a running sandbox, through the daemon's API (an
 //! in-process client, one connection per exec, as a CLI makes) and through the `berth exec` CLI, against
 //! `nsenter` joining the same sandbox's namespaces and running `true`. Then the daemon's output throughput and
-//! the cost of idle sandboxes (`bench_daemon`), and the lifecycle throughput under concurrent clients.
+//! the cost of idle sandboxes (`daemon`), and the lifecycle throughput under concurrent clients.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use berth_api::{CreateSandbox, ExecRequest, Sandbox};
+use berth_client::Client;
 
-use super::bench_daemon::{self, DaemonBenchOpts};
-use crate::cli::BenchArgs;
-use crate::client::Client;
+use crate::BenchArgs;
+use crate::daemon::{self, DaemonBenchOpts};
 
 pub fn bench_exec(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
     let opts = DaemonBenchOpts { bytes: args.bytes, idle: args.idle, daemon_pid: args.daemon_pid, pause: false };
-    let daemon = bench_daemon::find_daemon(socket, opts.daemon_pid)?;
+    let daemon = daemon::find_daemon(socket, opts.daemon_pid)?;
     let client = Client::connect(socket)?;
     let create = CreateSandbox { isolation: Some(args.isolation), ..CreateSandbox::default() };
     let (_, body) = client.post_json("/v1/sandboxes", &create)?;
@@ -29,12 +29,12 @@ pub fn bench_exec(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let result = measure(socket, &sandbox, &args).and_then(|report| {
-        let output = bench_daemon::output_throughput(socket, &sandbox, &daemon, &opts, args.json)?;
+        let output = daemon::output_throughput(socket, &sandbox, &daemon, &opts, args.json)?;
         Ok((report, output))
     });
     let _ = Client::connect(socket)?.delete(&format!("/v1/sandboxes/{}", sandbox.id));
     let (mut report, output) = result?;
-    let idle = bench_daemon::idle_cost(socket, &daemon, &opts, args.json)?;
+    let idle = daemon::idle_cost(socket, &daemon, &opts, args.json)?;
     if args.json {
         report["output"] = output;
         report["idle"] = idle;
@@ -120,7 +120,7 @@ fn measure(socket: &Path, sandbox: &Sandbox, args: &BenchArgs) -> anyhow::Result
             took[case] = match case {
                 0 => {
                     let t = Instant::now();
-                    super::bench_first::exec_true(socket, &sandbox.id)?;
+                    crate::first_exec::exec_true(socket, &sandbox.id)?;
                     t.elapsed().as_secs_f64() * 1000.0
                 }
                 1 => time(Command::new(&exe).arg("--socket").arg(socket).args(["exec", &sandbox.id, "--", "true"]))?,

@@ -1,12 +1,19 @@
-//! A small blocking HTTP/1.1 client for the daemon's API, over its unix socket.
+//! The berth CLI's HTTP client: a small blocking HTTP/1.1 client for the daemon's API, over its unix socket.
+//!
+//! It owns talking to the daemon from a command line: connecting to the socket (and telling a missing daemon
+//! from one that refuses), the bearer token from `BERTH_TOKEN`, request heads, reading answers however they
+//! are framed, and turning the API's error bodies into `ClientError`s. What the requests mean is the API's
+//! (`berth-api`'s types), and what is done with the answers is its callers': the `berth` command line and
+//! `berth-bench`.
 //!
 //! One connection per request (`Connection: close`): the CLI makes a handful of requests per run, so keeping
 //! connections alive would buy nothing. Responses may be framed by `Content-Length`, by
 //! `Transfer-Encoding: chunked`, or by the server closing the connection; streamed responses (NDJSON) are
 //! read a line at a time, as the daemon writes them.
 //!
-//! This module holds the client and its errors; `response` reads an answer (its head, and its body however
-//! it is framed) into a `Streaming`.
+//! The crate's root holds the client and its errors; `response` reads an answer (its head, and its body
+//! however it is framed) into a `Streaming`.
+#![forbid(unsafe_code)]
 
 mod response;
 #[cfg(test)]

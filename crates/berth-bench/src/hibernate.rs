@@ -7,9 +7,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use berth_api::{CreateSandbox, ExecRequest, Sandbox};
+use berth_client::Client;
 
-use crate::cli::BenchArgs;
-use crate::client::Client;
+use crate::BenchArgs;
 
 /// 256 MiB of memory, every page written, then a marker file, then nothing.
 pub(super) const HOLDER: &str =
@@ -17,7 +17,7 @@ pub(super) const HOLDER: &str =
 
 pub fn bench_hibernate(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
     if args.isolation == berth_api::Isolation::Gvisor {
-        return super::bench_hibernate_gvisor::bench(socket, args);
+        return crate::hibernate_gvisor::bench(socket, args);
     }
     let criu = berth_runtime::checkpoint::Criu::find(None).map_err(anyhow::Error::msg)?;
     let rounds = args.runs.clamp(1, 50);

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::bench_hibernate::{HOLDER, api_round, median_of, ms};
-use crate::cli::BenchArgs;
+use crate::BenchArgs;
+use crate::hibernate::{HOLDER, api_round, median_of, ms};
 
 pub fn bench(socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
     let runsc = berth_runtime::gvisor::runsc().map_err(|why| anyhow::anyhow!("no gVisor here: {why}"))?;

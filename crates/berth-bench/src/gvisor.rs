@@ -5,8 +5,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::bench::{Case, CaseResult, interleave, summarise};
-use crate::cli::BenchArgs;
+use crate::BenchArgs;
+use crate::startup::{Case, CaseResult, interleave, summarise};
 
 #[derive(Debug, Serialize)]
 struct Report {

@@ -7,11 +7,11 @@ use std::path::Path;
 use std::time::Instant;
 
 use berth_api::{CreateSandbox, Sandbox};
+use berth_client::{Client, segment};
 use serde_json::json;
 
-use super::bench_daemon::{clock_ticks, find_daemon, stat_field};
-use crate::cli::BenchArgs;
-use crate::client::{Client, segment};
+use crate::BenchArgs;
+use crate::daemon::{clock_ticks, find_daemon, stat_field};
 
 /// The daemon's CPU seconds over `window`.
 fn cpu_over(pid: i32, window: std::time::Duration) -> anyhow::Result<(f64, f64)> {

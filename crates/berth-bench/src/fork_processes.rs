@@ -6,10 +6,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use berth_api::{CreateSandbox, ForkRequest, Forked, Sandbox};
+use berth_client::Client;
 
-use super::bench_hibernate::{exec, ms, start_holder};
-use crate::cli::BenchArgs;
-use crate::client::Client;
+use crate::BenchArgs;
+use crate::hibernate::{exec, ms, start_holder};
 
 /// 64 MiB of memory, every page written, then a marker file, then nothing.
 const HOLDER: &str =
