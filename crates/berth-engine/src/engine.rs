@@ -45,17 +45,19 @@ mod retain;
 mod secrets;
 mod sessions;
 mod storage;
+mod terminal;
 mod ttl;
 mod usage;
 pub mod users;
 mod warm;
 
-pub use attach::AttachedExec;
+pub(crate) use attach::AttachedExec;
 use events::Events;
 pub use live::{ACTOR, actor, journal_path};
 use live::{ExecEntry, Live};
 pub use network::{ApiConnections, Counted, MAX_CONNECTIONS, SandboxApi};
 pub use storage::{DEFAULT_DISK, StorageChoice, StorageOptions};
+pub use terminal::{OpenTerminal, Terminal, TerminalEvent, TerminalInput, TerminalRequest};
 
 pub struct Engine {
     root: PathBuf,

@@ -21,7 +21,7 @@ use berth_runtime::spec::BASE_ENV;
 
 /// An exec started on the caller's descriptors. The caller watches `events` for its exit, obeys `kill`
 /// (`berth kill`), and sends its result on `done` when it has ended, which records it.
-pub struct AttachedExec {
+pub(crate) struct AttachedExec {
     pub exec_id: String,
     pub session: Arc<Session>,
     /// Its request id with init (for signals).
@@ -47,7 +47,7 @@ impl Engine {
     /// becomes its controlling terminal), in /workspace, with the sandbox's environment and `env` on top.
     /// With `pty`, init opens the terminal inside, of that size, and `stdio` is one stream socket it copies
     /// the terminal to.
-    pub async fn exec_attached(
+    pub(crate) async fn exec_attached(
         &self,
         id: &str,
         argv: Vec<String>,

@@ -38,10 +38,10 @@ pub fn probe(args: ProbeArgs) -> anyhow::Result<i32> {
     let pids: Vec<i32> = fs::read_dir("/proc")
         .map(|d| d.flatten().filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect())
         .unwrap_or_default();
-    let mounts: Vec<String> = fs::read_to_string("/proc/self/mountinfo")
+    let mounts: Vec<String> = berth_sys::mountinfo::read()
         .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .into_iter()
+        .map(|m| m.mount_point.to_string_lossy().into_owned())
         .collect();
 
     let mut connect = BTreeMap::new();
