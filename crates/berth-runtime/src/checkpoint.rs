@@ -378,7 +378,7 @@ impl Sandbox {
             live_path: p.live_path,
             _live: p.live,
             _ids: Some(p.ids),
-            isolation: crate::spec::Isolation::Namespaces,
+            backend: &crate::backend::namespaces::NamespacesBackend,
             copiers: Default::default(),
             cgroup: p.cgroup,
             pid: p.pid,
@@ -414,7 +414,7 @@ impl Sandbox {
 
     /// Its host id block: a sandbox of the namespaces backend has one; CRIU's checkpoints work on those only.
     fn host_ids(&self, what: &'static str) -> Result<&crate::ids::IdBlock, RuntimeError> {
-        self._ids.as_ref().ok_or(RuntimeError::IsolationCannot { isolation: self.isolation, what })
+        self._ids.as_ref().ok_or(RuntimeError::IsolationCannot { isolation: self.isolation(), what })
     }
 }
 

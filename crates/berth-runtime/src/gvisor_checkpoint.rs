@@ -212,6 +212,7 @@ impl crate::Runtime {
         let layout = Layout { dir: PathBuf::from(crate::sandbox::SCRATCH_MOUNT_POINT), state: spec.state.is_some() };
         let plan = crate::plan::compile(spec, &layers, &layout, &owners);
         let claims = ((claim_file, claim_path), (live, live_path));
-        self.boot_gvisor(spec, &id, claims, &mut partial, plan, &layout, init.as_fd(), Some(dir))
+        let boot = crate::backend::Boot { id: &id, claims, partial: &mut partial, plan, layout: &layout };
+        crate::gvisor_backend::boot_on(self, spec, boot, init.as_fd(), Some(dir))
     }
 }
