@@ -110,9 +110,10 @@ async fn shell(
         return Err(Failure::new(ErrorCode::Conflict, format!("sandbox {} has no running init", record.id)));
     };
     let (cmd, isolation) = (q.cmd, record.isolation);
-    // A terminal opened outside is no terminal to gVisor's kernel: there init opens one inside and copies it
-    // to a socket, which stands for the terminal's master end here.
-    let inside = (isolation == berth_api::Isolation::Gvisor).then_some(Winsize { rows, cols });
+    // A terminal opened outside is no terminal to a kernel of the sandbox's own (gVisor's): there init opens
+    // one inside and copies it to a socket, which stands for the terminal's master end here.
+    let at = berth_runtime::backend(isolation).supports().terminal;
+    let inside = (at == berth_runtime::TerminalAt::Init).then_some(Winsize { rows, cols });
     let (argv, pty) = tokio::task::spawn_blocking(move || -> Result<_, FileError> {
         let fs = SandboxFs::open(pid, isolation)?;
         let argv: Vec<String> = match cmd {
