@@ -321,12 +321,6 @@ impl Sandbox {
         Ok(())
     }
 
-    /// Whether a checkpoint of it can be taken: not when it was restored by an older berth whose init could
-    /// not execute itself again, and whose memory CRIU made outside the sandbox's user namespace.
-    pub fn checkpointable(&self) -> bool {
-        self.checkpointable
-    }
-
     /// Whether the landlock rules of its init (and so of every command it starts) are `enforced`, `partial`
     /// (this kernel's landlock lacks some of them) or `unavailable` (the kernel has no landlock), as init
     /// reported once it was up; `none` when it was restored by an older berth whose init could not apply them
@@ -389,6 +383,23 @@ impl Sandbox {
     /// The backend it runs on.
     pub fn backend(&self) -> &'static dyn Backend {
         self.backend
+    }
+
+    /// Hibernate: write its processes to `dir` and end them, and tear the rest down, as its backend does
+    /// (see [`Backend::hibernate`]). On error it keeps running as it was.
+    pub fn hibernate(
+        &mut self,
+        dir: &Path,
+        d: &crate::Dump<'_>,
+    ) -> Result<(crate::checkpoint::Manifest, Teardown), RuntimeError> {
+        let backend = self.backend;
+        backend.hibernate(self, dir, d)
+    }
+
+    /// Checkpoint: write its processes to `dir` and leave them running (forks and snapshots with processes),
+    /// where its backend `supports().checkpoint_running`.
+    pub fn checkpoint(&self, dir: &Path, d: &crate::Dump<'_>) -> Result<crate::checkpoint::Manifest, RuntimeError> {
+        self.backend.checkpoint(self, dir, d)
     }
 
     /// Tear the sandbox down and check that nothing of it remains.

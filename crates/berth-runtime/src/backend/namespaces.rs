@@ -116,20 +116,17 @@ impl Backend for NamespacesBackend {
 
     fn hibernate(&self, sb: &mut Sandbox, dir: &Path, d: &Dump<'_>) -> Result<(Manifest, Teardown), RuntimeError> {
         let criu = dumpable(sb, d.criu, "hibernate again")?;
-        sb.hibernate(dir, criu, d.owner)
+        sb.criu_hibernate(dir, criu, d.owner)
     }
 
     fn checkpoint(&self, sb: &Sandbox, dir: &Path, d: &Dump<'_>) -> Result<Manifest, RuntimeError> {
         let criu = dumpable(sb, d.criu, "be forked with its processes")?;
-        sb.checkpoint(dir, criu)
+        sb.criu_checkpoint(dir, criu)
     }
 
     fn restore(&self, rt: &Runtime, spec: &Spec, dir: &Path, w: Wake<'_>) -> Result<Sandbox, RuntimeError> {
         let criu = w.criu.ok_or_else(|| no_criu("restore"))?;
-        match w.fork {
-            true => rt.restore_fork(spec, dir, criu),
-            false => rt.restore(spec, dir, criu, w.pipes),
-        }
+        rt.criu_restore(spec, dir, criu, w.pipes, w.fork)
     }
 
     fn reserved_slot(&self, m: &Manifest) -> Option<u32> {
