@@ -61,7 +61,7 @@ impl Default for Bounds {
             default_pids: Some(DEFAULT_PIDS),
             keep_removed: 1000,
             warm: 0,
-            isolation: berth_api::Isolation::Namespaces,
+            isolation: berth_api::Isolation::default(),
             pod_egress_special: false,
         }
     }

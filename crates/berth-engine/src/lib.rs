@@ -20,6 +20,8 @@ pub mod exec;
 pub mod exec_hibernation;
 pub mod exec_log;
 pub mod files;
+#[cfg(test)]
+mod isolation_guard;
 pub mod journal;
 pub mod launch;
 pub mod log;

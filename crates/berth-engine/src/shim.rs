@@ -49,7 +49,7 @@ pub struct ShimStart {
     /// Wake the sandbox hibernated in this directory instead of building it from its image.
     #[serde(default)]
     pub restore: Option<PathBuf>,
-    /// The CRIU binary to restore with (found on the PATH when unset).
+    /// The CRIU binary to restore with, where the backend needs one (found on the PATH when unset).
     #[serde(default)]
     pub criu: Option<PathBuf>,
     /// Its version, as the daemon checked it (asked of the binary again when unset).
@@ -101,8 +101,8 @@ pub enum ShimRequest {
         #[serde(default)]
         authority: Option<(String, String)>,
     },
-    /// Write the sandbox's processes to `dir` with CRIU (they end), reply, and exit; on failure the sandbox
-    /// runs on and the shim keeps serving.
+    /// Write the sandbox's processes to `dir` as its backend does (they end), reply, and exit; on failure the
+    /// sandbox runs on and the shim keeps serving. `criu`: where the backend needs it.
     Hibernate {
         dir: PathBuf,
         #[serde(default)]
@@ -110,8 +110,8 @@ pub enum ShimRequest {
         #[serde(default)]
         criu_version: Option<String>,
     },
-    /// Write the sandbox's processes to `dir` with CRIU and leave them running (a fork with its processes);
-    /// a cgroup the daemon froze for it stays frozen.
+    /// Write the sandbox's processes to `dir` and leave them running (a fork with its processes), where its
+    /// backend can; a cgroup the daemon froze for it stays frozen.
     Checkpoint {
         dir: PathBuf,
         #[serde(default)]
@@ -288,16 +288,10 @@ impl Held {
         criu: Option<&Path>,
         version: Option<&str>,
     ) -> Result<(u64, berth_api::Teardown), String> {
-        let (manifest, t) = if sandbox.isolation() == berth_runtime::spec::Isolation::Gvisor {
-            if self.pooled {
-                return Err("a sandbox of the warm pool is not dumped".into());
-            }
-            sandbox.hibernate_gvisor(dir).map_err(|e| berth_runtime::error_chain(&e))?
-        } else {
-            let criu = self.dumpable(sandbox, criu, version, "hibernate again")?;
-            let owner = berth_runtime::reservation_owner(&self.root, &self.record.id);
-            sandbox.hibernate(dir, &criu, &owner).map_err(|e| berth_runtime::error_chain(&e))?
-        };
+        let criu = self.dumpable(sandbox, criu, version)?;
+        let owner = berth_runtime::reservation_owner(&self.root, &self.record.id);
+        let dump = berth_runtime::Dump { criu: criu.as_ref(), owner: &owner };
+        let (manifest, t) = sandbox.hibernate(dir, &dump).map_err(|e| berth_runtime::error_chain(&e))?;
         let teardown = berth_api::Teardown {
             id: self.record.id.clone(),
             steps: t.steps,
@@ -308,46 +302,36 @@ impl Held {
     }
 }
 
-/// CRIU as the daemon found and checked it (its path and version), or found again here when not given.
-fn checked_criu(path: Option<&Path>, version: Option<&str>) -> Result<berth_runtime::checkpoint::Criu, String> {
+/// CRIU as the daemon found and checked it (its path and version), or found again here when not given; only
+/// where `backend` needs it.
+fn needed_criu(
+    backend: &dyn berth_runtime::Backend,
+    path: Option<&Path>,
+    version: Option<&str>,
+) -> Result<Option<berth_runtime::checkpoint::Criu>, String> {
+    if !backend.supports().needs_criu {
+        return Ok(None);
+    }
     match (path, version) {
         (Some(path), Some(version)) => {
-            Ok(berth_runtime::checkpoint::Criu { path: path.to_path_buf(), version: version.to_string() })
+            Ok(Some(berth_runtime::checkpoint::Criu { path: path.to_path_buf(), version: version.to_string() }))
         }
-        (path, _) => berth_runtime::checkpoint::Criu::find(path),
+        (path, _) => berth_runtime::checkpoint::Criu::find(path).map(Some),
     }
 }
 
 impl Held {
-    /// The CRIU to dump this sandbox with, or why it cannot be dumped (`what`: what it cannot do then).
+    /// What this sandbox's backend dumps it with, or why it is not dumped.
     fn dumpable(
         &self,
         sandbox: &Sandbox,
         criu: Option<&Path>,
         version: Option<&str>,
-        what: &str,
-    ) -> Result<berth_runtime::checkpoint::Criu, String> {
-        if sandbox.isolation() == berth_runtime::spec::Isolation::Gvisor {
-            return Err(format!(
-                "a gVisor sandbox cannot {what} yet: CRIU cannot write the processes of a gVisor kernel, and \
-                 berth uses gVisor's own checkpoints only to hibernate"
-            ));
-        }
-        let criu = checked_criu(criu, version)?;
+    ) -> Result<Option<berth_runtime::checkpoint::Criu>, String> {
         if self.pooled {
             return Err("a sandbox of the warm pool is not dumped".into());
         }
-        // CRIU rebuilds init's memory from outside the sandbox's user namespace, and refuses to dump a
-        // non-dumpable process whose memory belongs to another namespace; init executes itself again after a
-        // restore to fix that, but the init of an older berth cannot.
-        if !sandbox.checkpointable() {
-            return Err(format!(
-                "this sandbox was restored with the init of an older berth, which cannot {what} until its runtime \
-                 is rebuilt (berth stop and start, or berth rebuild): CRIU cannot dump that restored init, whose \
-                 memory it made outside the sandbox's user namespace"
-            ));
-        }
-        Ok(criu)
+        needed_criu(sandbox.backend(), criu, version)
     }
 
     /// Write the sandbox's processes to `dir`, leaving them running: the image's size.
@@ -358,8 +342,10 @@ impl Held {
         criu: Option<&Path>,
         version: Option<&str>,
     ) -> Result<u64, String> {
-        let criu = self.dumpable(sandbox, criu, version, "be forked with its processes")?;
-        sandbox.checkpoint(dir, &criu).map(|m| m.bytes).map_err(|e| berth_runtime::error_chain(&e))
+        let criu = self.dumpable(sandbox, criu, version)?;
+        let owner = berth_runtime::reservation_owner(&self.root, &self.record.id);
+        let dump = berth_runtime::Dump { criu: criu.as_ref(), owner: &owner };
+        sandbox.checkpoint(dir, &dump).map(|m| m.bytes).map_err(|e| berth_runtime::error_chain(&e))
     }
 }
 
@@ -395,20 +381,17 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
             .collect(),
     };
     let runtime = Runtime::open(root).map_err(|e| (berth_runtime::error_chain(&e), false))?;
+    let backend = berth_runtime::backend(start.isolation);
     let built = match &start.restore {
-        Some(_) if start.fork && start.isolation == berth_api::Isolation::Gvisor => {
-            return Err(("a gVisor sandbox cannot be forked with its processes yet".into(), true));
+        Some(_) if start.fork && !backend.supports().checkpoint_running => {
+            return Err((format!("a {} sandbox cannot be forked with its processes yet", backend.name()), true));
         }
-        Some(dir) if start.isolation == berth_api::Isolation::Gvisor => runtime.restore_gvisor(&spec, dir),
         Some(dir) => {
-            let criu = checked_criu(start.criu.as_deref(), start.criu_version.as_deref()).map_err(|m| (m, false))?;
-            match start.fork {
-                true => runtime.restore_fork(&spec, dir, &criu),
-                false => {
-                    let pipes = handed_pipes(&start.pipes).map_err(|m| (m, false))?;
-                    runtime.restore(&spec, dir, &criu, &pipes)
-                }
-            }
+            let criu =
+                needed_criu(backend, start.criu.as_deref(), start.criu_version.as_deref()).map_err(|m| (m, false))?;
+            // None for a fork, nor for a backend whose wake makes no pipes anew.
+            let pipes = handed_pipes(&start.pipes).map_err(|m| (m, false))?;
+            runtime.restore(&spec, dir, berth_runtime::Wake { criu: criu.as_ref(), pipes: &pipes, fork: start.fork })
         }
         None => runtime.create(&spec),
     };
@@ -423,6 +406,7 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
                 | E::TooManyMounts { .. }
                 | E::Running { .. }
                 | E::ForeignState { .. }
+                | E::IsolationCannot { .. }
         );
         (berth_runtime::error_chain(&e), invalid)
     })?;

@@ -378,7 +378,7 @@ impl Sandbox {
             live_path: p.live_path,
             _live: p.live,
             _ids: Some(p.ids),
-            isolation: crate::spec::Isolation::Namespaces,
+            backend: &crate::backend::namespaces::NamespacesBackend,
             copiers: Default::default(),
             cgroup: p.cgroup,
             pid: p.pid,
@@ -390,10 +390,10 @@ impl Sandbox {
         }
     }
 
-    /// Hibernate: write the sandbox's processes to `dir` and end them, keep its host id block reserved for
-    /// `owner` (see [`crate::Runtime::reservation_owner`]), and tear the rest down. On error the sandbox
-    /// keeps running as it was (CRIU lets a tree it could not dump go on) and nothing is reserved.
-    pub fn hibernate(
+    /// Hibernate with CRIU: write the sandbox's processes to `dir` and end them, keep its host id block
+    /// reserved for `owner` (see [`crate::Runtime::reservation_owner`]), and tear the rest down. On error the
+    /// sandbox keeps running as it was (CRIU lets a tree it could not dump go on) and nothing is reserved.
+    pub(crate) fn criu_hibernate(
         &mut self,
         dir: &Path,
         criu: &Criu,
@@ -414,16 +414,16 @@ impl Sandbox {
 
     /// Its host id block: a sandbox of the namespaces backend has one; CRIU's checkpoints work on those only.
     fn host_ids(&self, what: &'static str) -> Result<&crate::ids::IdBlock, RuntimeError> {
-        self._ids.as_ref().ok_or(RuntimeError::IsolationCannot { isolation: self.isolation, what })
+        self._ids.as_ref().ok_or(RuntimeError::IsolationCannot { isolation: self.isolation(), what })
     }
 }
 
 impl Sandbox {
-    /// Checkpoint: write the sandbox's processes to `dir` as [`Sandbox::hibernate`] does, and leave them
-    /// running (a fork with its processes restores the image as new sandboxes). A cgroup the caller froze
-    /// is frozen again once the image is written, so that what else is copied of the sandbox in that
-    /// instant (its files) matches its memory.
-    pub fn checkpoint(&self, dir: &Path, criu: &Criu) -> Result<Manifest, RuntimeError> {
+    /// Checkpoint with CRIU: write the sandbox's processes to `dir` as [`Sandbox::criu_hibernate`] does, and
+    /// leave them running (a fork with its processes restores the image as new sandboxes). A cgroup the
+    /// caller froze is frozen again once the image is written, so that what else is copied of the sandbox in
+    /// that instant (its files) matches its memory.
+    pub(crate) fn criu_checkpoint(&self, dir: &Path, criu: &Criu) -> Result<Manifest, RuntimeError> {
         let leave =
             ["--leave-running".to_string(), "--freeze-cgroup".into(), self.cgroup.control_dir().display().to_string()];
         dump(criu, &self.id, self.host_ids("checkpoint its processes with CRIU")?.slot(), self.pid, dir, &leave)

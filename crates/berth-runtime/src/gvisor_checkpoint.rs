@@ -99,7 +99,7 @@ impl Sandbox {
 
     /// Hibernate a gVisor sandbox: write its checkpoint to `dir` (which ends it), keep its `/tmp`, and tear
     /// the rest down. When runsc refuses the checkpoint, the sandbox runs on as it was.
-    pub fn hibernate_gvisor(&mut self, dir: &Path) -> Result<(Manifest, crate::Teardown), RuntimeError> {
+    pub(crate) fn hibernate_gvisor(&mut self, dir: &Path) -> Result<(Manifest, crate::Teardown), RuntimeError> {
         let fail = |message: String| RuntimeError::Checkpoint { message };
         let version = crate::gvisor::runsc().map_err(fail)?.version.clone();
         fs::create_dir_all(dir).map_err(|e| fail(format!("create {}: {e}", dir.display())))?;
@@ -182,7 +182,7 @@ impl crate::Runtime {
     /// Bring back the gVisor sandbox hibernated in `dir` with the spec it was created with: its root built
     /// again as at start, its `/tmp` put back, and runsc restoring its kernel from the checkpoint. On error
     /// nothing of it is left running and its image is untouched.
-    pub fn restore_gvisor(&self, spec: &Spec, dir: &Path) -> Result<Sandbox, RuntimeError> {
+    pub(crate) fn restore_gvisor(&self, spec: &Spec, dir: &Path) -> Result<Sandbox, RuntimeError> {
         let fail = |message: String| RuntimeError::Checkpoint { message };
         let manifest = crate::checkpoint::read_manifest(dir)?;
         if manifest.isolation != Isolation::Gvisor {
@@ -212,6 +212,7 @@ impl crate::Runtime {
         let layout = Layout { dir: PathBuf::from(crate::sandbox::SCRATCH_MOUNT_POINT), state: spec.state.is_some() };
         let plan = crate::plan::compile(spec, &layers, &layout, &owners);
         let claims = ((claim_file, claim_path), (live, live_path));
-        self.boot_gvisor(spec, &id, claims, &mut partial, plan, &layout, init.as_fd(), Some(dir))
+        let boot = crate::backend::Boot { id: &id, claims, partial: &mut partial, plan, layout: &layout };
+        crate::gvisor_backend::boot_on(self, spec, boot, init.as_fd(), Some(dir))
     }
 }

@@ -5,11 +5,13 @@
 //! `run`, the daemon) hold sandboxes and decide when they end.
 #![forbid(unsafe_code)]
 
+pub mod backend;
 pub mod cgroup;
 pub mod checkpoint;
 mod child;
 mod claims;
 pub mod gvisor;
+mod gvisor_backend;
 mod gvisor_checkpoint;
 pub mod ids;
 pub mod image;
@@ -24,6 +26,7 @@ pub mod trace;
 
 use std::path::PathBuf;
 
+pub use backend::{Backend, Dump, FileIds, FileRoot, Offered, OomScope, Supports, TerminalAt, Wake, backend, backends};
 pub use restore::reservation_owner;
 pub use sandbox::{Runtime, Sandbox, Stdio, Teardown, new_id, supervised, sweep_sandbox};
 

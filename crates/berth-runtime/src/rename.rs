@@ -8,21 +8,26 @@ use rustix::fs::{Mode, OFlags};
 use crate::{RuntimeError, Sandbox, plan, spec};
 
 impl Sandbox {
-    /// Make `name` the sandbox's host name: its UTS namespace's, and that of its `/etc/hostname` and
-    /// `/etc/hosts` (the files on its scratch tmpfs bound over the image's). Meant for a sandbox in which
-    /// nothing has run yet: the files are rewritten in place, as the build wrote them.
+    /// Make `name` the sandbox's host name, as its backend can (only where it `supports().warm_pool`).
     pub fn rename_host(&self, name: &str) -> Result<(), RuntimeError> {
-        spec::check_name(name)?;
-        berth_sys::uts::set_hostname_of(self.pidfd(), name)?;
-        let root = rustix::fs::open(
-            format!("/proc/{}/root", self.pid()),
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| berth_sys::SysError::new("open the sandbox's root", e))?;
-        for (file, contents) in plan::host_files(name) {
-            berth_sys::uts::rewrite_in_root(root.as_fd(), &format!("etc/{file}"), contents.as_bytes())?;
-        }
-        Ok(())
+        self.backend.rename_host(self, name)
     }
+}
+
+/// Make `name` the host name of `sb`, a namespaces sandbox: its UTS namespace's, and that of its
+/// `/etc/hostname` and `/etc/hosts` (the files on its scratch tmpfs bound over the image's). Meant for a
+/// sandbox in which nothing has run yet: the files are rewritten in place, as the build wrote them.
+pub(crate) fn rename_host(sb: &Sandbox, name: &str) -> Result<(), RuntimeError> {
+    spec::check_name(name)?;
+    berth_sys::uts::set_hostname_of(sb.pidfd(), name)?;
+    let root = rustix::fs::open(
+        format!("/proc/{}/root", sb.pid()),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| berth_sys::SysError::new("open the sandbox's root", e))?;
+    for (file, contents) in plan::host_files(name) {
+        berth_sys::uts::rewrite_in_root(root.as_fd(), &format!("etc/{file}"), contents.as_bytes())?;
+    }
+    Ok(())
 }

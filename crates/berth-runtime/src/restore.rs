@@ -120,28 +120,19 @@ pub(crate) fn stage(plan: &Plan, layout: &Layout, root_id: u32) -> Staging {
 }
 
 impl Runtime {
-    /// Bring back the sandbox hibernated in `dir` with the spec it was created with. `pipes`: the pipes whose
-    /// other ends were outside the sandbox (CRIU's `pipe:[INODE]` names), each given in its place the end of a
-    /// new pipe whose other end the caller holds. On error nothing of it is left running and its image is
-    /// untouched.
-    pub fn restore(
-        &self,
-        spec: &Spec,
-        dir: &Path,
-        criu: &Criu,
-        pipes: &[(String, OwnedFd)],
-    ) -> Result<Sandbox, RuntimeError> {
-        self.restore_as(spec, dir, criu, pipes, false)
+    /// Bring back the sandbox its backend imaged in `dir`, with the spec it was created with (see
+    /// [`crate::Backend::restore`]). On error nothing of it is left running and its image is untouched.
+    pub fn restore(&self, spec: &Spec, dir: &Path, w: crate::Wake<'_>) -> Result<Sandbox, RuntimeError> {
+        crate::backend(spec.isolation).restore(self, spec, dir, w)
     }
 
-    /// Bring up a new sandbox (`spec`, whose id is its own) from the image in `dir` of another one, which
-    /// runs on: a fork with its processes. It gets a host id block of its own, to which the image (a copy
-    /// only it restores from) is rewritten, with its own cgroup and host name (see [`crate::retarget`]).
-    pub fn restore_fork(&self, spec: &Spec, dir: &Path, criu: &Criu) -> Result<Sandbox, RuntimeError> {
-        self.restore_as(spec, dir, criu, &[], true)
-    }
-
-    fn restore_as(
+    /// Bring back with CRIU the sandbox hibernated in `dir` with the spec it was created with. `pipes`: the
+    /// pipes whose other ends were outside the sandbox (CRIU's `pipe:[INODE]` names), each given in its place
+    /// the end of a new pipe whose other end the caller holds. With `fork`, bring up a new sandbox (`spec`,
+    /// whose id is its own) from the image of another one, which runs on: a fork with its processes. It gets
+    /// a host id block of its own, to which the image (a copy only it restores from) is rewritten, with its
+    /// own cgroup and host name (see [`crate::retarget`]).
+    pub(crate) fn criu_restore(
         &self,
         spec: &Spec,
         dir: &Path,

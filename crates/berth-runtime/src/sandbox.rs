@@ -7,15 +7,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use berth_init::protocol::{self, Attached, Event, Request};
-use berth_sys::clone::{Forked, Namespaces};
 use berth_sys::mount::Attrs;
 use berth_sys::process;
 use rustix::event::{PollFd, PollFlags};
 use rustix::fs::FlockOperation;
 
 use crate::RuntimeError;
-use crate::cgroup::{Cgroup, Entry, Hierarchy, Usage};
-use crate::child::{self, Go};
+use crate::backend::{Backend, Boot};
+use crate::cgroup::{Cgroup, Hierarchy, Usage};
 use crate::claims::{Partial, claim, claim_held, prepare_storage};
 pub use crate::claims::{new_id, supervised, sweep_sandbox};
 use crate::ids::{IDS_PER_SANDBOX, IdBlock, STORAGE_BASE};
@@ -40,7 +39,7 @@ pub struct Runtime {
     pub(crate) hierarchy: Hierarchy,
     pub(crate) images: Images,
     /// The berth binary, opened once: every sandbox's init is started from it.
-    exe: OwnedFd,
+    pub(crate) exe: OwnedFd,
 }
 
 /// A running sandbox. Dropping it destroys it; [`Sandbox::destroy`] does the same and reports how it went.
@@ -56,9 +55,10 @@ pub struct Sandbox {
     pub(crate) pid: i32,
     pub(crate) pidfd: OwnedFd,
     pub(crate) control: OwnedFd,
-    pub(crate) isolation: Isolation,
-    /// Threads copying commands' streams to and from regular files (gVisor only: see
-    /// `gvisor::through_pipes`), joined at teardown.
+    /// The backend it runs on.
+    pub(crate) backend: &'static dyn Backend,
+    /// Threads copying commands' streams to and from regular files, for a backend whose
+    /// `command_streams` needs them (gVisor's: see `gvisor::through_pipes`), joined at teardown.
     pub(crate) copiers: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Its init can be checkpointed: one berth started, or one restored that executed itself again.
     pub(crate) checkpointable: bool,
@@ -170,9 +170,8 @@ impl Runtime {
     /// Build and start a sandbox. On error nothing of it is left behind.
     pub fn create(&self, spec: &Spec) -> Result<Sandbox, RuntimeError> {
         spec::check_name(&spec.name)?;
-        if spec.isolation == Isolation::Gvisor {
-            crate::gvisor::check()?;
-        }
+        let backend = crate::backend::backend(spec.isolation);
+        backend.check()?;
         if let Some(bytes) = spec.limits.memory_bytes.filter(|b| *b < spec::MIN_MEMORY) {
             return Err(spec::SpecError::MemoryTooSmall(bytes).into());
         }
@@ -208,60 +207,8 @@ impl Runtime {
         partial.live_path = Some(live_path.clone());
         let layout = Layout { dir: PathBuf::from(SCRATCH_MOUNT_POINT), state: spec.state.is_some() };
         let plan = plan::compile(spec, &layers, &layout, &owners);
-        if spec.isolation == Isolation::Gvisor {
-            let claims = ((claim_file, claim_path), (live, live_path));
-            return self.boot_gvisor(spec, &id, claims, &mut partial, plan, &layout, self.exe.as_fd(), None);
-        }
-        let ids = IdBlock::claim(Path::new(crate::ids::CLAIMS_DIR))?;
-        crate::trace::mark("claim");
-        partial.cgroup = Some(self.hierarchy.create(&id, &spec.limits)?);
-        crate::trace::mark("create cgroups");
-
-        let entry = partial.cgroup.as_ref().ok_or(RuntimeError::InitGone)?.entry()?;
-        let (parent_sock, child_sock) = berth_sys::fd::seqpacket_pair()?;
-        let into_cgroup = match &entry {
-            Entry::Dir(dir) => Some(dir.as_fd()),
-            Entry::Tasks(_) => None,
-        };
-        let (pid, pidfd) = match berth_sys::clone::spawn(Namespaces::ALL, into_cgroup)? {
-            Forked::Child => {
-                drop(parent_sock);
-                child::run(&plan, child_sock, self.exe.as_fd(), &entry)
-            }
-            Forked::Parent { pid, pidfd } => (pid, pidfd),
-        };
-        drop(child_sock);
-        drop(entry);
-        crate::trace::mark("clone");
-        let (control, landlock) = match start_child(pid, &plan, ids.base(), parent_sock.as_fd()) {
-            Ok(ready) => ready,
-            Err(e) => {
-                let _ = process::pidfd_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
-                let _ = process::pidfd_wait(pidfd.as_fd());
-                return Err(e);
-            }
-        };
-        drop(parent_sock);
-        let cgroup = partial.cgroup.take().ok_or(RuntimeError::InitGone)?;
-        partial.claim_path = None;
-        partial.live_path = None;
-        Ok(Sandbox {
-            id,
-            claim_path,
-            _claim: claim_file,
-            live_path,
-            _live: live,
-            _ids: Some(ids),
-            cgroup,
-            pid,
-            pidfd,
-            control,
-            isolation: Isolation::Namespaces,
-            copiers: Default::default(),
-            checkpointable: true,
-            landlock,
-            destroyed: false,
-        })
+        let claims = ((claim_file, claim_path), (live, live_path));
+        backend.boot(self, spec, Boot { id: &id, claims, partial: &mut partial, plan, layout: &layout })
     }
 }
 
@@ -279,35 +226,6 @@ pub(crate) fn mount_owners(spec: &Spec) -> Result<Vec<(u32, u32)>, RuntimeError>
         owners.push((meta.uid(), meta.gid()));
     }
     Ok(owners)
-}
-
-/// Map the child's ids, hand it its mounts, and wait for init to say it is ready; returns the control socket
-/// init made in the sandbox's network namespace, which replaces the one the child was started with, and what
-/// init said of its landlock rules.
-fn start_child(pid: i32, plan: &Plan, base: u32, control: BorrowedFd<'_>) -> Result<(OwnedFd, String), RuntimeError> {
-    process::write_id_maps(pid, base, IDS_PER_SANDBOX)?;
-    let userns = process::open_namespace(pid, "user")?;
-    let trees = clone_trees(plan, base, userns.as_fd())?;
-    let fds: Vec<BorrowedFd<'_>> = trees.iter().map(|t| t.as_fd()).collect();
-    crate::trace::mark("map ids and clone trees");
-    let died = || RuntimeError::Setup {
-        message: "the sandbox's first process died while it was being set up (out of memory?)".into(),
-    };
-    protocol::send(control, &Go { trees: fds.len() }, &fds).map_err(|_| died())?;
-    let ready = protocol::recv::<Event>(control);
-    crate::trace::mark("child setup and init ready");
-    match ready {
-        Ok((Event::Ready { landlock, .. }, mut fds)) if fds.len() == 1 => {
-            Ok((fds.pop().ok_or(RuntimeError::InitGone)?, landlock))
-        }
-        Ok((Event::Ready { .. }, _)) => {
-            Err(RuntimeError::Setup { message: "init's ready came without its control socket".into() })
-        }
-        Ok((Event::SetupFailed { message }, _)) => Err(RuntimeError::Setup { message }),
-        Ok((other, _)) => Err(RuntimeError::Setup { message: format!("unexpected first message {other:?}") }),
-        Err(protocol::ProtocolError::Closed | protocol::ProtocolError::Io(_)) => Err(died()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// The plan's trees, cloned detached and id-mapped: `userns` is the sandbox's own user namespace (or one
@@ -376,13 +294,7 @@ impl Sandbox {
         let attached =
             Attached { stdin: stdio.stdin.is_some(), stdout: stdio.stdout.is_some(), stderr: stdio.stderr.is_some() };
         let streams = [stdio.stdin, stdio.stdout, stdio.stderr];
-        let piped = match self.isolation {
-            Isolation::Gvisor => {
-                let mut copiers = self.copiers.lock().map_err(|_| RuntimeError::InitGone)?;
-                Some(crate::gvisor::through_pipes(streams, &mut copiers)?)
-            }
-            Isolation::Namespaces => None,
-        };
+        let piped = self.backend.command_streams(self, streams)?;
         let fds: Vec<BorrowedFd<'_>> = match &piped {
             Some(given) => given.iter().flatten().map(|f| f.as_fd()).collect(),
             None => streams.into_iter().flatten().collect(),
@@ -407,12 +319,6 @@ impl Sandbox {
     pub fn signal(&self, id: u64, signal: i32) -> Result<(), RuntimeError> {
         protocol::send(self.control.as_fd(), &Request::Signal { id, signal }, &[])?;
         Ok(())
-    }
-
-    /// Whether a checkpoint of it can be taken: not when it was restored by an older berth whose init could
-    /// not execute itself again, and whose memory CRIU made outside the sandbox's user namespace.
-    pub fn checkpointable(&self) -> bool {
-        self.checkpointable
     }
 
     /// Whether the landlock rules of its init (and so of every command it starts) are `enforced`, `partial`
@@ -462,8 +368,8 @@ impl Sandbox {
     /// Kill every process in the sandbox now (init included); the sandbox can then only be destroyed.
     pub fn kill(&self) -> Result<(), RuntimeError> {
         process::pidfd_signal(self.pidfd.as_fd(), rustix::process::Signal::KILL)?;
-        if self.isolation == Isolation::Gvisor {
-            // runsc's processes are not its children's children in one pid namespace: the cgroup holds them.
+        if !self.backend.supports().init_ends_all {
+            // Its processes are not init's children in one pid namespace (runsc's): the cgroup holds them.
             self.cgroup.kill_all()?;
         }
         Ok(())
@@ -471,7 +377,29 @@ impl Sandbox {
 
     /// The boundary it runs behind.
     pub fn isolation(&self) -> Isolation {
-        self.isolation
+        self.backend.isolation()
+    }
+
+    /// The backend it runs on.
+    pub fn backend(&self) -> &'static dyn Backend {
+        self.backend
+    }
+
+    /// Hibernate: write its processes to `dir` and end them, and tear the rest down, as its backend does
+    /// (see [`Backend::hibernate`]). On error it keeps running as it was.
+    pub fn hibernate(
+        &mut self,
+        dir: &Path,
+        d: &crate::Dump<'_>,
+    ) -> Result<(crate::checkpoint::Manifest, Teardown), RuntimeError> {
+        let backend = self.backend;
+        backend.hibernate(self, dir, d)
+    }
+
+    /// Checkpoint: write its processes to `dir` and leave them running (forks and snapshots with processes),
+    /// where its backend `supports().checkpoint_running`.
+    pub fn checkpoint(&self, dir: &Path, d: &crate::Dump<'_>) -> Result<crate::checkpoint::Manifest, RuntimeError> {
+        self.backend.checkpoint(self, dir, d)
     }
 
     /// Tear the sandbox down and check that nothing of it remains.
@@ -496,9 +424,9 @@ impl Sandbox {
             Err(e) => t.leftovers.push(format!("init (pid {}): {}", self.pid, crate::error_chain(&e))),
         }
         crate::trace::mark("kill");
-        if self.isolation == Isolation::Gvisor {
-            // runsc ended; its kernel and gofer go with the cgroup, and with them the last holders of the
-            // streams' pipes, so the copies end.
+        if !self.backend.supports().init_ends_all {
+            // Init ended, not everything else (under gVisor runsc ended; its kernel and gofer go with the
+            // cgroup, and with them the last holders of the streams' pipes, so the copies end).
             let _ = self.cgroup.kill_all();
         }
         for copier in self.copiers.get_mut().map(std::mem::take).unwrap_or_default() {
@@ -524,59 +452,6 @@ impl Sandbox {
         }
         crate::trace::mark("verify");
         t
-    }
-}
-
-impl Runtime {
-    /// Start gVisor sandbox `id` (its claims held, `partial` to undo on failure) on `plan`, with `init_exe`
-    /// as its init: a new one, or with `image`, the one restored from the checkpoint there.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn boot_gvisor(
-        &self,
-        spec: &Spec,
-        id: &str,
-        ((claim_file, claim_path), (live, live_path)): ((File, PathBuf), (File, PathBuf)),
-        partial: &mut Partial,
-        plan: plan::Plan,
-        layout: &Layout,
-        init_exe: BorrowedFd<'_>,
-        image: Option<&Path>,
-    ) -> Result<Sandbox, RuntimeError> {
-        // gVisor's kernel maps the sandbox's ids itself: no host id block is needed. Its CPU limit is set once
-        // it is up: gVisor's own start (a Go program's, about 0.2 s of CPU, more for a restore) is not the
-        // sandbox's work, and at a hundredth of a core it would take tens of seconds. Nothing of the sandbox's
-        // own has run before init says ready (after a restore, only for the moments until this line).
-        let limits = crate::gvisor::host_limits(&spec.limits);
-        partial.cgroup = Some(self.hierarchy.create(id, &crate::cgroup::Limits { cpu_millis: None, ..limits })?);
-        let entry = partial.cgroup.as_ref().ok_or(RuntimeError::InitGone)?.entry()?;
-        let (pid, pidfd, control, landlock) =
-            crate::gvisor::start(&crate::gvisor::plan(plan), layout, spec, id, &entry, init_exe, image)?;
-        let cgroup = partial.cgroup.take().ok_or(RuntimeError::InitGone)?;
-        if let Some(millis) = limits.cpu_millis
-            && let Err(e) = cgroup.limit_cpu(millis)
-        {
-            partial.cgroup = Some(cgroup);
-            return Err(e.into());
-        }
-        partial.claim_path = None;
-        partial.live_path = None;
-        Ok(Sandbox {
-            id: id.to_string(),
-            claim_path,
-            _claim: claim_file,
-            live_path,
-            _live: live,
-            _ids: None,
-            cgroup,
-            pid,
-            pidfd,
-            control,
-            isolation: Isolation::Gvisor,
-            copiers: Default::default(),
-            landlock,
-            checkpointable: false,
-            destroyed: false,
-        })
     }
 }
 

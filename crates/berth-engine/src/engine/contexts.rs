@@ -352,18 +352,19 @@ impl Engine {
 }
 
 /// How the daemon reaches a socket inside a sandbox: through its files, from the host (the sandbox whose
-/// init has this pid), or through its init, which connects inside and copies (gVisor, whose kernel keeps a
-/// socket its processes make).
+/// init has this pid, behind this isolation), or through its init, which connects inside and copies (where
+/// the backend has no `host_sockets`: gVisor, whose kernel keeps a socket its processes make).
 pub(crate) enum Reach {
-    Files(i32),
+    Files(i32, berth_api::Isolation),
     Init(Arc<crate::session::Session>),
 }
 
 impl Reach {
     pub(super) async fn of(live: &Live, pid: i32) -> Self {
-        match live.record.lock().await.isolation {
-            berth_api::Isolation::Gvisor => Reach::Init(Arc::clone(&live.session)),
-            berth_api::Isolation::Namespaces => Reach::Files(pid),
+        let isolation = live.record.lock().await.isolation;
+        match berth_runtime::backend(isolation).supports().host_sockets {
+            true => Reach::Files(pid, isolation),
+            false => Reach::Init(Arc::clone(&live.session)),
         }
     }
 }
@@ -373,7 +374,7 @@ impl Engine {
     pub(crate) async fn reach(&self, r: &ContextRecord) -> Reach {
         match self.live(&r.sandbox_id).await {
             Ok(live) => Reach::of(&live, r.init_pid).await,
-            Err(_) => Reach::Files(r.init_pid),
+            Err(_) => Reach::Files(r.init_pid, berth_api::Isolation::default()),
         }
     }
 }
@@ -381,8 +382,8 @@ impl Engine {
 /// Connect to one of a context's sockets (`sock`: runs, `ctl`: control) inside its sandbox.
 pub(crate) async fn connect(reach: &Reach, ctx: &str, kind: &str) -> Result<UnixStream, EngineError> {
     let path = format!("{SOCKET_DIR}/{ctx}.{kind}");
-    let pid = match reach {
-        Reach::Files(pid) => *pid,
+    let (pid, isolation) = match reach {
+        Reach::Files(pid, isolation) => (*pid, *isolation),
         Reach::Init(session) => {
             let (ours, theirs) = std::os::unix::net::UnixStream::pair()
                 .map_err(|e| berth_sys::SysError::new("make a socket pair", e))?;
@@ -392,8 +393,7 @@ pub(crate) async fn connect(reach: &Reach, ctx: &str, kind: &str) -> Result<Unix
         }
     };
     let stream = tokio::task::spawn_blocking(move || -> Result<_, EngineError> {
-        let fs = crate::files::SandboxFs::open(pid, berth_api::Isolation::Namespaces)
-            .map_err(|e| EngineError::Conflict(e.to_string()))?;
+        let fs = crate::files::SandboxFs::open(pid, isolation).map_err(|e| EngineError::Conflict(e.to_string()))?;
         let s = fs.connect(&path).map_err(|e| {
             EngineError::Conflict(format!("the context's interpreter cannot be reached: {e}; restart the context"))
         })?;

@@ -52,9 +52,9 @@ impl Engine {
         }
         super::usage::check_budget(&req.budget)?;
         let isolation = *req.isolation.get_or_insert(self.bounds.isolation);
-        if isolation == berth_api::Isolation::Gvisor {
-            check_gvisor()?;
-        }
+        berth_runtime::backend(isolation)
+            .available()
+            .map_err(|why| EngineError::Unsupported(format!("isolation {isolation}: {why}")))?;
         for (k, v) in &req.env {
             berth_runtime::spec::check_env(k, v).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
@@ -142,7 +142,7 @@ impl Engine {
         };
         // From a snapshot with processes: restored from its checkpoint, in a copy of its own.
         let made = match (made, &parent) {
-            (Ok(()), Some(p)) => self.snapshot_restore(p, &id).await,
+            (Ok(()), Some(p)) => self.snapshot_restore(p, &id, isolation).await,
             (made, _) => made.map(|()| None),
         };
         let restored = made.as_ref().is_ok_and(|r| r.is_some());
@@ -392,28 +392,16 @@ impl Engine {
     }
 }
 
-/// Refuse a gVisor sandbox this host cannot run.
-fn check_gvisor() -> Result<(), EngineError> {
-    berth_runtime::gvisor::runsc().map_err(|why| EngineError::Unsupported(format!("isolation gvisor: {why}")))?;
-    Ok(())
-}
-
 /// Each isolation and whether this host offers it.
 pub(super) fn isolations() -> Vec<berth_api::IsolationInfo> {
-    let gvisor = berth_runtime::gvisor::runsc();
-    vec![
-        berth_api::IsolationInfo {
-            isolation: berth_api::Isolation::Namespaces,
-            available: true,
-            detail: "the host kernel's namespaces, cgroups, seccomp and landlock".into(),
-        },
-        berth_api::IsolationInfo {
-            isolation: berth_api::Isolation::Gvisor,
-            available: gvisor.is_ok(),
-            detail: match gvisor {
-                Ok(r) => format!("runsc {} at {}", r.version, r.path.display()),
-                Err(why) => why,
-            },
-        },
-    ]
+    berth_runtime::backends()
+        .map(|b| {
+            let offered = b.available();
+            berth_api::IsolationInfo {
+                isolation: b.isolation(),
+                available: offered.is_ok(),
+                detail: offered.map(|o| o.detail).unwrap_or_else(|why| why),
+            }
+        })
+        .collect()
 }

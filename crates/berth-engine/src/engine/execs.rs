@@ -151,8 +151,9 @@ impl Engine {
     }
 
     /// The cgroup of command `exec_id` of sandbox `sid`, inside the sandbox's: its whole tree, to be killed at
-    /// once. None under gVisor, whose processes are not the host's: there a command's tree is its process
-    /// group (what leaves it with setsid ends with the sandbox).
+    /// once. None where the backend gives commands no host cgroup (gVisor, whose processes are not the
+    /// host's: there a command's tree is its process group, and what leaves it with setsid ends with the
+    /// sandbox).
     pub(super) fn command_cgroup(
         &self,
         sid: &str,
@@ -160,15 +161,15 @@ impl Engine {
         isolation: berth_api::Isolation,
     ) -> Result<Option<berth_runtime::cgroup::Cgroup>, EngineError> {
         match &self.cgroups {
-            Some(h) if isolation == berth_api::Isolation::Namespaces => {
+            Some(h) if berth_runtime::backend(isolation).supports().command_cgroups => {
                 h.open(sid).child(exec_id).map(Some).map_err(|e| EngineError::Create(berth_runtime::error_chain(&e)))
             }
             _ => Ok(None),
         }
     }
 
-    /// Start counting the OOM kills of a command of sandbox `sid` whose own cgroup is `own` (under gVisor, the
-    /// kills of the whole sandbox, which one ends).
+    /// Start counting the OOM kills of a command of sandbox `sid` whose own cgroup is `own`, or of the whole
+    /// sandbox where one ends it (gVisor), as its backend's `oom` says.
     pub(super) fn oom_count(
         &self,
         sid: &str,
@@ -176,9 +177,10 @@ impl Engine {
         isolation: berth_api::Isolation,
     ) -> Option<crate::launch::OomCount> {
         let sandbox = self.cgroups.as_ref()?.open(sid);
-        match isolation {
-            berth_api::Isolation::Gvisor => crate::launch::OomCount::whole(sandbox),
-            berth_api::Isolation::Namespaces => crate::launch::OomCount::start(sandbox, own?),
+        match berth_runtime::backend(isolation).supports().oom {
+            berth_runtime::OomScope::Sandbox => crate::launch::OomCount::whole(sandbox),
+            berth_runtime::OomScope::Command => crate::launch::OomCount::start(sandbox, own?),
+            berth_runtime::OomScope::Uncounted => None,
         }
     }
 

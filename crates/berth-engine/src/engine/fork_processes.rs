@@ -22,7 +22,8 @@ use crate::shim::{self, ShimReply, ShimRequest};
 /// What a fork with processes holds while its children are made: the checkpoint and what restores it.
 pub(super) struct Checkpoint {
     pub dir: PathBuf,
-    pub criu: berth_runtime::checkpoint::Criu,
+    /// Where the sandbox's backend needs it.
+    pub criu: Option<berth_runtime::checkpoint::Criu>,
     pub bytes: u64,
     pub ms: u64,
 }
@@ -45,7 +46,7 @@ impl Engine {
             }
             Err(e) => return Err(e),
         };
-        self.criu.clone().map_err(EngineError::Unsupported)?;
+        self.criu_for(berth_runtime::backend(live.record.lock().await.isolation))?;
         self.check_hibernatable(&live, sid, doing, false).await?;
         Ok(live)
     }
@@ -59,7 +60,7 @@ impl Engine {
         dir: PathBuf,
         files: impl Future<Output = Result<(), EngineError>>,
     ) -> Result<Checkpoint, EngineError> {
-        let criu = self.criu.clone().map_err(EngineError::Unsupported)?;
+        let criu = self.criu_for(berth_runtime::backend(live.record.lock().await.isolation))?;
         let cg = self.cgroups.as_ref().map(|h| h.open(sid)).ok_or_else(|| {
             EngineError::Unsupported("forks with processes need the sandbox's cgroup, and this host has none".into())
         })?;
@@ -79,8 +80,8 @@ impl Engine {
         let started = std::time::Instant::now();
         let req = ShimRequest::Checkpoint {
             dir: dir.clone(),
-            criu: Some(criu.path.clone()),
-            criu_version: Some(criu.version.clone()),
+            criu: criu.as_ref().map(|c| c.path.clone()),
+            criu_version: criu.as_ref().map(|c| c.version.clone()),
         };
         let made = match self.ask_shim(sid, req).await {
             Ok(ShimReply::Checkpointed { bytes }) => {
@@ -138,16 +139,18 @@ impl Engine {
         }
     }
 
-    /// How sandbox `id` made from snapshot `snap` starts: restored from its checkpoint, if it has one.
+    /// How sandbox `id` made from snapshot `snap` behind `isolation` starts: restored from its checkpoint, if
+    /// it has one.
     pub(super) async fn snapshot_restore(
         &self,
         snap: &berth_api::Snapshot,
         id: &str,
+        isolation: berth_api::Isolation,
     ) -> Result<Option<Restore>, EngineError> {
         if !snap.with_processes {
             return Ok(None);
         }
-        let criu = self.criu.clone().map_err(EngineError::Unsupported)?;
+        let criu = self.criu_for(berth_runtime::backend(isolation))?;
         let cp = Checkpoint { dir: self.snapshot_image_dir(&snap.id), criu, bytes: 0, ms: 0 };
         self.child_image(&cp, id).await.map(Some)
     }
@@ -160,7 +163,7 @@ impl Engine {
             .await
             .map_err(|_| EngineError::Create("preparing a fork's image panicked".into()))?
             .map_err(|e| EngineError::Create(format!("prepare the image of fork {id}: {e}")))?;
-        Ok(Restore { dir, criu: Some(cp.criu.clone()), pipes: Vec::new(), fork: true })
+        Ok(Restore { dir, criu: cp.criu.clone(), pipes: Vec::new(), fork: true })
     }
 
     /// The checkpoint's image gone, once its children are made. The kept copy of init's binary stays for

@@ -35,19 +35,19 @@ impl Engine {
             let r = live.record.lock().await;
             (r.id.clone(), r.isolation)
         };
-        // gVisor's own checkpoint writes a gVisor sandbox; CRIU the others.
-        let gvisor = isolation == berth_api::Isolation::Gvisor;
-        let criu = match gvisor {
-            true => None,
-            false => Some(self.criu.clone().map_err(EngineError::Unsupported)?),
-        };
+        // Its backend writes it: with the daemon's CRIU where it needs one (gVisor has its own checkpoint).
+        let backend = berth_runtime::backend(isolation);
+        if !backend.supports().hibernate {
+            return Err(EngineError::Unsupported(format!("a {} sandbox cannot hibernate", backend.name())));
+        }
+        let criu = self.criu_for(backend)?;
         let _busy = self.busy(&sid, "hibernating")?;
-        let held = match gvisor {
-            true => {
-                self.check_gvisor_hibernatable(&live, &sid).await?;
+        let held = match backend.supports().hibernate_holds_execs {
+            false => {
+                self.check_nothing_held(&live, &sid, backend.name()).await?;
                 super::hibernate_execs::Held::default()
             }
-            false => {
+            true => {
                 self.check_hibernatable(&live, &sid, "hibernate", true).await?;
                 // Its detached execs sleep with it (see `hibernate_execs`); any other running exec refuses. Released if
                 // it fails.
@@ -206,10 +206,11 @@ impl Engine {
         Ok(())
     }
 
-    /// Why a gVisor sandbox cannot be checkpointed now, if it cannot: a descriptor of the host's that a
-    /// process inside holds (a running command's streams, a code context's connection) cannot be written to
-    /// disk by gVisor, so nothing that berth is talking to may be running.
-    async fn check_gvisor_hibernatable(&self, live: &Arc<Live>, sid: &str) -> Result<(), EngineError> {
+    /// Why a sandbox whose backend (`name`) keeps no execs asleep cannot be checkpointed now, if it cannot: a
+    /// descriptor of the host's that a process inside holds (a running command's streams, a code context's
+    /// connection) cannot be written to disk by such a backend (gVisor), so nothing that berth is talking to
+    /// may be running.
+    async fn check_nothing_held(&self, live: &Arc<Live>, sid: &str, name: &str) -> Result<(), EngineError> {
         Self::check_previews_closed(live, sid, "hibernate")?;
         let pid = live.record.lock().await.pid.unwrap_or(0);
         let contexts: Vec<String> = self
@@ -220,8 +221,8 @@ impl Engine {
             .collect();
         if !contexts.is_empty() {
             return Err(EngineError::Conflict(format!(
-                "gVisor sandbox {sid} cannot hibernate while it has code contexts ({}): their interpreters talk to \
-                 berth through streams of the host's, which gVisor's checkpoint cannot write to disk; remove them \
+                "{name} sandbox {sid} cannot hibernate while it has code contexts ({}): their interpreters talk to \
+                 berth through streams of the host's, which {name}'s checkpoint cannot write to disk; remove them \
                  (berth context rm) and try again",
                 contexts.join(", ")
             )));
@@ -229,8 +230,8 @@ impl Engine {
         let running = running_execs(live).await;
         if !running.is_empty() || live.starting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
             return Err(EngineError::Conflict(format!(
-                "gVisor sandbox {sid} cannot hibernate while execs or shells are running ({}), detached ones \
-                 included: their streams are the host's, which gVisor's checkpoint cannot write to disk; wait for \
+                "{name} sandbox {sid} cannot hibernate while execs or shells are running ({}), detached ones \
+                 included: their streams are the host's, which {name}'s checkpoint cannot write to disk; wait for \
                  them or kill them, and try again (processes they left in the background are fine)",
                 if running.is_empty() { "one starting".into() } else { running.join(", ") }
             )));
@@ -253,10 +254,7 @@ impl Engine {
                 None => EngineError::NoSandbox(id.to_string()),
             });
         };
-        let criu = match hib.isolation {
-            berth_api::Isolation::Gvisor => None,
-            berth_api::Isolation::Namespaces => Some(self.criu.clone().map_err(EngineError::Unsupported)?),
-        };
+        let criu = self.criu_for(berth_runtime::backend(hib.isolation))?;
         // A hibernation that has written the sandbox's state may still be finishing (its last files, its
         // guard): a call that wakes the sandbox then waits for it rather than being refused.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -353,12 +351,12 @@ impl Engine {
         if !dir.exists() {
             return;
         }
-        // A gVisor checkpoint holds no host id block.
+        // Only an image whose backend keeps a host id block reserved (not gVisor's) has one to give back.
         if let Ok(m) = berth_runtime::checkpoint::read_manifest(&dir)
-            && m.isolation == berth_api::Isolation::Namespaces
+            && let Some(slot) = m.reserved_slot()
         {
             let owner = berth_runtime::reservation_owner(&self.root, id);
-            berth_runtime::ids::unreserve(std::path::Path::new(berth_runtime::ids::CLAIMS_DIR), m.slot, &owner);
+            berth_runtime::ids::unreserve(std::path::Path::new(berth_runtime::ids::CLAIMS_DIR), slot, &owner);
         }
         let _ = tokio::fs::remove_dir_all(&dir).await;
         self.prune_init_copies();
@@ -392,11 +390,9 @@ impl Engine {
                 self.supervisor_gone(&s.id, why, "lost").await;
                 continue;
             }
-            if m.isolation == berth_api::Isolation::Gvisor {
-                continue;
-            }
+            let Some(slot) = m.reserved_slot() else { continue };
             let owner = berth_runtime::reservation_owner(&self.root, &s.id);
-            let _ = berth_runtime::ids::reserve(std::path::Path::new(berth_runtime::ids::CLAIMS_DIR), m.slot, &owner);
+            let _ = berth_runtime::ids::reserve(std::path::Path::new(berth_runtime::ids::CLAIMS_DIR), slot, &owner);
         }
     }
 }
@@ -412,6 +408,18 @@ async fn running_execs(live: &Live) -> Vec<String> {
 }
 
 impl Engine {
+    /// The daemon's CRIU, where backend `b` needs it to write or restore its sandboxes' processes; why this
+    /// host cannot otherwise.
+    pub(super) fn criu_for(
+        &self,
+        b: &dyn berth_runtime::Backend,
+    ) -> Result<Option<berth_runtime::checkpoint::Criu>, EngineError> {
+        if !b.supports().needs_criu {
+            return Ok(None);
+        }
+        self.criu.clone().map(Some).map_err(EngineError::Unsupported)
+    }
+
     /// Say once, at start, whether sandboxes can hibernate here, and if not, why.
     pub(super) fn log_criu(&self) {
         match &self.criu {

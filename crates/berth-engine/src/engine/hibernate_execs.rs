@@ -192,7 +192,11 @@ impl Engine {
     pub(super) async fn resume_execs(&self, sid: &str, wp: WakePipes) -> Vec<String> {
         let mut woken = Vec::new();
         let Ok(live) = self.live(sid).await else { return woken };
-        let Some(pid) = live.record.lock().await.pid else { return woken };
+        let (pid, isolation) = {
+            let r = live.record.lock().await;
+            (r.pid, r.isolation)
+        };
+        let Some(pid) = pid else { return woken };
         self.rehome_contexts(sid, wp.sleeping.init_pid, pid).await;
         let mut kept = self.asleep.0.lock().ok().and_then(|mut k| k.remove(sid)).unwrap_or_default();
         for ((saved, pipes), state) in wp.sleeping.execs.into_iter().zip(wp.ours).zip(wp.states) {
@@ -202,7 +206,7 @@ impl Engine {
                 Keeper { done, done_rx, kill, kill_rx }
             });
             let cgroup = self.cgroups.as_ref().and_then(|h| h.open(sid).child(&saved.exec_id).ok());
-            let oom = self.oom_count(sid, cgroup.as_ref(), berth_api::Isolation::Namespaces);
+            let oom = self.oom_count(sid, cgroup.as_ref(), isolation);
             let wake = exec_hibernation::Wake {
                 session: Arc::clone(&live.session),
                 pipes,

@@ -109,9 +109,10 @@ impl Engine {
         };
         let isolation = record.isolation;
         let (rows, cols) = (req.rows, req.cols);
-        // A terminal opened outside is no terminal to gVisor's kernel: there init opens one inside and copies
-        // it to a socket, which stands for the terminal's master end here.
-        let inside = (isolation == berth_api::Isolation::Gvisor).then_some(Winsize { rows, cols });
+        // A terminal opened outside is no terminal to a kernel of the sandbox's own (gVisor's): there init opens
+        // one inside and copies it to a socket, which stands for the terminal's master end here.
+        let at = berth_runtime::backend(isolation).supports().terminal;
+        let inside = (at == berth_runtime::TerminalAt::Init).then_some(Winsize { rows, cols });
         let asked = req.argv;
         let (argv, pty) = tokio::task::spawn_blocking(move || -> Result<_, FileError> {
             let fs = SandboxFs::open(pid, isolation)?;

@@ -33,6 +33,13 @@ const REFILL_DELAY: Duration = Duration::from_millis(250);
 /// After a build that failed, the next try waits this long.
 const RETRY_DELAY: Duration = Duration::from_secs(5);
 
+/// What pooled sandboxes are built behind: the default isolation, if its backend can build one ahead and
+/// rename it when it is taken (`supports().warm_pool`); else there is no pool.
+fn pool_isolation() -> Option<berth_api::Isolation> {
+    let isolation = berth_api::Isolation::default();
+    berth_runtime::backend(isolation).supports().warm_pool.then_some(isolation)
+}
+
 #[derive(Default)]
 pub(super) struct Warm {
     /// How many to keep ready (0: no pool).
@@ -97,7 +104,7 @@ impl Engine {
 
     /// Keep the pool full, one build at a time, until the daemon stops.
     pub fn spawn_warm(self: &Arc<Engine>) {
-        if self.warm.size == 0 {
+        if self.warm.size == 0 || pool_isolation().is_none() {
             return;
         }
         let weak = Arc::downgrade(self);
@@ -172,7 +179,7 @@ impl Engine {
             criu_version: None,
             pipes: Vec::new(),
             fork: false,
-            isolation: berth_api::Isolation::Namespaces,
+            isolation: pool_isolation().unwrap_or_default(),
         };
         let started = match self.apply_quota(&id, disk).await {
             Ok(()) => self.start_shim(&start).await,
@@ -204,7 +211,7 @@ impl Engine {
     /// the same build, whatever else its record, environment, credentials and policy are.
     fn warm_serves(&self, req: &CreateSandbox) -> bool {
         req.image.as_deref() == Some("host")
-            && req.isolation.unwrap_or_default() == berth_api::Isolation::Namespaces
+            && Some(req.isolation.unwrap_or_default()) == pool_isolation()
             && req.memory_bytes == self.bounds.default_memory_bytes
             && req.pids == self.bounds.default_pids
             && req.cpus.is_none()

@@ -75,12 +75,15 @@ pub struct SandboxFs {
     /// `/proc/<init>/root`, O_PATH.
     root: OwnedFd,
     ids: Ids,
-    /// Its root is gVisor's: `/proc`, `/sys` and `/dev` are its kernel's.
-    gvisor: bool,
+    /// First components of paths that the sandbox's own kernel serves (gVisor's `/proc`, `/sys`, `/dev`).
+    unreachable: &'static [&'static str],
+    /// Its backend's name, to say whose kernel that is.
+    backend: &'static str,
 }
 
 impl SandboxFs {
-    /// Reach the root of the sandbox whose init has host pid `pid` (under gVisor: whose `runsc run` has it).
+    /// Reach the root of the sandbox whose init has host pid `pid` (under gVisor: whose `runsc run` has it),
+    /// where its backend's `file_root` says it is.
     pub fn open(pid: i32, isolation: berth_api::Isolation) -> Result<SandboxFs> {
         let gone = |e: Errno| {
             FileError::Conflict(format!("the sandbox's init (pid {pid}) cannot be reached: {}", io::Error::from(e)))
@@ -92,21 +95,28 @@ impl SandboxFs {
                 .map_err(gone)?;
         let root = rustix::fs::openat(&proc, "root", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .map_err(gone)?;
-        if isolation == berth_api::Isolation::Gvisor {
-            // runsc runs as the host's root, in a mount namespace of its own where the sandbox's root is one
-            // directory; the trees mounted there map the sandbox's ids to the same numbers (gVisor's kernel
-            // maps nothing), so its root is acted as as root, confined to that directory like any sandbox.
-            let inner = berth_runtime::gvisor::root_in_supervisor();
-            let inner = inner.strip_prefix("/").unwrap_or(&inner);
-            let root =
-                rustix::fs::openat(&root, inner, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-                    .map_err(gone)?;
-            let ids = Ids { uid: 0, gid: 0, count: DEFAULT_ID_COUNT, user: (0, 0) };
-            return Ok(SandboxFs { root, ids, gvisor: true });
-        }
-        let (uid, count) = id_map(&proc, "uid_map")?;
-        let (gid, _) = id_map(&proc, "gid_map")?;
-        Ok(SandboxFs { root, ids: Ids { uid, gid, count, user: (0, 0) }, gvisor: false })
+        let backend = berth_runtime::backend(isolation);
+        let at = backend.file_root();
+        // Under gVisor runsc runs as the host's root, in a mount namespace of its own where the sandbox's root
+        // is one directory; confined to that directory like any sandbox's.
+        let root = match at.under.as_os_str().is_empty() {
+            true => root,
+            false => {
+                rustix::fs::openat(&root, &at.under, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+                    .map_err(gone)?
+            }
+        };
+        let ids = match at.ids {
+            berth_runtime::FileIds::Mapped => {
+                let (uid, count) = id_map(&proc, "uid_map")?;
+                let (gid, _) = id_map(&proc, "gid_map")?;
+                Ids { uid, gid, count, user: (0, 0) }
+            }
+            // The trees mounted there map the sandbox's ids to the same numbers (gVisor's kernel maps
+            // nothing), so its root is acted as as root.
+            berth_runtime::FileIds::Same => Ids { uid: 0, gid: 0, count: DEFAULT_ID_COUNT, user: (0, 0) },
+        };
+        Ok(SandboxFs { root, ids, unreachable: at.unreachable, backend: backend.name() })
     }
 
     /// Do the work as inside user `uid` and group `gid` instead of root: the sandbox's permissions apply to
@@ -119,14 +129,15 @@ impl SandboxFs {
         Ok(self)
     }
 
-    /// `path`'s components, refused when they name a file system of gVisor's own kernel (`/proc`, `/sys`,
-    /// `/dev`): the host holds only the empty directories they are mounted on.
+    /// `path`'s components, refused when they name a file system of the sandbox's own kernel (gVisor's
+    /// `/proc`, `/sys`, `/dev`): the host holds only the empty directories they are mounted on.
     fn parts<'a>(&self, path: &'a str) -> Result<Vec<&'a str>> {
         let parts = parse_path(path)?;
-        if self.gvisor && parts.first().is_some_and(|p| ["proc", "sys", "dev"].contains(p)) {
+        if parts.first().is_some_and(|p| self.unreachable.contains(p)) {
             return Err(FileError::Conflict(format!(
-                "{path} is in a file system of the sandbox's gVisor kernel, which the files API cannot reach: \
-                 read it with an exec"
+                "{path} is in a file system of the sandbox's {} kernel, which the files API cannot reach: read it \
+                 with an exec",
+                self.backend
             )));
         }
         Ok(parts)

@@ -10,9 +10,9 @@ pub fn daemon(root: &Path, socket: &Path, args: crate::cli::DaemonArgs) -> anyho
     }
     let bounds = args.bounds();
     bounds.check().map_err(anyhow::Error::msg)?;
-    if bounds.isolation == berth_api::Isolation::Gvisor {
-        berth_runtime::gvisor::runsc().map_err(|why| anyhow::anyhow!("--isolation gvisor: {why}"))?;
-    }
+    berth_runtime::backend(bounds.isolation)
+        .available()
+        .map_err(|why| anyhow::anyhow!("--isolation {}: {why}", bounds.isolation))?;
     if args.max_header_size < 1024 || args.max_header_size > 1 << 20 {
         anyhow::bail!("--max-header-size must be between 1k and 1m");
     }

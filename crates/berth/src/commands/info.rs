@@ -47,17 +47,25 @@ pub fn info(root: &Path, socket: &Path) -> anyhow::Result<i32> {
 
 /// The boundaries this host offers (`--isolation`), and why one is missing.
 fn isolation() -> serde_json::Value {
-    let gvisor = match berth_runtime::gvisor::runsc() {
-        Ok(r) => serde_json::json!({
-            "name": "gvisor", "available": true, "runsc": r.path, "version": r.version, "platform": "systrap",
-            "serves": "berth run (daemon sandboxes run on namespaces for now)",
-        }),
-        Err(reason) => serde_json::json!({"name": "gvisor", "available": false, "reason": reason}),
-    };
-    serde_json::json!([
-        {"name": "namespaces", "available": true, "default": true, "serves": "berth run and the daemon's sandboxes"},
-        gvisor,
-    ])
+    let each = berth_runtime::backends().map(|b| {
+        let name = b.isolation().as_str();
+        match b.available() {
+            Ok(offered) => {
+                let mut entry = serde_json::json!({
+                    "name": name,
+                    "available": true,
+                    "default": b.isolation() == berth_api::Isolation::default(),
+                    "detail": offered.detail,
+                });
+                for (key, value) in offered.facts {
+                    entry[key] = value.into();
+                }
+                entry
+            }
+            Err(reason) => serde_json::json!({"name": name, "available": false, "reason": reason}),
+        }
+    });
+    serde_json::Value::Array(each.collect())
 }
 
 fn daemon_info(socket: &Path) -> Option<berth_api::DaemonInfo> {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use berth_init::protocol::Event;
 use berth_runtime::cgroup::Limits;
-use berth_runtime::spec::{Isolation, Spec};
+use berth_runtime::spec::Spec;
 use berth_runtime::{Runtime, Sandbox, Stdio};
 use rustix::event::{PollFd, PollFlags};
 use serde::Serialize;
@@ -75,14 +75,20 @@ pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
     let outcome = supervise(&sandbox, &args, sigfd.as_fd());
     let duration = started.elapsed();
     let usage = sandbox.usage();
-    let isolation = sandbox.isolation();
+    let backend = sandbox.backend();
     let teardown = sandbox.destroy();
     berth_runtime::trace::mark("destroyed");
     let outcome = match outcome {
-        // gVisor's kernel is one host process: the cgroup's OOM killer ends the whole sandbox, not one of its
-        // processes, and init with it.
-        Err(_) if isolation == Isolation::Gvisor && usage.as_ref().is_ok_and(|u| u.oom_kills > 0) => {
-            eprintln!("berth: the sandbox went over its memory limit, which under gVisor ends the whole sandbox");
+        // A kernel of the sandbox's own (gVisor's) is one host process: the cgroup's OOM killer ends the whole
+        // sandbox, not one of its processes, and init with it.
+        Err(_)
+            if backend.supports().oom == berth_runtime::OomScope::Sandbox
+                && usage.as_ref().is_ok_and(|u| u.oom_kills > 0) =>
+        {
+            eprintln!(
+                "berth: the sandbox went over its memory limit, which under {} ends the whole sandbox",
+                backend.name()
+            );
             Outcome::Exited { code: None, signal: Some(9) }
         }
         outcome => outcome?,

@@ -13,9 +13,10 @@ use super::{E2b, encode, error, failed};
 /// Most copies one fork makes (E2B's SDK asks for at most 20).
 const MAX_FORKS: u64 = 20;
 
-/// Whether berth can take the processes of a sandbox behind `isolation` along (a checkpoint with CRIU).
+/// Whether berth can take the processes of a sandbox behind `isolation` along (a checkpoint of them while
+/// they run).
 fn processes_can_come(isolation: Isolation) -> bool {
-    isolation == Isolation::Namespaces
+    berth_runtime::backend(isolation).supports().checkpoint_running
 }
 
 /// `POST /sandboxes/{id}/snapshots` `{name?, memory?}`: `memory` (E2B's "full", its default) takes the
