@@ -15,10 +15,11 @@ const ALLOWED: &[(&str, &str)] = &[
     ("berth-runtime/src/gvisor_backend.rs", "the gVisor backend"),
     ("berth-runtime/src/gvisor_checkpoint.rs", "the gVisor backend"),
     ("berth-runtime/src/checkpoint.rs", "the namespaces backend's CRIU half: its manifests say whose they are"),
-    ("berth/src/commands/bench_exec.rs", "a benchmark of each backend against its native peer"),
-    ("berth/src/commands/bench_gvisor.rs", "a benchmark of gVisor against raw runsc"),
-    ("berth/src/commands/bench_hibernate.rs", "a benchmark of each backend's hibernation"),
-    ("berth/src/commands/bench_hibernate_gvisor.rs", "a benchmark of gVisor against raw runsc"),
+    ("berth-bench/src/exec.rs", "a benchmark of each backend against its native peer"),
+    ("berth-bench/src/gvisor.rs", "a benchmark of gVisor against raw runsc"),
+    ("berth-bench/src/lib.rs", "the dispatch to that benchmark (its module is named gvisor)"),
+    ("berth-bench/src/hibernate.rs", "a benchmark of each backend's hibernation"),
+    ("berth-bench/src/hibernate_gvisor.rs", "a benchmark of gVisor against raw runsc"),
     ("berth-engine/src/isolation_guard.rs", "this test"),
 ];
 
