@@ -38,8 +38,9 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::Engine;
+use crate::{Engine, EngineError};
 use berth_engine::tokens::{digest, random_hex};
+use berth_engine::{Access as Allowed, Caller};
 
 /// envd's port, the code interpreter's, and the envd version berth answers as (what it implements).
 pub(crate) const ENVD_PORT: u16 = 49983;
@@ -149,6 +150,41 @@ fn target(req: &Request, domain: Option<&str>) -> Option<(String, u16)> {
     crate::preview_http::host_target(req, domain?).map(|(port, id)| (id, port))
 }
 
+/// What an unknown (or revoked) key gets.
+pub(crate) const NO_TOKEN: &str =
+    "this listener needs a bearer token: mint one with berth token create and send it as Authorization: Bearer";
+
+/// An engine call that failed, as the listener answers it: the status of its error's code, and its sentence.
+#[derive(Debug)]
+pub(crate) struct Failed {
+    pub status: u16,
+    pub message: String,
+}
+
+impl From<EngineError> for Failed {
+    fn from(e: EngineError) -> Failed {
+        Failed { status: e.code().status(), message: berth_runtime::error_chain(&e) }
+    }
+}
+
+impl From<crate::http::Failure> for Failed {
+    fn from(f: crate::http::Failure) -> Failed {
+        Failed { status: f.0.status(), message: f.1 }
+    }
+}
+
+impl Failed {
+    /// The status as envd would answer a file call: berth's 409 for what the user may not do is a 403.
+    pub fn file_status(&self) -> u16 {
+        if self.status == 409 && self.message.contains("Permission denied") { 403 } else { self.status }
+    }
+
+    /// As a control-plane error.
+    pub fn answer(&self) -> Response {
+        error(self.status, self.message.clone())
+    }
+}
+
 /// What the API answered: its status, content type and body.
 pub(crate) struct Answer {
     pub status: u16,
@@ -177,6 +213,33 @@ impl Answer {
 }
 
 impl E2b {
+    /// Run engine call `op` as `caller`, once it is allowed `access` (journaled as the caller's, refused as it
+    /// would be from any client).
+    pub(crate) async fn run<T>(
+        &self,
+        caller: &Caller,
+        access: Allowed<'_>,
+        op: impl std::future::Future<Output = Result<T, EngineError>>,
+    ) -> Result<T, Failed> {
+        self.engine.as_caller(caller, access, op).await.map_err(Failed::from)
+    }
+
+    /// The same, with `op` on a task of its own: a client that hangs up never stops it half-way.
+    pub(crate) async fn run_detached<T, F, Fut>(&self, caller: &Caller, access: Allowed<'_>, op: F) -> Result<T, Failed>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Engine>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, EngineError>> + Send + 'static,
+    {
+        self.run(caller, access, crate::http::detached(&self.engine, op)).await
+    }
+
+    /// The caller a sandbox request's access token stands for, if it is one for this sandbox and its berth
+    /// token is still valid.
+    pub(crate) fn caller_for(&self, sandbox: &str, headers: &HeaderMap) -> Option<Caller> {
+        self.key_for(sandbox, headers).and_then(|key| self.engine.caller(&key))
+    }
+
     /// Call the API as the holder of berth token `key`; the answer's body streamed.
     pub(crate) async fn stream(&self, key: &str, method: Method, path: &str, body: Option<Body>) -> Response {
         let mut req = Request::builder()
