@@ -2,9 +2,9 @@
 //! and the code interpreter (port 49999) as the unmodified E2B SDKs speak them, on one port, translated to
 //! berth's own API.
 //!
-//! Every request is carried out as a request to the API's router in-process (as `/mcp` does), with the
-//! caller's berth token: it is authenticated, scoped, journaled and limited exactly as that request would be
-//! from any client. The control plane takes the token as `X-API-Key` (the SDK's `E2B_API_KEY`). Sandbox
+//! Every request is carried out as typed calls of the engine, as the caller its berth token makes
+//! (`berth_engine::Caller`): each is allowed by `Engine::allows` with the rules the API applies to the same
+//! token, journaled as the caller's, and held to the API's bounds, as it would be from any client. The control plane takes the token as `X-API-Key` (the SDK's `E2B_API_KEY`). Sandbox
 //! traffic carries no API key: create and connect answer with an access token for the sandbox
 //! (`envdAccessToken`, also `trafficAccessToken`), which stands for the key that made it, held in memory by
 //! its digest (a restarted daemon gives a new one at the next `connect`).
@@ -107,10 +107,11 @@ pub fn app(engine: Arc<Engine>, domain: Option<String>) -> Router {
 
 async fn dispatch(State(s): State<Arc<E2b>>, req: Request) -> Response {
     match target(&req, s.domain.as_deref()) {
-        Some((id, ENVD_PORT)) => envd::serve(&s, &id, req).await,
-        Some((id, INTERPRETER_PORT)) => interpreter::serve(&s, &id, req).await,
+        // Each on the heap: their futures hold the engine's.
+        Some((id, ENVD_PORT)) => Box::pin(envd::serve(&s, &id, req)).await,
+        Some((id, INTERPRETER_PORT)) => Box::pin(interpreter::serve(&s, &id, req)).await,
         Some((id, port)) => user_port(&s, &id, port, req).await,
-        None => control::serve(&s, req).await,
+        None => Box::pin(control::serve(&s, req)).await,
     }
 }
 
@@ -221,7 +222,8 @@ impl E2b {
         access: Allowed<'_>,
         op: impl std::future::Future<Output = Result<T, EngineError>>,
     ) -> Result<T, Failed> {
-        self.engine.as_caller(caller, access, op).await.map_err(Failed::from)
+        // On the heap: the engine's futures are large, and a request's task nests several.
+        Box::pin(self.engine.as_caller(caller, access, Box::pin(op))).await.map_err(Failed::from)
     }
 
     /// The same, with `op` on a task of its own: a client that hangs up never stops it half-way.
@@ -261,26 +263,6 @@ impl E2b {
     pub(crate) async fn call(&self, key: &str, method: Method, path: &str, body: Option<Value>) -> Answer {
         let body = body.map(|v| Body::from(serde_json::to_vec(&v).unwrap_or_default()));
         self.read(self.stream(key, method, path, body).await).await
-    }
-
-    /// The same with a raw body.
-    pub(crate) async fn call_bytes(&self, key: &str, method: Method, path: &str, body: Bytes) -> Answer {
-        let answer = self.stream(key, method, path, Some(Body::from(body))).await;
-        self.read(answer).await
-    }
-
-    /// GET a list from the API as the holder of `key` (`what` names it in the error, should it not be one).
-    pub(crate) async fn list_of<T: serde::de::DeserializeOwned>(
-        &self,
-        key: &str,
-        path: &str,
-        what: &str,
-    ) -> Result<Vec<T>, Response> {
-        let a = self.call(key, Method::GET, path, None).await;
-        if !a.ok() {
-            return Err(failed(&a));
-        }
-        serde_json::from_slice(&a.body).map_err(|_| error(500, format!("berth's answer was not a list of {what}")))
     }
 
     async fn read(&self, answer: Response) -> Answer {
@@ -387,11 +369,6 @@ pub(crate) fn error(status: u16, message: impl Into<String>) -> Response {
         r.headers_mut().insert("should-retry", HeaderValue::from_static("false"));
     }
     r
-}
-
-/// An API answer that failed, as a control-plane error.
-pub(crate) fn failed(a: &Answer) -> Response {
-    error(a.status, a.message())
 }
 
 pub(crate) use berth_api::rfc3339;
