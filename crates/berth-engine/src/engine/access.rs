@@ -110,8 +110,8 @@ impl<'a> Access<'a> {
                 return Access::List;
             }
             ("GET", ["v1", "snapshots"]) => return Access::Snapshots,
-            ("GET", ["v1", "snapshots", s]) => return Access::Snapshot(*s),
-            ("DELETE", ["v1", "snapshots", s]) => return Access::RemoveSnapshot(*s),
+            ("GET", ["v1", "snapshots", s]) => return Access::Snapshot(s),
+            ("DELETE", ["v1", "snapshots", s]) => return Access::RemoveSnapshot(s),
             (_, ["v1", "sandboxes", target, rest @ ..]) => {
                 let op = match (method, rest) {
                     ("GET", []) => Some(Op::Inspect),
@@ -140,7 +140,7 @@ impl<'a> Access<'a> {
                     ("POST", ["start"]) => Some(Op::Start),
                     _ => None,
                 };
-                op.map(|op| Access::On(*target, op))
+                op.map(|op| Access::On(target, op))
             }
             _ => None,
         };

@@ -416,10 +416,10 @@ async fn connect(s: &E2b, key: &Client, id: &str, body: &Value) -> Response {
     if let Some(t) = body["timeout"].as_f64().filter(|t| *t > 0.0) {
         let wanted = berth_engine::now_ms() + (t * 1000.0) as u64;
         let slept = sb.expires_at_ms.is_none() && sb.ttl_action != berth_api::TtlAction::Remove;
-        if slept || sb.expires_at_ms.is_some_and(|at| at < wanted) {
-            if let Err(f) = set_ttl(s, key, &sb.id, t).await {
-                return f.answer();
-            }
+        if (slept || sb.expires_at_ms.is_some_and(|at| at < wanted))
+            && let Err(f) = set_ttl(s, key, &sb.id, t).await
+        {
+            return f.answer();
         }
     }
     if let Ok(now) = get(s, key, &sb.id).await {

@@ -36,16 +36,13 @@ pub(super) async fn create_snapshot(s: &E2b, key: &Client, id: &str, body: &Valu
     // The name's holder, if it is a snapshot asked for (not another snapshot's id, nor a fork's instant).
     if let Some(n) = name {
         let all = s.run(&key.caller, Access::Snapshots, async { s.engine.snapshots() }).await.unwrap_or_default();
-        if let Some(old) = all.iter().find(|x| x.name.as_deref() == Some(n) && x.origin == "snapshot") {
-            if let Err(gone) = remove_snapshot(s, key, &old.id).await {
-                return error(
-                    409,
-                    format!(
-                        "the name {n:?} is taken by snapshot {} and it cannot be removed: {}",
-                        old.id, gone.message
-                    ),
-                );
-            }
+        if let Some(old) = all.iter().find(|x| x.name.as_deref() == Some(n) && x.origin == "snapshot")
+            && let Err(gone) = remove_snapshot(s, key, &old.id).await
+        {
+            return error(
+                409,
+                format!("the name {n:?} is taken by snapshot {} and it cannot be removed: {}", old.id, gone.message),
+            );
         }
     }
     let (sandbox, name) = (sb.id.clone(), name.map(str::to_string));
