@@ -16,6 +16,7 @@ use crate::journal::Journal;
 use crate::session::Session;
 use crate::shim::{self, ShimReply, ShimRequest};
 
+mod access;
 mod attach;
 mod changes;
 mod cluster;
@@ -51,6 +52,7 @@ mod usage;
 pub mod users;
 mod warm;
 
+pub use access::{Access, Caller, Op};
 pub(crate) use attach::AttachedExec;
 use events::Events;
 pub use live::{ACTOR, actor, journal_path};

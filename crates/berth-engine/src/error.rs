@@ -34,6 +34,9 @@ pub enum EngineError {
     NoSecret(String),
     #[error("{0}")]
     Conflict(String),
+    /// What the caller's token may not do.
+    #[error("{0}")]
+    Unauthorized(String),
     /// What this host lacks for the operation (CRIU for hibernation).
     #[error("{0}")]
     Unsupported(String),
@@ -73,6 +76,7 @@ impl EngineError {
             | EngineError::Busy { .. }
             | EngineError::WrongState { .. }
             | EngineError::Conflict(_) => ErrorCode::Conflict,
+            EngineError::Unauthorized(_) => ErrorCode::Unauthorized,
             EngineError::NoSnapshot(_)
             | EngineError::NoVolume(_)
             | EngineError::NoPod(_)

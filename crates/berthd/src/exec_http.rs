@@ -93,10 +93,22 @@ async fn log(
     UrlPath((id, exec)): UrlPath<(String, String)>,
     ApiQuery(q): ApiQuery<LogQuery>,
 ) -> Result<Response, Failure> {
-    let follow = q.follow;
-    let path = e.log_path(&id, &exec).await?;
-    let mut done = e.exec_done(&id, &exec).await?;
-    let mut file = tokio::fs::File::open(&path).await.map_err(|err| Failure::from(EngineError::Log(err)))?;
+    let rx = log_stream(&e, &id, &exec, q.follow).await?;
+    let body = Body::from_stream(ReceiverStream::new(rx));
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
+}
+
+/// An exec's log as chunks of bytes; with `follow`, until the exec ends (every transport that reads logs
+/// reads them so).
+pub(crate) async fn log_stream(
+    e: &Engine,
+    id: &str,
+    exec: &str,
+    follow: bool,
+) -> Result<tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>, EngineError> {
+    let path = e.log_path(id, exec).await?;
+    let mut done = e.exec_done(id, exec).await?;
+    let mut file = tokio::fs::File::open(&path).await.map_err(EngineError::Log)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     tokio::spawn(async move {
         use tokio::io::AsyncReadExt;
@@ -123,6 +135,5 @@ async fn log(
             }
         }
     });
-    let body = Body::from_stream(ReceiverStream::new(rx));
-    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
+    Ok(rx)
 }

@@ -135,21 +135,29 @@ static IN_FLIGHT: std::sync::LazyLock<Arc<tokio::sync::Semaphore>> =
 /// before it is read, and give it back when the answer is made.
 async fn hold_body(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    let kib = declared.map_or(MAX_FILE, |n| n.min(MAX_FILE)).div_ceil(1024).max(1) as u32;
-    match tokio::time::timeout(BODY_WAIT, Arc::clone(&IN_FLIGHT).acquire_many_owned(kib)).await {
-        Ok(Ok(place)) => {
+    match hold(declared).await {
+        Ok(place) => {
             let answer = next.run(req).await;
             drop(place);
             answer
         }
-        _ => Failure::new(
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// A place in the daemon's budget for an upload body of `bytes` (unknown: the largest a body may be), held
+/// until it is dropped; every transport that takes uploads holds one while it holds the body.
+pub(crate) async fn hold(bytes: Option<u64>) -> Result<tokio::sync::OwnedSemaphorePermit, Failure> {
+    let kib = bytes.map_or(MAX_FILE, |n| n.min(MAX_FILE)).div_ceil(1024).max(1) as u32;
+    match tokio::time::timeout(BODY_WAIT, Arc::clone(&IN_FLIGHT).acquire_many_owned(kib)).await {
+        Ok(Ok(place)) => Ok(place),
+        _ => Err(Failure::new(
             ErrorCode::Unavailable,
             format!(
                 "the daemon already holds {} MiB of uploads, its most at once: try again when they are written",
                 MAX_BODIES_IN_FLIGHT >> 20
             ),
-        )
-        .into_response(),
+        )),
     }
 }
 
@@ -159,8 +167,7 @@ async fn get_files(
     q: std::result::Result<Query<PathQuery>, QueryRejection>,
 ) -> Result<Response, Failure> {
     let q = query(q)?;
-    let fs = sandbox_as(&e, &id, q.user.as_deref()).await?;
-    Ok(match blocking(move || fs.get(&q.path)).await? {
+    Ok(match e.read_file(&id, q.user.as_deref(), &q.path).await? {
         Got::File(data) => ([(header::CONTENT_TYPE, "application/octet-stream")], data).into_response(),
         Got::Dir(entries) => Json(entries).into_response(),
     })
@@ -176,11 +183,7 @@ async fn put_file(
     let mode = parse_mode(q.mode.as_deref())?;
     parse_path(&q.path)?;
     let data = body(data)?;
-    e.admit_record(&id, "no file is changed").await?;
-    let fs = sandbox_as(&e, &id, q.user.as_deref()).await?;
-    let (path, bytes) = (q.path.clone(), data.len());
-    let (entry, created) = blocking(move || fs.write(&q.path, &data, mode, q.parents)).await?;
-    e.note_files(&id, "write_file", serde_json::json!({"path": path, "bytes": bytes})).await;
+    let (entry, created) = e.write_file(&id, q.user.as_deref(), &q.path, data.to_vec(), mode, q.parents).await?;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(entry)).into_response())
 }
 
@@ -190,11 +193,7 @@ async fn delete_files(
     q: std::result::Result<Query<DeleteQuery>, QueryRejection>,
 ) -> Result<Response, Failure> {
     let q = query(q)?;
-    e.admit_record(&id, "no file is changed").await?;
-    let fs = sandbox_as(&e, &id, q.user.as_deref()).await?;
-    let (path, recursive) = (q.path.clone(), q.recursive);
-    blocking(move || fs.remove(&q.path, q.recursive)).await?;
-    e.note_files(&id, "remove_file", serde_json::json!({"path": path, "recursive": recursive})).await;
+    e.remove_file(&id, q.user.as_deref(), &q.path, q.recursive).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -204,8 +203,7 @@ async fn stat(
     q: std::result::Result<Query<PathQuery>, QueryRejection>,
 ) -> Result<Response, Failure> {
     let q = query(q)?;
-    let fs = sandbox_as(&e, &id, q.user.as_deref()).await?;
-    Ok(Json(blocking(move || fs.stat(&q.path)).await?).into_response())
+    Ok(Json(e.stat_file(&id, q.user.as_deref(), &q.path).await?).into_response())
 }
 
 async fn mkdir(
@@ -215,11 +213,7 @@ async fn mkdir(
 ) -> Result<Response, Failure> {
     let q = query(q)?;
     let mode = parse_mode(q.mode.as_deref())?;
-    e.admit_record(&id, "no file is changed").await?;
-    let fs = sandbox_as(&e, &id, q.user.as_deref()).await?;
-    let path = q.path.clone();
-    let (entry, created) = blocking(move || fs.mkdir(&q.path, q.parents, mode)).await?;
-    e.note_files(&id, "mkdir", serde_json::json!({"path": path})).await;
+    let (entry, created) = e.make_dir(&id, q.user.as_deref(), &q.path, q.parents, mode).await?;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(entry)).into_response())
 }
 

@@ -245,12 +245,8 @@ pub fn tcp_app(engine: Arc<Engine>) -> Router {
     })
 }
 
-/// Who made a request that came with a token, for what serves it: `session` is the sandbox whose session
-/// token it carried, or none for an API token.
-#[derive(Debug, Clone)]
-pub(crate) struct Caller {
-    pub(crate) session: Option<String>,
-}
+/// Who made a request that came with a token, for what serves it (see `berth_engine::Caller`).
+pub(crate) use berth_engine::Caller;
 
 async fn require_token(State(e): Api, mut req: Request, next: axum::middleware::Next) -> Response {
     let token = req
@@ -267,25 +263,21 @@ async fn require_token(State(e): Api, mut req: Request, next: axum::middleware::
             Err(refused) => return refused.into_response(),
         },
     };
-    match token.and_then(|t| e.tokens.check_digest(&t)) {
-        Some((id, None)) => {
-            req.extensions_mut().insert(Caller { session: None });
-            berth_engine::ACTOR.scope(format!("token:{id}"), next.run(req)).await
-        }
-        Some((_, Some(sandbox))) => {
-            if let Err(message) = e.session_allows(&sandbox, req.method().as_str(), req.uri().path()).await {
-                return Failure(ErrorCode::Unauthorized, message).into_response();
-            }
-            req.extensions_mut().insert(Caller { session: Some(sandbox.clone()) });
-            berth_engine::ACTOR.scope(format!("session:{sandbox}"), next.run(req)).await
-        }
-        None => Failure(
+    let Some(caller) = token.and_then(|t| e.caller_of_digest(&t)) else {
+        return Failure(
             ErrorCode::Unauthorized,
             "this listener needs a bearer token: mint one with berth token create and send it as Authorization: Bearer"
                 .into(),
         )
-        .into_response(),
+        .into_response();
+    };
+    if let Some(sandbox) = &caller.session
+        && let Err(message) = e.session_allows(sandbox, req.method().as_str(), req.uri().path()).await
+    {
+        return Failure(ErrorCode::Unauthorized, message).into_response();
     }
+    req.extensions_mut().insert(caller.clone());
+    caller.scope(next.run(req)).await
 }
 
 /// The token routes where they are not served: every other method on their paths is then a 405, as anywhere.
@@ -349,12 +341,17 @@ pub(crate) fn idempotency_key(headers: &HeaderMap, route: &str) -> Result<Option
     let Some(v) = headers.get("idempotency-key") else { return Ok(None) };
     match v.to_str() {
         // Scoped by caller too: one client's key never answers another's request.
-        Ok(k) if !k.is_empty() && k.len() <= 200 => Ok(Some(format!("{} {route} {k}", berth_engine::actor()))),
+        Ok(k) if !k.is_empty() && k.len() <= 200 => Ok(Some(scoped_key(route, k))),
         _ => Err(Failure(
             ErrorCode::InvalidRequest,
             "the Idempotency-Key header must be 1-200 visible characters".into(),
         )),
     }
+}
+
+/// An idempotency key as the engine keeps it: scoped to the caller (the actor) and the route.
+pub(crate) fn scoped_key(route: &str, key: &str) -> String {
+    format!("{} {route} {key}", berth_engine::actor())
 }
 
 /// Run an engine operation on a task of its own, started when this future is first polled: a client that

@@ -1,10 +1,10 @@
 //! The file system of a running sandbox, as the files calls work on it.
 
-use berth_api::SandboxState as S;
+use berth_api::{FileEntry, SandboxState as S};
 
 use super::Engine;
 use crate::EngineError;
-use crate::files::SandboxFs;
+use crate::files::{Got, MAX_FILE, SandboxFs, parse_path};
 
 impl Engine {
     /// The sandbox's file system through its init, worked on as `user` (see `ExecRequest::user`) when one is
@@ -31,6 +31,80 @@ impl Engine {
             Ok(fs.as_user(a.uid, a.gid)?)
         })
         .await
+    }
+}
+
+/// The files calls the API offers, each on the sandbox's file system as `user` (see `files`): what changes
+/// a file is refused while the journal is full, and journaled.
+impl Engine {
+    /// A file's bytes, or a directory's entries.
+    pub async fn read_file(&self, id: &str, user: Option<&str>, path: &str) -> Result<Got, EngineError> {
+        let fs = self.files(id, user).await?;
+        let path = path.to_string();
+        blocking(move || Ok(fs.get(&path)?)).await
+    }
+
+    /// What a path is.
+    pub async fn stat_file(&self, id: &str, user: Option<&str>, path: &str) -> Result<FileEntry, EngineError> {
+        let fs = self.files(id, user).await?;
+        let path = path.to_string();
+        blocking(move || Ok(fs.stat(&path)?)).await
+    }
+
+    /// Write a file (at most `MAX_FILE` bytes): its entry, and whether it was made.
+    pub async fn write_file(
+        &self,
+        id: &str,
+        user: Option<&str>,
+        path: &str,
+        data: Vec<u8>,
+        mode: Option<u32>,
+        parents: bool,
+    ) -> Result<(FileEntry, bool), EngineError> {
+        parse_path(path)?;
+        if data.len() as u64 > MAX_FILE {
+            let e = crate::files::FileError::TooLarge(format!("the request body is larger than {MAX_FILE} bytes"));
+            return Err(e.into());
+        }
+        self.admit_record(id, "no file is changed").await?;
+        let fs = self.files(id, user).await?;
+        let (p, bytes) = (path.to_string(), data.len());
+        let made = blocking(move || Ok(fs.write(&p, &data, mode, parents)?)).await?;
+        self.note_files(id, "write_file", serde_json::json!({"path": path, "bytes": bytes})).await;
+        Ok(made)
+    }
+
+    /// Remove a file, or a directory (with what it holds, `recursive`).
+    pub async fn remove_file(
+        &self,
+        id: &str,
+        user: Option<&str>,
+        path: &str,
+        recursive: bool,
+    ) -> Result<(), EngineError> {
+        self.admit_record(id, "no file is changed").await?;
+        let fs = self.files(id, user).await?;
+        let p = path.to_string();
+        blocking(move || Ok(fs.remove(&p, recursive)?)).await?;
+        self.note_files(id, "remove_file", serde_json::json!({"path": path, "recursive": recursive})).await;
+        Ok(())
+    }
+
+    /// Make a directory (and its parents, `parents`): its entry, and whether it was made.
+    pub async fn make_dir(
+        &self,
+        id: &str,
+        user: Option<&str>,
+        path: &str,
+        parents: bool,
+        mode: Option<u32>,
+    ) -> Result<(FileEntry, bool), EngineError> {
+        self.admit_record(id, "no file is changed").await?;
+        let fs = self.files(id, user).await?;
+        let p = path.to_string();
+        let made = blocking(move || Ok(fs.mkdir(&p, parents, mode)?)).await?;
+        self.note_files(id, "mkdir", serde_json::json!({"path": path})).await;
+        Ok(made)
     }
 }
 

@@ -1,6 +1,6 @@
-//! What a sandbox's session token may do: inspect the sandbox itself, and create, use and remove sandboxes of
-//! its own (children), which count against its limits and are removed with it. Nothing else: not other
-//! sandboxes, not tokens, images, volumes or snapshots, not host paths.
+//! A sandbox's session token may inspect the sandbox itself, and create, use and remove sandboxes of its own
+//! (children), which count against its limits and are removed with it. Nothing else: not other sandboxes,
+//! not tokens, images, volumes or snapshots, not host paths (the rules are `access`'s).
 
 use berth_api::{CreateSandbox, Sandbox};
 
@@ -11,70 +11,6 @@ use crate::EngineError;
 pub const MAX_CHILDREN: usize = 8;
 
 impl Engine {
-    /// Whether a request with sandbox `owner`'s session token may go ahead; if not, a sentence saying why.
-    pub async fn session_allows(&self, owner: &str, method: &str, path: &str) -> Result<(), String> {
-        let refuse = || {
-            Err(format!(
-                "a session token may inspect its own sandbox ({owner}) and create, use and remove sandboxes of its \
-                 own; {method} {path} is not one of those"
-            ))
-        };
-        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        match (method, parts.as_slice()) {
-            ("GET", ["healthz"]) | ("GET", ["v1", "openapi.json"]) | ("GET", ["v1", "info"]) => Ok(()),
-            // MCP: each tool call is an API request of its own, checked here with the same token.
-            (_, ["mcp"]) => Ok(()),
-            ("POST", ["v1", "sandboxes"]) => Ok(()),
-            // Lists and events of its own sandbox and its children only (the handlers leave out the rest).
-            ("GET", ["v1", "sandboxes"]) | ("GET", ["v1", "usage"]) | ("GET", ["v1", "events"]) => Ok(()),
-            // Its own sandbox's and its children's metrics only (the handler leaves out the rest).
-            ("GET", ["metrics"]) => Ok(()),
-            (_, ["v1", "sandboxes", target, rest @ ..]) => {
-                // Removed children keep their records (for their journal and receipt).
-                let record = match self.get(target).await {
-                    Ok(r) => r,
-                    Err(_) => match self.store.record(target) {
-                        Ok(Some(r)) => r,
-                        _ => return refuse(),
-                    },
-                };
-                if record.id == owner {
-                    // Itself: it may look, nothing more (it runs its own commands directly).
-                    return if method == "GET" && matches!(rest, [] | ["usage"] | ["usage", "history"]) {
-                        Ok(())
-                    } else {
-                        refuse()
-                    };
-                }
-                if record.owner.as_deref() != Some(owner) {
-                    return refuse();
-                }
-                // A child: use it, look at it, remove it; never widen what it may reach or hold (its network,
-                // its files from elsewhere, more sandboxes by forking) and never touch host paths.
-                let allowed = match rest {
-                    [] => matches!(method, "GET" | "DELETE"),
-                    ["execs", ..]
-                    | ["contexts", ..]
-                    | ["pause"]
-                    | ["resume"]
-                    | ["hibernate"]
-                    | ["wake"]
-                    | ["files"]
-                    | ["stat"]
-                    | ["mkdir"]
-                    | ["archive"]
-                    | ["shell"] => true,
-                    ["journal"] | ["receipt"] | ["diff"] | ["net", "log"] | ["usage"] | ["usage", "history"] => {
-                        method == "GET"
-                    }
-                    _ => false,
-                };
-                if allowed { Ok(()) } else { refuse() }
-            }
-            _ => refuse(),
-        }
-    }
-
     /// Whether sandbox `id` is `owner` itself or one of its children (removed ones included).
     pub async fn owned_by(&self, owner: &str, id: &str) -> bool {
         if id == owner {

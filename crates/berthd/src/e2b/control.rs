@@ -5,13 +5,15 @@
 
 use std::collections::BTreeMap;
 
+use crate::EngineError;
 use axum::extract::Request;
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use berth_api::{Sandbox, SandboxState};
+use berth_api::{CreateSandbox, Network, Sandbox, SandboxState, TtlAction};
+use berth_engine::{Access, Caller, Op};
 use serde_json::{Value, json};
 
-use super::{Answer, E2b, ENVD_VERSION, HOME, decode, error, failed, rfc3339};
+use super::{E2b, ENVD_VERSION, HOME, decode, error, rfc3339};
 
 /// The label a sandbox's E2B template is kept in (labels starting `e2b.` are not shown as metadata).
 const TEMPLATE_LABEL: &str = "e2b.template";
@@ -19,41 +21,51 @@ const TEMPLATE_LABEL: &str = "e2b.template";
 const DEFAULT_TIMEOUT: f64 = 300.0;
 /// The templates every berth has: the host image, with a home for `user`.
 const BUILT_IN: &[&str] = &["base", "code-interpreter-v1", "code-interpreter"];
-const MAX_BODY: usize = 1 << 20;
+
+/// Who calls the control plane: the berth token its API key is (access tokens stand for it), and the caller
+/// it makes.
+pub(super) struct Client {
+    pub key: String,
+    pub caller: Caller,
+}
 
 pub(super) async fn serve(s: &E2b, req: Request) -> Response {
     let Some(key) = req.headers().get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim).map(str::to_string)
     else {
         return error(401, "an E2B API key is needed: set E2B_API_KEY to a token from berth token create");
     };
+    let Some(caller) = s.engine.caller(&key) else { return error(401, super::NO_TOKEN) };
+    let key = &Client { key, caller };
+    // The API's bound on a JSON body.
+    let max_body = crate::listen::bounds().max_body_bytes;
     let (method, path) = (req.method().clone(), req.uri().path().trim_end_matches('/').to_string());
     let query = req.uri().query().map(str::to_string);
     let idempotency = req.headers().get("idempotency-key").cloned();
-    let body = match axum::body::to_bytes(req.into_body(), MAX_BODY).await {
+    let body = match axum::body::to_bytes(req.into_body(), max_body).await {
         Ok(b) if b.is_empty() => Value::Null,
         Ok(b) => match serde_json::from_slice(&b) {
             Ok(v) => v,
             Err(e) => return error(400, format!("the request body is not JSON: {e}")),
         },
-        Err(_) => return error(413, format!("a request body is at most {MAX_BODY} bytes")),
+        Err(_) => return error(413, format!("a request body is at most {max_body} bytes")),
     };
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (method, parts.as_slice()) {
-        (Method::POST, ["v2", "sandboxes"] | ["sandboxes"]) => create(s, &key, &body, idempotency).await,
-        (Method::GET, ["v2", "sandboxes"] | ["sandboxes"]) => list(s, &key, query.as_deref()).await,
-        (Method::GET, ["sandboxes", id]) => info(s, &key, id).await,
-        (Method::DELETE, ["sandboxes", id]) => kill(s, &key, id).await,
-        (Method::POST, ["sandboxes", id, "timeout"]) => timeout(s, &key, id, &body).await,
-        (Method::POST, ["sandboxes", id, "pause"]) => pause(s, &key, id).await,
+        (Method::POST, ["v2", "sandboxes"] | ["sandboxes"]) => create(s, key, &body, idempotency).await,
+        (Method::GET, ["v2", "sandboxes"] | ["sandboxes"]) => list(s, key, query.as_deref()).await,
+        (Method::GET, ["sandboxes", id]) => info(s, key, id).await,
+        (Method::DELETE, ["sandboxes", id]) => kill(s, key, id).await,
+        (Method::POST, ["sandboxes", id, "timeout"]) => timeout(s, key, id, &body).await,
+        (Method::POST, ["sandboxes", id, "pause"]) => pause(s, key, id).await,
         (Method::POST, ["v2", "sandboxes", id, "connect"] | ["sandboxes", id, "connect" | "resume"]) => {
-            connect(s, &key, id, &body).await
+            connect(s, key, id, &body).await
         }
-        (Method::GET, ["sandboxes", id, "metrics"]) => metrics(s, &key, id, query.as_deref()).await,
-        (Method::POST, ["sandboxes", id, "snapshots"]) => super::lifecycle::create_snapshot(s, &key, id, &body).await,
-        (Method::GET, ["snapshots"]) => super::lifecycle::list_snapshots(s, &key, query.as_deref()).await,
-        (Method::DELETE, ["templates", id]) => super::lifecycle::delete_template(s, &key, &decode(id)).await,
-        (Method::POST, ["sandboxes", id, "fork"]) => super::lifecycle::fork(s, &key, id, &body).await,
-        (Method::PUT, ["sandboxes", id, "network"]) => super::lifecycle::update_network(s, &key, id, &body).await,
+        (Method::GET, ["sandboxes", id, "metrics"]) => metrics(s, key, id, query.as_deref()).await,
+        (Method::POST, ["sandboxes", id, "snapshots"]) => super::lifecycle::create_snapshot(s, key, id, &body).await,
+        (Method::GET, ["snapshots"]) => super::lifecycle::list_snapshots(s, key, query.as_deref()).await,
+        (Method::DELETE, ["templates", id]) => super::lifecycle::delete_template(s, key, &decode(id)).await,
+        (Method::POST, ["sandboxes", id, "fork"]) => super::lifecycle::fork(s, key, id, &body).await,
+        (Method::PUT, ["sandboxes", id, "network"]) => super::lifecycle::update_network(s, key, id, &body).await,
         (m, _) => {
             error(404, format!("berth's E2B API has no {m} {path}: see docs/e2b.md for what is served and what is not"))
         }
@@ -101,7 +113,7 @@ fn listed_json(sb: &Sandbox, detail: bool) -> Value {
     v
 }
 
-async fn create(s: &E2b, key: &str, body: &Value, idempotency: Option<HeaderValue>) -> Response {
+async fn create(s: &E2b, key: &Client, body: &Value, idempotency: Option<HeaderValue>) -> Response {
     let template = body["templateID"].as_str().unwrap_or("base");
     // A template is one of berth's own, a snapshot (create_snapshot's), or an image of berth's.
     let snapshot = match BUILT_IN.contains(&template) {
@@ -120,7 +132,7 @@ async fn create(s: &E2b, key: &str, body: &Value, idempotency: Option<HeaderValu
     }
     // autoPause: the end of the timeout hibernates the sandbox (to disk; paused where it cannot be) instead
     // of removing it. Any call wakes it (autoResume), whatever autoResume says.
-    let ttl_action = if body["autoPause"].as_bool() == Some(true) { "hibernate" } else { "remove" };
+    let ttl_action = if body["autoPause"].as_bool() == Some(true) { TtlAction::Hibernate } else { TtlAction::Remove };
     let strings = |v: &Value, what: &str| -> Result<BTreeMap<String, String>, Response> {
         match v {
             Value::Null => Ok(BTreeMap::new()),
@@ -154,22 +166,42 @@ async fn create(s: &E2b, key: &str, body: &Value, idempotency: Option<HeaderValu
             None => return error(400, format!("timeout is a positive number of seconds, not {v}")),
         },
     };
-    let mut req =
-        json!({"image": image, "ttl_seconds": timeout, "ttl_action": ttl_action, "env": env, "labels": labels});
-    if let Some(snap) = &snapshot {
-        req["from_snapshot"] = json!(snap.id);
-    }
-    match network(body) {
-        Ok(Some(n)) => req["network"] = n,
-        Ok(None) => {}
+    let network = match network(body) {
+        Ok(n) => n.unwrap_or_default(),
         Err(r) => return r,
-    }
-    let made = match idempotency.and_then(|k| k.to_str().ok().map(str::to_string)) {
-        Some(k) => s.call_with(key, "/v1/sandboxes", req, &k).await,
-        None => s.call(key, Method::POST, "/v1/sandboxes", Some(req)).await,
     };
-    if !made.ok() {
-        if made.status == 404 && !BUILT_IN.contains(&template) {
+    let req = CreateSandbox {
+        image: Some(image.to_string()),
+        ttl_seconds: Some(timeout),
+        ttl_action,
+        env,
+        labels,
+        from_snapshot: snapshot.map(|snap| snap.id),
+        network,
+        ..CreateSandbox::default()
+    };
+    // The SDK's keys are 1-255 characters; berth's 1-200: a longer one is used as its digest.
+    let once = idempotency.and_then(|k| k.to_str().ok().map(str::to_string)).map(|k| match k.len() <= 200 {
+        true => k,
+        false => berth_engine::tokens::digest(&k),
+    });
+    let engine = std::sync::Arc::clone(&s.engine);
+    let made = s
+        .run(&key.caller, Access::Create, async move {
+            let key = once.map(|k| crate::http::scoped_key("create", &k));
+            let make = crate::http::detached(&engine, move |e| async move { e.create(req).await });
+            let (_, made) = engine
+                .idempotent(key, async {
+                    let sb = make.await?;
+                    Ok((201, serde_json::to_value(sb).map_err(|err| EngineError::Log(std::io::Error::other(err)))?))
+                })
+                .await?;
+            serde_json::from_value::<Sandbox>(made).map_err(|err| EngineError::Log(std::io::Error::other(err)))
+        })
+        .await;
+    let sb = match made {
+        Ok(sb) => sb,
+        Err(f) if f.status == 404 && !BUILT_IN.contains(&template) => {
             return error(
                 404,
                 format!(
@@ -177,24 +209,20 @@ async fn create(s: &E2b, key: &str, body: &Value, idempotency: Option<HeaderValu
                 ),
             );
         }
-        return failed(&made);
-    }
-    let Ok(sb) = serde_json::from_slice::<Sandbox>(&made.body) else {
-        return error(500, "berth's answer was not a sandbox");
+        Err(f) => return f.answer(),
     };
     // The home E2B's users and SDKs expect (relative paths, the default working directory).
-    let home =
-        s.call(key, Method::POST, &format!("/v1/sandboxes/{}/mkdir?path={HOME}&parents=true", sb.id), None).await;
-    if !home.ok() {
-        return failed(&home);
+    let id = sb.id.as_str();
+    if let Err(f) = s.run(&key.caller, Access::On(id, Op::Mkdir), s.engine.make_dir(id, None, HOME, true, None)).await {
+        return f.answer();
     }
-    let access = s.access_token(&sb.id, key);
+    let access = s.access_token(&sb.id, &key.key);
     (StatusCode::CREATED, axum::Json(sandbox_json(s, &sb, &access))).into_response()
 }
 
 /// berth's egress policy for E2B's network options: `allow_internet_access` (all or nothing) and
 /// `network.allowOut` / `denyOut` (destinations). Without either, berth's default: no egress.
-fn network(body: &Value) -> Result<Option<Value>, Response> {
+fn network(body: &Value) -> Result<Option<Network>, Response> {
     let n = &body["network"];
     if let Some(other) = n.as_object().and_then(|o| {
         o.iter().find(|(k, v)| !v.is_null() && !matches!(k.as_str(), "allowOut" | "denyOut" | "allowPublicTraffic"))
@@ -217,36 +245,20 @@ fn network(body: &Value) -> Result<Option<Value>, Response> {
     if mode.is_none() && deny.is_empty() {
         return Ok(None);
     }
-    Ok(Some(json!({"mode": mode.unwrap_or("none"), "allow": allow, "deny": deny})))
-}
-
-impl E2b {
-    async fn call_with(&self, key: &str, path: &str, body: Value, idempotency: &str) -> Answer {
-        // The SDK's keys are 1-255 characters; berth's 1-200: a longer one is used as its digest.
-        let k =
-            if idempotency.len() <= 200 { idempotency.to_string() } else { berth_engine::tokens::digest(idempotency) };
-        let req = axum::http::Request::builder()
-            .method(Method::POST)
-            .uri(path)
-            .header("host", "berth")
-            .header("authorization", format!("Bearer {key}"))
-            .header("content-type", "application/json")
-            .header("idempotency-key", k);
-        let Ok(req) = req.body(axum::body::Body::from(body.to_string())) else {
-            return Answer { status: 400, body: axum::body::Bytes::from_static(b"bad request") };
-        };
-        let Ok(answer) = tower::ServiceExt::oneshot(self.api.clone(), req).await;
-        self.read(answer).await
-    }
+    Ok(Some(Network { mode: Some(mode.unwrap_or("none").to_string()), allow, deny, ..Network::default() }))
 }
 
 /// A list query's filters: `metadata` (a query string in the parameter, its keys and values quoted once
 /// more), `state`, `template`, `startedAfter`, `order`, `limit` and `nextToken`.
-async fn list(s: &E2b, key: &str, query: Option<&str>) -> Response {
-    let mut sandboxes: Vec<Sandbox> = match s.list_of(key, "/v1/sandboxes", "sandboxes").await {
+async fn list(s: &E2b, key: &Client, query: Option<&str>) -> Response {
+    let mut sandboxes = match s.run(&key.caller, Access::List, async { Ok(s.engine.list().await) }).await {
         Ok(all) => all,
-        Err(r) => return r,
+        Err(f) => return f.answer(),
     };
+    // A session token sees its own sandbox and its children.
+    if let Some(own) = &key.caller.session {
+        sandboxes.retain(|r| &r.id == own || r.owner.as_ref() == Some(own));
+    }
     let param = |name: &str| super::query_param(query, name);
     let metadata: Vec<(String, String)> = param("metadata")
         .map(|m| {
@@ -312,53 +324,52 @@ fn parse_time(t: &str) -> Option<u64> {
     (ms >= 0.0).then_some(ms as u64)
 }
 
-pub(super) async fn get(s: &E2b, key: &str, id: &str) -> Result<Sandbox, Response> {
-    let a = s.call(key, Method::GET, &format!("/v1/sandboxes/{}", super::encode(id)), None).await;
-    if a.status == 404 {
-        return Err(error(404, format!("sandbox {id} was not found")));
+pub(super) async fn get(s: &E2b, key: &Client, id: &str) -> Result<Sandbox, Response> {
+    match s.run(&key.caller, Access::On(id, Op::Inspect), s.engine.inspect(id)).await {
+        Ok(sb) => Ok(sb),
+        Err(f) if f.status == 404 => Err(error(404, format!("sandbox {id} was not found"))),
+        Err(f) => Err(f.answer()),
     }
-    if !a.ok() {
-        return Err(failed(&a));
-    }
-    serde_json::from_slice(&a.body).map_err(|_| error(500, "berth's answer was not a sandbox"))
 }
 
-async fn info(s: &E2b, key: &str, id: &str) -> Response {
+async fn info(s: &E2b, key: &Client, id: &str) -> Response {
     match get(s, key, id).await {
         Ok(sb) => axum::Json(listed_json(&sb, true)).into_response(),
         Err(r) => r,
     }
 }
 
-async fn kill(s: &E2b, key: &str, id: &str) -> Response {
-    let a = s.call(key, Method::DELETE, &format!("/v1/sandboxes/{}", super::encode(id)), None).await;
-    match a.status {
-        200 => {
+async fn kill(s: &E2b, key: &Client, id: &str) -> Response {
+    let sandbox = id.to_string();
+    match s.run_detached(&key.caller, Access::On(id, Op::Remove), |e| async move { e.remove(&sandbox).await }).await {
+        Ok(_) => {
             s.forget(id);
             StatusCode::NO_CONTENT.into_response()
         }
-        404 => error(404, format!("sandbox {id} was not found")),
-        _ => failed(&a),
+        Err(f) if f.status == 404 => error(404, format!("sandbox {id} was not found")),
+        Err(f) => f.answer(),
     }
 }
 
-async fn timeout(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
+/// Set sandbox `id`'s TTL to `seconds` from now.
+pub(super) async fn set_ttl(s: &E2b, key: &Client, id: &str, seconds: f64) -> Result<Sandbox, super::Failed> {
+    s.run(&key.caller, Access::On(id, Op::Ttl), s.engine.set_ttl(id, Some(seconds))).await
+}
+
+async fn timeout(s: &E2b, key: &Client, id: &str, body: &Value) -> Response {
     let Some(t) = body["timeout"].as_f64().filter(|t| *t >= 0.0) else {
         return error(400, "the body is {\"timeout\": <seconds>}");
     };
     // A timeout of 0 ends it at the next check, as E2B's does.
     let t = t.max(0.001);
-    let a = s
-        .call(key, Method::POST, &format!("/v1/sandboxes/{}/ttl", super::encode(id)), Some(json!({"ttl_seconds": t})))
-        .await;
-    match a.status {
-        200 => StatusCode::NO_CONTENT.into_response(),
-        404 => error(404, format!("sandbox {id} was not found")),
-        _ => failed(&a),
+    match set_ttl(s, key, id, t).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(f) if f.status == 404 => error(404, format!("sandbox {id} was not found")),
+        Err(f) => f.answer(),
     }
 }
 
-async fn pause(s: &E2b, key: &str, id: &str) -> Response {
+async fn pause(s: &E2b, key: &Client, id: &str) -> Response {
     let sb = match get(s, key, id).await {
         Ok(sb) => sb,
         Err(r) => return r,
@@ -366,26 +377,38 @@ async fn pause(s: &E2b, key: &str, id: &str) -> Response {
     if matches!(sb.state, SandboxState::Paused | SandboxState::Hibernated) {
         return error(409, format!("sandbox {id} is already paused"));
     }
-    let a = s.call(key, Method::POST, &format!("/v1/sandboxes/{}/pause", sb.id), None).await;
-    if a.ok() { StatusCode::NO_CONTENT.into_response() } else { failed(&a) }
+    let sandbox = sb.id.clone();
+    let paused =
+        s.run_detached(&key.caller, Access::On(&sb.id, Op::Pause), |e| async move { e.pause(&sandbox, "asked").await });
+    match paused.await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(f) => f.answer(),
+    }
 }
 
-async fn connect(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
+async fn connect(s: &E2b, key: &Client, id: &str, body: &Value) -> Response {
     let mut sb = match get(s, key, id).await {
         Ok(sb) => sb,
         Err(r) => return r,
     };
     let mut status = StatusCode::OK;
     let wake = match sb.state {
-        SandboxState::Paused => Some("resume"),
-        SandboxState::Hibernated => Some("wake"),
-        SandboxState::Stopped => Some("start"),
+        SandboxState::Paused => Some(Op::Resume),
+        SandboxState::Hibernated => Some(Op::Wake),
+        SandboxState::Stopped => Some(Op::Start),
         _ => None,
     };
     if let Some(op) = wake {
-        let a = s.call(key, Method::POST, &format!("/v1/sandboxes/{}/{op}", sb.id), None).await;
-        if !a.ok() {
-            return failed(&a);
+        let sandbox = sb.id.clone();
+        let woken = s.run_detached(&key.caller, Access::On(&sb.id, op), move |e| async move {
+            match op {
+                Op::Resume => e.resume(&sandbox, "resume").await,
+                Op::Wake => e.wake(&sandbox, "wake").await,
+                _ => e.start(&sandbox).await,
+            }
+        });
+        if let Err(f) = woken.await {
+            return f.answer();
         }
         status = StatusCode::CREATED;
     }
@@ -393,26 +416,23 @@ async fn connect(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
     if let Some(t) = body["timeout"].as_f64().filter(|t| *t > 0.0) {
         let wanted = berth_engine::now_ms() + (t * 1000.0) as u64;
         let slept = sb.expires_at_ms.is_none() && sb.ttl_action != berth_api::TtlAction::Remove;
-        if slept || sb.expires_at_ms.is_some_and(|at| at < wanted) {
-            let a = s
-                .call(key, Method::POST, &format!("/v1/sandboxes/{}/ttl", sb.id), Some(json!({"ttl_seconds": t})))
-                .await;
-            if !a.ok() {
-                return failed(&a);
-            }
+        if (slept || sb.expires_at_ms.is_some_and(|at| at < wanted))
+            && let Err(f) = set_ttl(s, key, &sb.id, t).await
+        {
+            return f.answer();
         }
     }
     if let Ok(now) = get(s, key, &sb.id).await {
         sb = now;
     }
-    let access = s.access_token(&sb.id, key);
+    let access = s.access_token(&sb.id, &key.key);
     (status, axum::Json(sandbox_json(s, &sb, &access))).into_response()
 }
 
 /// The sandbox's recent usage (berth's meter keeps a point every 5 s, an hour of them), those in the
 /// `start`..`end` window (Unix seconds); CPU as the share of its cores used since the point before. A
 /// sandbox with no point yet gets one, now.
-async fn metrics(s: &E2b, key: &str, id: &str, query: Option<&str>) -> Response {
+async fn metrics(s: &E2b, key: &Client, id: &str, query: Option<&str>) -> Response {
     let bound = |n: &str| super::query_param(query, n).map(|v| v.parse::<u64>().map_err(|_| v));
     let (start, end) = match (bound("start").transpose(), bound("end").transpose()) {
         (Ok(a), Ok(b)) => (a, b),
@@ -422,14 +442,16 @@ async fn metrics(s: &E2b, key: &str, id: &str, query: Option<&str>) -> Response 
         Ok(sb) => sb,
         Err(r) => return r,
     };
-    let mut points: Vec<berth_api::UsagePoint> =
-        match s.list_of(key, &format!("/v1/sandboxes/{}/usage/history", sb.id), "usage points").await {
-            Ok(p) => p,
-            Err(r) => return r,
-        };
+    let history = s.engine.usage_history(&sb.id, None, None);
+    let mut points = match s.run(&key.caller, Access::On(&sb.id, Op::UsageHistory), history).await {
+        Ok(p) => p,
+        Err(f) => return f.answer(),
+    };
     if points.is_empty() {
-        let a = s.call(key, Method::GET, &format!("/v1/sandboxes/{}/usage", sb.id), None).await;
-        let Ok(u) = serde_json::from_slice::<berth_api::Usage>(&a.body) else { return failed(&a) };
+        let u = match s.run(&key.caller, Access::On(&sb.id, Op::Usage), s.engine.usage(&sb.id)).await {
+            Ok(u) => u,
+            Err(f) => return f.answer(),
+        };
         points.push(berth_api::UsagePoint {
             at_ms: u.sampled_at_ms,
             cpu_seconds: u.cpu_seconds,

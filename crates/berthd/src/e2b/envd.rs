@@ -7,7 +7,9 @@ use axum::extract::Request;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
-use berth_api::{ExecFrame, FileEntry, FileKind, SandboxState};
+use berth_api::{ExecFrame, ExecRequest, FileEntry, FileKind, SandboxState};
+use berth_engine::files::Got;
+use berth_engine::{Access, Caller, Op};
 use serde_json::{Value, json};
 
 use super::connect::{self, code_of, err, ok};
@@ -41,10 +43,11 @@ pub(super) async fn serve(s: &std::sync::Arc<E2b>, id: &str, req: Request) -> Re
             format!("no access token for sandbox {id}: connect to it again (Sandbox.connect) for a new one"),
         );
     };
+    let Some(caller) = s.engine.caller(&key) else { return err("unauthenticated", super::NO_TOKEN) };
     let asked = super::users::asked(req.headers(), req.uri().query());
     if path == "files" {
-        let who = s.who(&key, id, asked).await;
-        return super::files::serve(s, &key, id, &who, req).await;
+        let who = s.who(&caller, id, asked).await;
+        return super::files::serve(s, &caller, id, &who, req).await;
     }
     let timeout_ms: Option<u64> =
         req.headers().get("connect-timeout-ms").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
@@ -54,7 +57,7 @@ pub(super) async fn serve(s: &std::sync::Arc<E2b>, id: &str, req: Request) -> Re
     };
     let (service, method) = path.split_once('/').unwrap_or((&path, ""));
     let who = match method {
-        "Start" | "Stat" | "ListDir" | "MakeDir" | "Move" | "Remove" => s.who(&key, id, asked).await,
+        "Start" | "Stat" | "ListDir" | "MakeDir" | "Move" | "Remove" => s.who(&caller, id, asked).await,
         _ => Who { user: asked, home: super::HOME.into() },
     };
     let streamed = matches!(method, "Start" | "Connect" | "WatchDir" | "StreamInput");
@@ -72,23 +75,23 @@ pub(super) async fn serve(s: &std::sync::Arc<E2b>, id: &str, req: Request) -> Re
         }
     };
     match (service, method) {
-        ("process.Process", "Start") => start(s, &key, id, &m, timeout_ms, &who).await,
-        ("process.Process", "Connect") => attach(s, &key, id, &m).await,
-        ("process.Process", "List") => list(s, &key, id).await,
-        ("process.Process", "SendSignal") => signal(s, &key, id, &m).await,
-        ("process.Process", "SendInput") => input(s, &key, id, &m["process"], &m["input"], false).await,
-        ("process.Process", "CloseStdin") => input(s, &key, id, &m["process"], &Value::Null, true).await,
-        ("process.Process", "StreamInput") => stream_input(s, &key, id, &body).await,
-        ("process.Process", "Update") => resize(s, &key, id, &m).await,
-        ("filesystem.Filesystem", "Stat") => stat(s, &key, id, &m, &who).await,
-        ("filesystem.Filesystem", "ListDir") => list_dir(s, &key, id, &m, &who).await,
-        ("filesystem.Filesystem", "MakeDir") => make_dir(s, &key, id, &m, &who).await,
+        ("process.Process", "Start") => start(s, &caller, id, &m, timeout_ms, &who).await,
+        ("process.Process", "Connect") => attach(s, &caller, id, &m).await,
+        ("process.Process", "List") => list(s, &caller, id).await,
+        ("process.Process", "SendSignal") => signal(s, &caller, id, &m).await,
+        ("process.Process", "SendInput") => input(s, &caller, id, &m["process"], &m["input"], false).await,
+        ("process.Process", "CloseStdin") => input(s, &caller, id, &m["process"], &Value::Null, true).await,
+        ("process.Process", "StreamInput") => stream_input(s, &caller, id, &body).await,
+        ("process.Process", "Update") => resize(s, &caller, id, &m).await,
+        ("filesystem.Filesystem", "Stat") => stat(s, &caller, id, &m, &who).await,
+        ("filesystem.Filesystem", "ListDir") => list_dir(s, &caller, id, &m, &who).await,
+        ("filesystem.Filesystem", "MakeDir") => make_dir(s, &caller, id, &m, &who).await,
         ("filesystem.Filesystem", "Move") => rename(s, &key, id, &m, &who).await,
-        ("filesystem.Filesystem", "Remove") => remove(s, &key, id, &m, &who).await,
-        ("filesystem.Filesystem", "CreateWatcher") => super::watch::create(s, &key, id, &m).await,
+        ("filesystem.Filesystem", "Remove") => remove(s, &caller, id, &m, &who).await,
+        ("filesystem.Filesystem", "CreateWatcher") => super::watch::create(s, &caller, id, &m).await,
         ("filesystem.Filesystem", "GetWatcherEvents") => super::watch::events(s, id, &m).await,
         ("filesystem.Filesystem", "RemoveWatcher") => super::watch::remove(s, id, &m),
-        ("filesystem.Filesystem", "WatchDir") => super::watch::stream(s, &key, id, &m).await,
+        ("filesystem.Filesystem", "WatchDir") => super::watch::stream(s, &caller, id, &m).await,
         _ => err("unimplemented", format!("envd has no {path} on berth")),
     }
 }
@@ -126,7 +129,7 @@ fn end_event(r: &berth_api::ExecResult) -> Value {
     json!({"event": {"end": end}})
 }
 
-async fn start(s: &E2b, key: &str, id: &str, m: &Value, timeout_ms: Option<u64>, who: &Who) -> Response {
+async fn start(s: &E2b, key: &Caller, id: &str, m: &Value, timeout_ms: Option<u64>, who: &Who) -> Response {
     let p = &m["process"];
     let Some(cmd) = p["cmd"].as_str().filter(|c| !c.is_empty()) else {
         return err("invalid_argument", "process.cmd names the command to run");
@@ -147,26 +150,30 @@ async fn start(s: &E2b, key: &str, id: &str, m: &Value, timeout_ms: Option<u64>,
     }
     let envs = p["envs"].as_object().cloned().unwrap_or_default();
     let cwd = p["cwd"].as_str().map(|c| who.absolute(c)).unwrap_or_else(|| who.home.clone());
-    let mut env = envs.clone();
+    let Some(mut env) = envs
+        .iter()
+        .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect::<Option<std::collections::BTreeMap<_, _>>>()
+    else {
+        return err("invalid_argument", "process.envs is an object of strings");
+    };
     if who.user.is_none() {
-        env.entry("HOME").or_insert_with(|| json!(who.home));
+        env.entry("HOME".into()).or_insert_with(|| who.home.clone());
     }
-    let mut req = json!({"argv": argv, "env": env, "workdir": cwd, "max_output_bytes": 1u64 << 40});
-    if let Some(u) = &who.user {
-        req["user"] = json!(u);
-    }
-    if pty || m["stdin"].as_bool() == Some(true) {
-        req["stdin_open"] = json!(true);
-    }
-    if let Some(ms) = timeout_ms.filter(|ms| *ms > 0) {
-        req["timeout_seconds"] = json!(ms as f64 / 1000.0);
-    }
-    let answer =
-        s.stream(key, Method::POST, &format!("/v1/sandboxes/{}/execs", encode(id)), Some(req.to_string().into())).await;
-    if !answer.status().is_success() {
-        let a = s.read(answer).await;
-        return err(code_of(a.status), a.message());
-    }
+    let req = ExecRequest {
+        argv,
+        env,
+        workdir: Some(cwd.clone()),
+        max_output_bytes: Some(1u64 << 40),
+        user: who.user.clone(),
+        stdin_open: pty || m["stdin"].as_bool() == Some(true),
+        timeout_seconds: timeout_ms.filter(|ms| *ms > 0).map(|ms| ms as f64 / 1000.0),
+        ..ExecRequest::default()
+    };
+    let mut frames = match exec(s, key, id, req).await {
+        Ok(frames) => frames,
+        Err(f) => return err(code_of(f.status), f.message),
+    };
     let config = json!({"cmd": cmd, "args": strings(&p["args"]), "envs": envs, "cwd": cwd});
     let tag = m["tag"].as_str().map(str::to_string);
     let user = who.user.clone();
@@ -174,17 +181,10 @@ async fn start(s: &E2b, key: &str, id: &str, m: &Value, timeout_ms: Option<u64>,
     let procs = s.procs_handle();
     let sandbox = id.to_string();
     tokio::spawn(async move {
-        use futures_util::StreamExt;
-        let mut body = answer.into_body().into_data_stream();
-        let mut buf: Vec<u8> = Vec::new();
         let mut pid = None;
         let b64 = base64::engine::general_purpose::STANDARD;
-        while let Some(chunk) = body.next().await {
-            let Ok(chunk) = chunk else { break };
-            buf.extend_from_slice(&chunk);
-            while let Some(at) = buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=at).collect();
-                let Ok(frame) = serde_json::from_slice::<ExecFrame>(&line) else { continue };
+        {
+            while let Some(frame) = frames.recv().await {
                 let out = match frame {
                     ExecFrame::Started { exec_id, pid: p } => {
                         pid = Some(p);
@@ -235,6 +235,21 @@ async fn start(s: &E2b, key: &str, id: &str, m: &Value, timeout_ms: Option<u64>,
     connect::stream(rx)
 }
 
+/// Start an exec in sandbox `id` as `key`: the stream of its frames, the API's bound on a request body kept.
+async fn exec(
+    s: &E2b,
+    key: &Caller,
+    id: &str,
+    req: ExecRequest,
+) -> Result<tokio::sync::mpsc::Receiver<ExecFrame>, super::Failed> {
+    let max = crate::listen::bounds().max_body_bytes;
+    if serde_json::to_vec(&req).map_or(0, |b| b.len()) > max {
+        return Err(super::Failed { status: 413, message: format!("the request body is larger than {max} bytes") });
+    }
+    let (info, frames) = s.run(key, Access::On(id, Op::Exec), s.engine.exec(id, req)).await?;
+    frames.ok_or_else(|| super::Failed { status: 500, message: format!("exec {} gave no output", info.exec_id) })
+}
+
 impl E2b {
     fn procs_handle(&self) -> std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(String, i32), Proc>>> {
         std::sync::Arc::clone(&self.procs)
@@ -250,35 +265,29 @@ impl E2b {
     }
 }
 
-async fn attach(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
+async fn attach(s: &E2b, key: &Caller, id: &str, m: &Value) -> Response {
     let Some((pid, proc)) = s.proc_of(id, &m["process"]) else {
         return err("not_found", format!("no running process {} in sandbox {id}", m["process"]));
     };
-    let log = s
-        .stream(key, Method::GET, &format!("/v1/sandboxes/{}/execs/{}/log?follow=true", encode(id), proc.exec_id), None)
-        .await;
-    if !log.status().is_success() {
-        let a = s.read(log).await;
-        return err(code_of(a.status), a.message());
-    }
+    let follow = crate::exec_http::log_stream(&s.engine, id, &proc.exec_id, true);
+    let mut log = match s.run(key, Access::On(id, Op::ExecLog(&proc.exec_id)), follow).await {
+        Ok(log) => log,
+        Err(f) => return err(code_of(f.status), f.message),
+    };
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
-    let (key, sandbox) = (key.to_string(), id.to_string());
-    let api = s.api.clone();
+    let (key, sandbox, engine) = (key.clone(), id.to_string(), std::sync::Arc::clone(&s.engine));
     tokio::spawn(async move {
-        use futures_util::StreamExt;
         let b64 = base64::engine::general_purpose::STANDARD;
         let _ = tx.send(connect::message(json!({"event": {"start": {"pid": pid}}}))).await;
-        let mut body = log.into_body().into_data_stream();
-        while let Some(Ok(chunk)) = body.next().await {
+        while let Some(Ok(chunk)) = log.recv().await {
             if tx.send(connect::message(json!({"event": {"data": {"stdout": b64.encode(&chunk)}}}))).await.is_err() {
                 return;
             }
         }
         // Ended: its result, from the list of execs.
-        let e = E2bApi { api, key };
-        let info = e.get_json(&format!("/v1/sandboxes/{}/execs", encode(&sandbox))).await;
-        let result = info.as_array().and_then(|xs| xs.iter().find(|x| x["exec_id"] == proc.exec_id.as_str()).cloned());
-        match result.and_then(|x| serde_json::from_value::<berth_api::ExecResult>(x["result"].clone()).ok()) {
+        let execs = Box::pin(engine.as_caller(&key, Access::On(&sandbox, Op::Execs), engine.execs(&sandbox))).await;
+        let result = execs.ok().and_then(|xs| xs.into_iter().find(|x| x.exec_id == proc.exec_id)?.result);
+        match result {
             Some(r) => {
                 let _ = tx.send(connect::message(end_event(&r))).await;
                 let _ = tx.send(connect::end(None)).await;
@@ -291,43 +300,11 @@ async fn attach(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
     connect::stream(rx)
 }
 
-/// The API's router and a key, for calls made after the request that started them has been answered.
-struct E2bApi {
-    api: axum::Router,
-    key: String,
-}
-
-impl E2bApi {
-    async fn get_json(&self, path: &str) -> Value {
-        let Ok(req) = axum::http::Request::builder()
-            .uri(path)
-            .header("host", "berth")
-            .header("authorization", format!("Bearer {}", self.key))
-            .body(axum::body::Body::empty())
-        else {
-            return Value::Null;
-        };
-        let Ok(answer) = tower::ServiceExt::oneshot(self.api.clone(), req).await;
-        let body = axum::body::to_bytes(answer.into_body(), 16 << 20).await.unwrap_or_default();
-        serde_json::from_slice(&body).unwrap_or(Value::Null)
-    }
-}
-
-async fn list(s: &E2b, key: &str, id: &str) -> Response {
-    let execs = s.call(key, Method::GET, &format!("/v1/sandboxes/{}/execs", encode(id)), None).await;
-    if !execs.ok() {
-        return err(code_of(execs.status), execs.message());
-    }
-    let running: Vec<String> = execs
-        .json()
-        .as_array()
-        .map(|xs| {
-            xs.iter()
-                .filter(|x| x["running"] == true)
-                .filter_map(|x| x["exec_id"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+async fn list(s: &E2b, key: &Caller, id: &str) -> Response {
+    let running: Vec<String> = match s.run(key, Access::On(id, Op::Execs), s.engine.execs(id)).await {
+        Ok(execs) => execs.into_iter().filter(|x| x.running).map(|x| x.exec_id).collect(),
+        Err(f) => return err(code_of(f.status), f.message),
+    };
     let all = s.procs.lock().unwrap_or_else(|e| e.into_inner());
     let processes: Vec<Value> = all
         .iter()
@@ -343,17 +320,20 @@ async fn list(s: &E2b, key: &str, id: &str) -> Response {
     ok(json!({"processes": processes}))
 }
 
-async fn signal(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
+async fn signal(s: &E2b, key: &Caller, id: &str, m: &Value) -> Response {
     let Some((_, proc)) = s.proc_of(id, &m["process"]) else {
         return err("not_found", format!("no running process {} in sandbox {id}", m["process"]));
     };
     // SIGTERM and SIGKILL alike end the command's whole process tree (berth's kill).
-    let a = s.call(key, Method::DELETE, &format!("/v1/sandboxes/{}/execs/{}", encode(id), proc.exec_id), None).await;
-    if a.ok() { ok(json!({})) } else { err(code_of(a.status), a.message()) }
+    let killed = s.engine.kill_exec(id, &proc.exec_id);
+    match s.run(key, Access::On(id, Op::KillExec(&proc.exec_id)), killed).await {
+        Ok(_) => ok(json!({})),
+        Err(f) => err(code_of(f.status), f.message),
+    }
 }
 
 /// `Update`: a terminal's new size, set on the terminal the command's processes hold (they get SIGWINCH).
-async fn resize(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
+async fn resize(s: &E2b, key: &Caller, id: &str, m: &Value) -> Response {
     let Some((pid, proc)) = s.proc_of(id, &m["process"]) else {
         return err("not_found", format!("no running process {} in sandbox {id}", m["process"]));
     };
@@ -364,25 +344,21 @@ async fn resize(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
     let script = format!(
         "for c in $(cat /proc/{pid}/task/*/children); do t=$(readlink /proc/$c/fd/0) && stty -F \"$t\" rows {rows} cols {cols} && exit 0; done; exit 1"
     );
-    let a = s
-        .call(
-            key,
-            Method::POST,
-            &format!("/v1/sandboxes/{}/execs", encode(id)),
-            Some(json!({"argv": ["sh", "-c", script], "user": proc.user})),
-        )
-        .await;
-    let done = String::from_utf8_lossy(&a.body).contains("\"exit_code\":0");
-    if a.ok() && done {
-        ok(json!({}))
-    } else {
-        err("failed_precondition", format!("process {pid} has no terminal to resize"))
+    let req = ExecRequest { argv: vec!["sh".into(), "-c".into(), script], user: proc.user, ..ExecRequest::default() };
+    let mut done = false;
+    if let Ok(mut frames) = exec(s, key, id, req).await {
+        while let Some(frame) = frames.recv().await {
+            if let ExecFrame::Exit(r) = frame {
+                done = r.exit_code == 0;
+            }
+        }
     }
+    if done { ok(json!({})) } else { err("failed_precondition", format!("process {pid} has no terminal to resize")) }
 }
 
 /// `SendInput` (and, with `close`, `CloseStdin`): bytes for a running process's stdin, which it must have been
 /// started with (`stdin=True`).
-async fn input(s: &E2b, key: &str, id: &str, selector: &Value, input: &Value, close: bool) -> Response {
+async fn input(s: &E2b, key: &Caller, id: &str, selector: &Value, input: &Value, close: bool) -> Response {
     let Some((_, proc)) = s.proc_of(id, selector) else {
         return err("not_found", format!("no running process {selector} in sandbox {id}"));
     };
@@ -393,19 +369,16 @@ async fn input(s: &E2b, key: &str, id: &str, selector: &Value, input: &Value, cl
         },
         None => Vec::new(),
     };
-    let path =
-        format!("/v1/sandboxes/{}/execs/{}/stdin{}", encode(id), proc.exec_id, if close { "?close=true" } else { "" });
-    let a = s.call_bytes(key, Method::POST, &path, Bytes::from(data)).await;
-    if a.ok() {
-        ok(json!({}))
-    } else {
-        err(if a.status == 409 { "failed_precondition" } else { code_of(a.status) }, a.message())
+    let sent = s.engine.send_stdin(id, &proc.exec_id, data, close);
+    match s.run(key, Access::On(id, Op::Stdin(&proc.exec_id)), sent).await {
+        Ok(()) => ok(json!({})),
+        Err(f) => err(if f.status == 409 { "failed_precondition" } else { code_of(f.status) }, f.message),
     }
 }
 
 /// `StreamInput`, a client stream: a `start` naming the process, then `data` messages, each written as it is
 /// read; the answer comes when the client's stream ends.
-async fn stream_input(s: &E2b, key: &str, id: &str, body: &[u8]) -> Response {
+async fn stream_input(s: &E2b, key: &Caller, id: &str, body: &[u8]) -> Response {
     let messages = match connect::messages(body) {
         Ok(ms) => ms,
         Err(e) => return err("invalid_argument", e),
@@ -458,33 +431,34 @@ fn entry_info(path: &str, f: &FileEntry) -> Value {
     v
 }
 
-async fn stat_of(s: &E2b, key: &str, id: &str, path: &str, who: &Who) -> Result<FileEntry, Response> {
-    let a = s
-        .call(
-            key,
-            Method::GET,
-            &format!("/v1/sandboxes/{}/stat?path={}{}", encode(id), encode(path), who.query()),
-            None,
-        )
-        .await;
-    if !a.ok() {
-        return Err(err(code_of(a.file_status()), a.message()));
-    }
-    serde_json::from_slice(&a.body).map_err(|_| err("internal", "berth's answer was not a file entry"))
+/// A file call failed, as envd answers it.
+fn file_err(f: super::Failed) -> Response {
+    err(code_of(f.file_status()), f.message)
 }
 
-async fn stat(s: &E2b, key: &str, id: &str, m: &Value, who: &Who) -> Response {
+async fn stat_as(s: &E2b, key: &Caller, id: &str, path: &str, who: &Who) -> Result<FileEntry, Response> {
+    let stat = s.engine.stat_file(id, who.user.as_deref(), path);
+    s.run(key, Access::On(id, Op::Stat), stat).await.map_err(file_err)
+}
+
+/// `stat_as`, for the holder of berth token `key`.
+async fn stat_of(s: &E2b, key: &str, id: &str, path: &str, who: &Who) -> Result<FileEntry, Response> {
+    let Some(caller) = s.engine.caller(key) else { return Err(err("unauthenticated", super::NO_TOKEN)) };
+    stat_as(s, &caller, id, path, who).await
+}
+
+async fn stat(s: &E2b, key: &Caller, id: &str, m: &Value, who: &Who) -> Response {
     let path = who.absolute(m["path"].as_str().unwrap_or(""));
-    match stat_of(s, key, id, &path, who).await {
+    match stat_as(s, key, id, &path, who).await {
         Ok(f) => ok(json!({"entry": entry_info(&path, &f)})),
         Err(r) => r,
     }
 }
 
-async fn list_dir(s: &E2b, key: &str, id: &str, m: &Value, who: &Who) -> Response {
+async fn list_dir(s: &E2b, key: &Caller, id: &str, m: &Value, who: &Who) -> Response {
     let root = who.absolute(m["path"].as_str().unwrap_or(""));
     let depth = m["depth"].as_u64().filter(|d| *d > 0).unwrap_or(1);
-    match stat_of(s, key, id, &root, who).await {
+    match stat_as(s, key, id, &root, who).await {
         Ok(f) if f.kind == FileKind::Directory => {}
         Ok(_) => return err("invalid_argument", format!("{root} is not a directory")),
         Err(r) => return r,
@@ -492,24 +466,11 @@ async fn list_dir(s: &E2b, key: &str, id: &str, m: &Value, who: &Who) -> Respons
     let mut entries = Vec::new();
     let mut todo = vec![(root.trim_end_matches('/').to_string(), 1u64)];
     while let Some((dir, level)) = todo.pop() {
-        let a = s
-            .call(
-                key,
-                Method::GET,
-                &format!(
-                    "/v1/sandboxes/{}/files?path={}{}",
-                    encode(id),
-                    encode(if dir.is_empty() { "/" } else { &dir }),
-                    who.query()
-                ),
-                None,
-            )
-            .await;
-        if !a.ok() {
-            return err(code_of(a.file_status()), a.message());
-        }
-        let Ok(files) = serde_json::from_slice::<Vec<FileEntry>>(&a.body) else {
-            return err("internal", "berth's answer was not a directory listing");
+        let read = s.engine.read_file(id, who.user.as_deref(), if dir.is_empty() { "/" } else { &dir });
+        let files = match s.run(key, Access::On(id, Op::ReadFile), read).await {
+            Ok(Got::Dir(files)) => files,
+            Ok(Got::File(_)) => return err("internal", "berth's answer was not a directory listing"),
+            Err(f) => return file_err(f),
         };
         for f in files {
             let path = format!("{dir}/{}", f.name);
@@ -522,23 +483,13 @@ async fn list_dir(s: &E2b, key: &str, id: &str, m: &Value, who: &Who) -> Respons
     ok(json!({"entries": entries}))
 }
 
-async fn make_dir(s: &E2b, key: &str, id: &str, m: &Value, who: &Who) -> Response {
+async fn make_dir(s: &E2b, key: &Caller, id: &str, m: &Value, who: &Who) -> Response {
     let path = who.absolute(m["path"].as_str().unwrap_or(""));
-    let a = s
-        .call(
-            key,
-            Method::POST,
-            &format!("/v1/sandboxes/{}/mkdir?path={}&parents=true{}", encode(id), encode(&path), who.query()),
-            None,
-        )
-        .await;
-    match a.status {
-        201 => match serde_json::from_slice::<FileEntry>(&a.body) {
-            Ok(f) => ok(json!({"entry": entry_info(&path, &f)})),
-            Err(_) => err("internal", "berth's answer was not a file entry"),
-        },
-        200 => err("already_exists", format!("{path} already exists")),
-        _ => err(code_of(a.file_status()), a.message()),
+    let made = s.engine.make_dir(id, who.user.as_deref(), &path, true, None);
+    match s.run(key, Access::On(id, Op::Mkdir), made).await {
+        Ok((f, true)) => ok(json!({"entry": entry_info(&path, &f)})),
+        Ok((_, false)) => err("already_exists", format!("{path} already exists")),
+        Err(f) => file_err(f),
     }
 }
 
@@ -580,20 +531,13 @@ async fn rename(s: &E2b, key: &str, id: &str, m: &Value, who: &Who) -> Response 
     }
 }
 
-async fn remove(s: &E2b, key: &str, id: &str, m: &Value, who: &Who) -> Response {
+async fn remove(s: &E2b, key: &Caller, id: &str, m: &Value, who: &Who) -> Response {
     let path = who.absolute(m["path"].as_str().unwrap_or(""));
-    let a = s
-        .call(
-            key,
-            Method::DELETE,
-            &format!("/v1/sandboxes/{}/files?path={}&recursive=true{}", encode(id), encode(&path), who.query()),
-            None,
-        )
-        .await;
-    // As envd's RemoveAll: a path that is not there is removed already (the sandbox itself must be).
-    if a.ok() || a.status == 404 && s.engine.get(id).await.is_ok() {
-        ok(json!({}))
-    } else {
-        err(code_of(a.file_status()), a.message())
+    let removed = s.engine.remove_file(id, who.user.as_deref(), &path, true);
+    match s.run(key, Access::On(id, Op::RemoveFile), removed).await {
+        Ok(()) => ok(json!({})),
+        // As envd's RemoveAll: a path that is not there is removed already (the sandbox itself must be).
+        Err(f) if f.status == 404 && s.engine.get(id).await.is_ok() => ok(json!({})),
+        Err(f) => file_err(f),
     }
 }

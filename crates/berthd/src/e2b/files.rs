@@ -8,37 +8,32 @@ use axum::body::Bytes;
 use axum::extract::Request;
 use axum::http::{Method, header};
 use axum::response::{IntoResponse, Response};
+use berth_engine::files::Got;
+use berth_engine::{Access, Caller, Op};
 use serde_json::{Value, json};
 
 use super::users::Who;
-use super::{E2b, encode, error, query_param};
+use super::{E2b, error, query_param};
 
-pub(super) async fn serve(s: &E2b, key: &str, id: &str, who: &Who, req: Request) -> Response {
+pub(super) async fn serve(s: &E2b, key: &Caller, id: &str, who: &Who, req: Request) -> Response {
     let query = req.uri().query().map(str::to_string);
     let path = query_param(query.as_deref(), "path").map(|p| who.absolute(&p));
     match *req.method() {
         Method::GET => {
             let Some(path) = path else { return error(400, "GET /files needs ?path=") };
-            let answer = s
-                .stream(
-                    key,
-                    Method::GET,
-                    &format!("/v1/sandboxes/{}/files?path={}{}", encode(id), encode(&path), who.query()),
-                    None,
-                )
-                .await;
-            if answer.status().is_success() {
-                return answer;
+            let read = s.engine.read_file(id, who.user.as_deref(), &path);
+            match s.run(key, Access::On(id, Op::ReadFile), read).await {
+                Ok(Got::File(data)) => ([(header::CONTENT_TYPE, "application/octet-stream")], data).into_response(),
+                Ok(Got::Dir(entries)) => axum::Json(entries).into_response(),
+                Err(f) => error(f.file_status(), f.message),
             }
-            let a = s.read(answer).await;
-            error(a.file_status(), a.message())
         }
         Method::POST => upload(s, key, id, who, path, req).await,
         ref m => error(405, format!("/files takes GET and POST, not {m}")),
     }
 }
 
-async fn upload(s: &E2b, key: &str, id: &str, who: &Who, path: Option<String>, req: Request) -> Response {
+async fn upload(s: &E2b, key: &Caller, id: &str, who: &Who, path: Option<String>, req: Request) -> Response {
     let headers = req.headers().clone();
     let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     let gzip = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()).is_some_and(|e| e.contains("gzip"));
@@ -73,16 +68,19 @@ async fn upload(s: &E2b, key: &str, id: &str, who: &Who, path: Option<String>, r
     }
     let mut written: Vec<Value> = Vec::new();
     for (path, data) in files {
-        let a = s
-            .call_bytes(
-                key,
-                Method::PUT,
-                &format!("/v1/sandboxes/{}/files?path={}&parents=true{}", encode(id), encode(&path), who.query()),
-                data,
-            )
-            .await;
-        if !a.ok() {
-            return error(a.file_status(), a.message());
+        // Each file holds its place in the daemon's budget for uploads while it is written, as the API's do.
+        let place = match crate::files_http::hold(Some(data.len() as u64)).await {
+            Ok(place) => place,
+            Err(f) => {
+                let f = super::Failed::from(f);
+                return error(f.status, f.message);
+            }
+        };
+        let write = s.engine.write_file(id, who.user.as_deref(), &path, data.to_vec(), None, true);
+        let written_one = s.run(key, Access::On(id, Op::WriteFile), write).await;
+        drop(place);
+        if let Err(f) = written_one {
+            return error(f.file_status(), f.message);
         }
         let name = path.rsplit('/').next().unwrap_or("").to_string();
         written.push(json!({"name": name, "type": "file", "path": path}));

@@ -7,10 +7,11 @@ use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use berth_api::RunFrame;
+use berth_api::{Context, ContextLanguage, CreateContext, RunCode, RunFrame};
+use berth_engine::{Access, Caller, Op};
 use serde_json::{Value, json};
 
-use super::{E2b, HOME, encode, rfc3339};
+use super::{E2b, Failed, HOME, rfc3339};
 
 const MAX_BODY: usize = 16 << 20;
 
@@ -19,12 +20,16 @@ fn fail(status: u16, message: impl Into<String>) -> Response {
     (StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), message.into()).into_response()
 }
 
+fn failed(f: Failed) -> Response {
+    fail(f.status, f.message)
+}
+
 pub(super) async fn serve(s: &E2b, id: &str, req: Request) -> Response {
     let path = req.uri().path().trim_start_matches('/').trim_end_matches('/').to_string();
     if path == "health" {
         return "OK".into_response();
     }
-    let Some(key) = s.key_for(id, req.headers()) else {
+    let Some(key) = s.caller_for(id, req.headers()) else {
         return fail(
             401,
             format!("no access token for sandbox {id}: connect to it again (Sandbox.connect) for a new one"),
@@ -54,84 +59,83 @@ pub(super) async fn serve(s: &E2b, id: &str, req: Request) -> Response {
         }
         (Method::GET, ["contexts"]) => list(s, &key, id).await,
         (Method::DELETE, ["contexts", ctx]) => {
-            let a = s
-                .call(&key, Method::DELETE, &format!("/v1/sandboxes/{}/contexts/{}", encode(id), encode(ctx)), None)
-                .await;
-            if a.ok() { StatusCode::NO_CONTENT.into_response() } else { fail(a.status, a.message()) }
+            let (sandbox, c) = (id.to_string(), ctx.to_string());
+            let remove = |e: std::sync::Arc<crate::Engine>| async move { e.remove_context(&sandbox, &c).await };
+            match s.run_detached(&key, Access::On(id, Op::RemoveContext(ctx)), remove).await {
+                Ok(()) => StatusCode::NO_CONTENT.into_response(),
+                Err(f) => failed(f),
+            }
         }
         (Method::POST, ["contexts", ctx, "restart"]) => {
-            let a = s
-                .call(
-                    &key,
-                    Method::POST,
-                    &format!("/v1/sandboxes/{}/contexts/{}/restart", encode(id), encode(ctx)),
-                    None,
-                )
-                .await;
-            if a.ok() { StatusCode::NO_CONTENT.into_response() } else { fail(a.status, a.message()) }
+            let (sandbox, c) = (id.to_string(), ctx.to_string());
+            let restart = |e: std::sync::Arc<crate::Engine>| async move { e.restart_context(&sandbox, &c).await };
+            match s.run_detached(&key, Access::On(id, Op::RestartContext(ctx)), restart).await {
+                Ok(_) => StatusCode::NO_CONTENT.into_response(),
+                Err(f) => failed(f),
+            }
         }
         (m, _) => fail(404, format!("the code interpreter has no {m} /{path}")),
     }
 }
 
 /// berth's context language for E2B's name of one.
-fn language(name: Option<&str>) -> Result<&'static str, Response> {
+fn language(name: Option<&str>) -> Result<ContextLanguage, Response> {
     match name.map(str::to_ascii_lowercase).as_deref() {
-        None | Some("python" | "python3") => Ok("python"),
-        Some("js" | "javascript" | "node") => Ok("javascript"),
-        Some("bash" | "sh") => Ok("bash"),
+        None | Some("python" | "python3") => Ok(ContextLanguage::Python),
+        Some("js" | "javascript" | "node") => Ok(ContextLanguage::Javascript),
+        Some("bash" | "sh") => Ok(ContextLanguage::Bash),
         Some(other) => Err(fail(400, format!("berth's contexts run python, javascript and bash, not {other}"))),
     }
 }
 
 /// E2B's view of a context.
-fn context_json(c: &Value) -> Value {
-    json!({"id": c["id"], "language": c["language"], "cwd": c["cwd"]})
+fn context_json(c: &Context) -> Value {
+    json!({"id": c.id, "language": c.language, "cwd": c.cwd})
 }
 
-async fn make(s: &E2b, key: &str, id: &str, language: &str, cwd: Option<&str>) -> Result<Value, Response> {
-    let req = json!({"language": language, "cwd": cwd.unwrap_or(HOME)});
-    let a = s.call(key, Method::POST, &format!("/v1/sandboxes/{}/contexts", encode(id)), Some(req)).await;
-    if !a.ok() {
-        return Err(fail(a.status, a.message()));
-    }
-    Ok(context_json(&a.json()))
+async fn make(
+    s: &E2b,
+    key: &Caller,
+    id: &str,
+    language: ContextLanguage,
+    cwd: Option<&str>,
+) -> Result<Value, Response> {
+    let req = CreateContext { language, cwd: Some(cwd.unwrap_or(HOME).to_string()), env: Default::default() };
+    let sandbox = id.to_string();
+    let made =
+        s.run_detached(key, Access::On(id, Op::MakeContext), |e| async move { e.create_context(&sandbox, req).await });
+    made.await.map(|c| context_json(&c)).map_err(failed)
 }
 
 /// The sandbox's default context of a language (the one runs without a context go to), made on first use
 /// and remembered while the daemon runs.
-async fn default_context(s: &E2b, key: &str, id: &str, language: &str) -> Result<String, Response> {
-    let known =
-        s.defaults.lock().unwrap_or_else(|p| p.into_inner()).get(&(id.to_string(), language.to_string())).cloned();
+async fn default_context(s: &E2b, key: &Caller, id: &str, language: ContextLanguage) -> Result<String, Response> {
+    let which = (id.to_string(), language.name().to_string());
+    let known = s.defaults.lock().unwrap_or_else(|p| p.into_inner()).get(&which).cloned();
     if let Some(ctx) = known {
-        let a =
-            s.call(key, Method::GET, &format!("/v1/sandboxes/{}/contexts/{}", encode(id), encode(&ctx)), None).await;
-        if a.ok() {
-            return Ok(ctx);
-        }
-        if a.status != 404 {
-            return Err(fail(a.status, a.message()));
+        match s.run(key, Access::On(id, Op::Context(&ctx)), s.engine.get_context(id, &ctx)).await {
+            Ok(_) => return Ok(ctx),
+            Err(f) if f.status == 404 => {}
+            Err(f) => return Err(failed(f)),
         }
     }
     let c = make(s, key, id, language, None).await?;
     let ctx = c["id"].as_str().unwrap_or_default().to_string();
-    s.defaults.lock().unwrap_or_else(|p| p.into_inner()).insert((id.to_string(), language.to_string()), ctx.clone());
+    s.defaults.lock().unwrap_or_else(|p| p.into_inner()).insert(which, ctx.clone());
     Ok(ctx)
 }
 
-async fn list(s: &E2b, key: &str, id: &str) -> Response {
+async fn list(s: &E2b, key: &Caller, id: &str) -> Response {
     // As E2B's: a python and a javascript context are always there.
-    for language in ["python", "javascript"] {
+    for language in [ContextLanguage::Python, ContextLanguage::Javascript] {
         if let Err(r) = default_context(s, key, id, language).await {
             return r;
         }
     }
-    let a = s.call(key, Method::GET, &format!("/v1/sandboxes/{}/contexts", encode(id)), None).await;
-    if !a.ok() {
-        return fail(a.status, a.message());
+    match s.run(key, Access::On(id, Op::Contexts), s.engine.list_contexts(id)).await {
+        Ok(all) => axum::Json(all.iter().map(context_json).collect::<Vec<_>>()).into_response(),
+        Err(f) => failed(f),
     }
-    let all: Vec<Value> = a.json().as_array().map(|cs| cs.iter().map(context_json).collect()).unwrap_or_default();
-    axum::Json(all).into_response()
 }
 
 /// `'abc'` as E2B shows it: one level of quotes off a string's repr.
@@ -149,14 +153,16 @@ fn line(v: Value) -> Bytes {
     Bytes::from(b)
 }
 
-async fn execute(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
+async fn execute(s: &E2b, key: &Caller, id: &str, body: &Value) -> Response {
     let Some(code) = body["code"].as_str() else { return fail(400, "the body's code is the code to run") };
     if !body["context_id"].is_null() && !body["language"].is_null() {
         return fail(400, "give a context_id or a language, not both");
     }
     let env = match &body["env_vars"] {
-        Value::Null => serde_json::Map::new(),
-        Value::Object(m) if m.values().all(Value::is_string) => m.clone(),
+        Value::Null => Default::default(),
+        Value::Object(m) if m.values().all(Value::is_string) => {
+            m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect()
+        }
         _ => return fail(400, "env_vars is an object of strings"),
     };
     let ctx = match body["context_id"].as_str() {
@@ -172,25 +178,22 @@ async fn execute(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
             }
         }
     };
-    let run = json!({"code": code, "max_output_bytes": 1u64 << 40, "env": env});
-    let path = format!("/v1/sandboxes/{}/contexts/{}/run", encode(id), encode(&ctx));
-    let answer = s.stream(key, Method::POST, &path, Some(run.to_string().into())).await;
-    if !answer.status().is_success() {
-        let a = s.read(answer).await;
-        return fail(a.status, a.message());
+    let run = RunCode { code: code.to_string(), timeout_seconds: None, max_output_bytes: Some(1u64 << 40), env };
+    // The API's bound on a request body holds here too.
+    let max = crate::listen::bounds().max_body_bytes;
+    if serde_json::to_vec(&run).map_or(0, |b| b.len()) > max {
+        return fail(413, format!("the request body is larger than {max} bytes"));
     }
+    let mut frames = match s.run(key, Access::On(id, Op::Run(&ctx)), s.engine.run_context(id, &ctx, run)).await {
+        Ok(frames) => frames,
+        Err(f) => return failed(f),
+    };
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
-        use futures_util::StreamExt;
-        let mut stream = answer.into_body().into_data_stream();
-        let mut buf: Vec<u8> = Vec::new();
         let mut pending = [String::new(), String::new()];
         let now = || rfc3339(berth_engine::now_ms());
-        while let Some(Ok(chunk)) = stream.next().await {
-            buf.extend_from_slice(&chunk);
-            while let Some(at) = buf.iter().position(|b| *b == b'\n') {
-                let raw: Vec<u8> = buf.drain(..=at).collect();
-                let Ok(frame) = serde_json::from_slice::<RunFrame>(&raw) else { continue };
+        {
+            while let Some(frame) = frames.recv().await {
                 // Output goes out a line (or several) at a time, as Jupyter's streams give it: what follows
                 // the last newline waits for the rest of its line, or for anything else the run sends.
                 let mut out: Vec<Value> = Vec::new();

@@ -3,12 +3,14 @@
 //! `list_snapshots` and `delete_snapshot` (E2B's `DELETE /templates/{id}`) list and remove them; `fork` is
 //! berth's fork, its copies continuing the source's processes where berth can.
 
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use berth_api::{Isolation, Sandbox, Snapshot};
+use berth_api::{Isolation, NetChange, Snapshot};
+use berth_engine::{Access, Op};
 use serde_json::{Value, json};
 
-use super::{E2b, encode, error, failed};
+use super::control::Client;
+use super::{E2b, error};
 
 /// Most copies one fork makes (E2B's SDK asks for at most 20).
 const MAX_FORKS: u64 = 20;
@@ -22,7 +24,7 @@ fn processes_can_come(isolation: Isolation) -> bool {
 /// `POST /sandboxes/{id}/snapshots` `{name?, memory?}`: `memory` (E2B's "full", its default) takes the
 /// processes along; `false` ("filesystem") the files only. A name already taken is given to the new
 /// snapshot, as E2B gives the name a new build.
-pub(super) async fn create_snapshot(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
+pub(super) async fn create_snapshot(s: &E2b, key: &Client, id: &str, body: &Value) -> Response {
     let sb = match super::control::get(s, key, id).await {
         Ok(sb) => sb,
         Err(r) => return r,
@@ -32,32 +34,25 @@ pub(super) async fn create_snapshot(s: &E2b, key: &str, id: &str, body: &Value) 
         Some(asked) => asked,
         None => processes_can_come(sb.isolation) && sb.state != berth_api::SandboxState::Hibernated,
     };
-    let req = json!({"name": name, "with_processes": with_processes});
-    let path = format!("/v1/sandboxes/{}/snapshots", encode(&sb.id));
     // The name's holder, if it is a snapshot asked for (not another snapshot's id, nor a fork's instant).
     if let Some(n) = name {
-        let all: Vec<Snapshot> = s.list_of(key, "/v1/snapshots", "snapshots").await.unwrap_or_default();
-        if let Some(old) = all.iter().find(|x| x.name.as_deref() == Some(n) && x.origin == "snapshot") {
-            let gone = s.call(key, Method::DELETE, &format!("/v1/snapshots/{}", encode(&old.id)), None).await;
-            if !gone.ok() {
-                return error(
-                    409,
-                    format!(
-                        "the name {n:?} is taken by snapshot {} and it cannot be removed: {}",
-                        old.id,
-                        gone.message()
-                    ),
-                );
-            }
+        let all = s.run(&key.caller, Access::Snapshots, async { s.engine.snapshots() }).await.unwrap_or_default();
+        if let Some(old) = all.iter().find(|x| x.name.as_deref() == Some(n) && x.origin == "snapshot")
+            && let Err(gone) = remove_snapshot(s, key, &old.id).await
+        {
+            return error(
+                409,
+                format!("the name {n:?} is taken by snapshot {} and it cannot be removed: {}", old.id, gone.message),
+            );
         }
     }
-    let a = s.call(key, Method::POST, &path, Some(req)).await;
-    if !a.ok() {
-        return failed(&a);
-    }
-    match serde_json::from_slice::<Snapshot>(&a.body) {
+    let (sandbox, name) = (sb.id.clone(), name.map(str::to_string));
+    let made = s.run_detached(&key.caller, Access::On(&sb.id, Op::Snapshot), move |e| async move {
+        e.snapshot(&sandbox, name, with_processes).await
+    });
+    match made.await {
         Ok(snap) => (StatusCode::CREATED, axum::Json(snapshot_json(&snap))).into_response(),
-        Err(_) => error(500, "berth's answer was not a snapshot"),
+        Err(f) => f.answer(),
     }
 }
 
@@ -67,10 +62,10 @@ fn snapshot_json(snap: &Snapshot) -> Value {
 
 /// `GET /snapshots?sandboxID=&name=&limit=&nextToken=`: the snapshots asked for (not the instants forks
 /// keep), newest first, in pages.
-pub(super) async fn list_snapshots(s: &E2b, key: &str, query: Option<&str>) -> Response {
-    let mut all: Vec<Snapshot> = match s.list_of(key, "/v1/snapshots", "snapshots").await {
+pub(super) async fn list_snapshots(s: &E2b, key: &Client, query: Option<&str>) -> Response {
+    let mut all = match s.run(&key.caller, Access::Snapshots, async { s.engine.snapshots() }).await {
         Ok(all) => all,
-        Err(r) => return r,
+        Err(f) => return f.answer(),
     };
     let param = |n: &str| super::query_param(query, n);
     let (sandbox, name) = (param("sandboxID"), param("name"));
@@ -84,24 +79,29 @@ pub(super) async fn list_snapshots(s: &E2b, key: &str, query: Option<&str>) -> R
 }
 
 /// `DELETE /templates/{id}`: a snapshot (berth's templates themselves are images, removed with berth).
-pub(super) async fn delete_template(s: &E2b, key: &str, id: &str) -> Response {
-    let a = s.call(key, Method::DELETE, &format!("/v1/snapshots/{}", encode(id)), None).await;
-    match a.status {
-        200..=299 => StatusCode::NO_CONTENT.into_response(),
-        404 => error(404, format!("there is no snapshot {id} (berth's images are removed with berth image rm)")),
-        _ => failed(&a),
+pub(super) async fn delete_template(s: &E2b, key: &Client, id: &str) -> Response {
+    match remove_snapshot(s, key, id).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(f) if f.status == 404 => {
+            error(404, format!("there is no snapshot {id} (berth's images are removed with berth image rm)"))
+        }
+        Err(f) => f.answer(),
     }
 }
 
+async fn remove_snapshot(s: &E2b, key: &Client, id: &str) -> Result<Snapshot, super::Failed> {
+    let snapshot = id.to_string();
+    s.run_detached(&key.caller, Access::RemoveSnapshot(id), |e| async move { e.remove_snapshot(&snapshot).await }).await
+}
+
 /// The snapshot a create's `templateID` names, if it names one.
-pub(super) async fn snapshot_named(s: &E2b, key: &str, template: &str) -> Option<Snapshot> {
-    let a = s.call(key, Method::GET, &format!("/v1/snapshots/{}", encode(template)), None).await;
-    if a.ok() { serde_json::from_slice(&a.body).ok() } else { None }
+pub(super) async fn snapshot_named(s: &E2b, key: &Client, template: &str) -> Option<Snapshot> {
+    s.run(&key.caller, Access::Snapshot(template), async { s.engine.get_snapshot(template) }).await.ok()
 }
 
 /// `POST /sandboxes/{id}/fork` `{timeout?, count?}`: berth's fork, the copies continuing the source's
 /// processes where berth can take them along; each copy's timeout is `timeout` (else the source's TTL).
-pub(super) async fn fork(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
+pub(super) async fn fork(s: &E2b, key: &Client, id: &str, body: &Value) -> Response {
     let sb = match super::control::get(s, key, id).await {
         Ok(sb) => sb,
         Err(r) => return r,
@@ -121,35 +121,27 @@ pub(super) async fn fork(s: &E2b, key: &str, id: &str, body: &Value) -> Response
         },
     };
     let with_processes = processes_can_come(sb.isolation) && sb.state != berth_api::SandboxState::Hibernated;
-    let req = json!({"count": count, "with_processes": with_processes});
-    let a = s.call(key, Method::POST, &format!("/v1/sandboxes/{}/fork", encode(&sb.id)), Some(req)).await;
-    if a.status == 404 {
-        return error(404, format!("sandbox {id} was not found"));
-    }
-    if !a.ok() {
-        return failed(&a);
-    }
-    let Ok(copies) = serde_json::from_value::<Vec<Sandbox>>(a.json()["sandboxes"].clone()) else {
-        return error(500, "berth's answer was not a fork");
+    let source = sb.id.clone();
+    let forked = s.run_detached(&key.caller, Access::On(&sb.id, Op::Fork), move |e| async move {
+        e.fork(&source, count as u32, with_processes).await
+    });
+    let forked = match forked.await {
+        Ok(f) => f,
+        Err(f) if f.status == 404 => return error(404, format!("sandbox {id} was not found")),
+        Err(f) => return f.answer(),
     };
-    let mut results: Vec<Value> = a.json()["errors"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| json!({"error": {"code": 500, "message": e}}))
-        .collect();
-    for copy in copies {
-        if let Some(t) = timeout {
-            let ttl = s
-                .call(key, Method::POST, &format!("/v1/sandboxes/{}/ttl", copy.id), Some(json!({"ttl_seconds": t})))
-                .await;
-            if !ttl.ok() {
-                let _ = s.call(key, Method::DELETE, &format!("/v1/sandboxes/{}", copy.id), None).await;
-                results.push(json!({"error": {"code": ttl.status, "message": ttl.message()}}));
-                continue;
-            }
+    let mut results: Vec<Value> = forked.errors.iter().map(|e| json!({"error": {"code": 500, "message": e}})).collect();
+    for copy in forked.sandboxes {
+        if let Some(t) = timeout
+            && let Err(ttl) = super::control::set_ttl(s, key, &copy.id, t).await
+        {
+            let child = copy.id.clone();
+            let remove = |e: std::sync::Arc<crate::Engine>| async move { e.remove(&child).await };
+            let _ = s.run_detached(&key.caller, Access::On(&copy.id, Op::Remove), remove).await;
+            results.push(json!({"error": {"code": ttl.status, "message": ttl.message}}));
+            continue;
         }
-        let access = s.access_token(&copy.id, key);
+        let access = s.access_token(&copy.id, &key.key);
         results.push(json!({"sandbox": super::control::sandbox_json(s, &copy, &access)}));
     }
     (StatusCode::CREATED, axum::Json(results)).into_response()
@@ -159,7 +151,7 @@ pub(super) async fn fork(s: &E2b, key: &str, id: &str, body: &Value) -> Response
 /// berth's policy, which changes by rules allowed and denied: the new destinations are allowed or denied,
 /// and those no longer allowed are denied. A deny rule taken away is refused (lifting it would allow what
 /// it named), and so is a change of `allow_internet_access` (berth sets that mode at create).
-pub(super) async fn update_network(s: &E2b, key: &str, id: &str, body: &Value) -> Response {
+pub(super) async fn update_network(s: &E2b, key: &Client, id: &str, body: &Value) -> Response {
     let sb = match super::control::get(s, key, id).await {
         Ok(sb) => sb,
         Err(r) => return r,
@@ -194,13 +186,24 @@ pub(super) async fn update_network(s: &E2b, key: &str, id: &str, body: &Value) -
     }
     let gone: Vec<String> = net.allow.iter().filter(|a| !allow.contains(a) && !all_open).cloned().collect();
     // Allowed first, then denied (berth's order): a destination in both lists ends up denied.
-    let change = json!({
-        "allow": allow.iter().filter(|a| !net.allow.contains(a) || net.deny.contains(a)).filter(|a| !deny.contains(a)).collect::<Vec<_>>(),
-        "deny": deny.iter().chain(gone.iter()).collect::<Vec<_>>(),
-    });
-    if change["allow"].as_array().is_some_and(Vec::is_empty) && change["deny"].as_array().is_some_and(Vec::is_empty) {
+    let change = NetChange {
+        allow: allow
+            .iter()
+            .filter(|a| !net.allow.contains(a) || net.deny.contains(a))
+            .filter(|a| !deny.contains(a))
+            .cloned()
+            .collect(),
+        deny: deny.iter().chain(gone.iter()).cloned().collect(),
+    };
+    if change.allow.is_empty() && change.deny.is_empty() {
         return StatusCode::NO_CONTENT.into_response();
     }
-    let a = s.call(key, Method::POST, &format!("/v1/sandboxes/{}/net", encode(&sb.id)), Some(change)).await;
-    if a.ok() { StatusCode::NO_CONTENT.into_response() } else { failed(&a) }
+    let sandbox = sb.id.clone();
+    let changed = s.run_detached(&key.caller, Access::On(&sb.id, Op::NetChange), |e| async move {
+        e.net_change(&sandbox, change).await
+    });
+    match changed.await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(f) => f.answer(),
+    }
 }

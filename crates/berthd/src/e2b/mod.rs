@@ -2,9 +2,9 @@
 //! and the code interpreter (port 49999) as the unmodified E2B SDKs speak them, on one port, translated to
 //! berth's own API.
 //!
-//! Every request is carried out as a request to the API's router in-process (as `/mcp` does), with the
-//! caller's berth token: it is authenticated, scoped, journaled and limited exactly as that request would be
-//! from any client. The control plane takes the token as `X-API-Key` (the SDK's `E2B_API_KEY`). Sandbox
+//! Every request is carried out as typed calls of the engine, as the caller its berth token makes
+//! (`berth_engine::Caller`): each is allowed by `Engine::allows` with the rules the API applies to the same
+//! token, journaled as the caller's, and held to the API's bounds, as it would be from any client. The control plane takes the token as `X-API-Key` (the SDK's `E2B_API_KEY`). Sandbox
 //! traffic carries no API key: create and connect answer with an access token for the sandbox
 //! (`envdAccessToken`, also `trafficAccessToken`), which stands for the key that made it, held in memory by
 //! its digest (a restarted daemon gives a new one at the next `connect`).
@@ -38,8 +38,9 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::Engine;
+use crate::{Engine, EngineError};
 use berth_engine::tokens::{digest, random_hex};
+use berth_engine::{Access as Allowed, Caller};
 
 /// envd's port, the code interpreter's, and the envd version berth answers as (what it implements).
 pub(crate) const ENVD_PORT: u16 = 49983;
@@ -106,10 +107,11 @@ pub fn app(engine: Arc<Engine>, domain: Option<String>) -> Router {
 
 async fn dispatch(State(s): State<Arc<E2b>>, req: Request) -> Response {
     match target(&req, s.domain.as_deref()) {
-        Some((id, ENVD_PORT)) => envd::serve(&s, &id, req).await,
-        Some((id, INTERPRETER_PORT)) => interpreter::serve(&s, &id, req).await,
+        // Each on the heap: their futures hold the engine's.
+        Some((id, ENVD_PORT)) => Box::pin(envd::serve(&s, &id, req)).await,
+        Some((id, INTERPRETER_PORT)) => Box::pin(interpreter::serve(&s, &id, req)).await,
         Some((id, port)) => user_port(&s, &id, port, req).await,
-        None => control::serve(&s, req).await,
+        None => Box::pin(control::serve(&s, req)).await,
     }
 }
 
@@ -149,6 +151,41 @@ fn target(req: &Request, domain: Option<&str>) -> Option<(String, u16)> {
     crate::preview_http::host_target(req, domain?).map(|(port, id)| (id, port))
 }
 
+/// What an unknown (or revoked) key gets.
+pub(crate) const NO_TOKEN: &str =
+    "this listener needs a bearer token: mint one with berth token create and send it as Authorization: Bearer";
+
+/// An engine call that failed, as the listener answers it: the status of its error's code, and its sentence.
+#[derive(Debug)]
+pub(crate) struct Failed {
+    pub status: u16,
+    pub message: String,
+}
+
+impl From<EngineError> for Failed {
+    fn from(e: EngineError) -> Failed {
+        Failed { status: e.code().status(), message: berth_runtime::error_chain(&e) }
+    }
+}
+
+impl From<crate::http::Failure> for Failed {
+    fn from(f: crate::http::Failure) -> Failed {
+        Failed { status: f.0.status(), message: f.1 }
+    }
+}
+
+impl Failed {
+    /// The status as envd would answer a file call: berth's 409 for what the user may not do is a 403.
+    pub fn file_status(&self) -> u16 {
+        if self.status == 409 && self.message.contains("Permission denied") { 403 } else { self.status }
+    }
+
+    /// As a control-plane error.
+    pub fn answer(&self) -> Response {
+        error(self.status, self.message.clone())
+    }
+}
+
 /// What the API answered: its status, content type and body.
 pub(crate) struct Answer {
     pub status: u16,
@@ -177,6 +214,34 @@ impl Answer {
 }
 
 impl E2b {
+    /// Run engine call `op` as `caller`, once it is allowed `access` (journaled as the caller's, refused as it
+    /// would be from any client).
+    pub(crate) async fn run<T>(
+        &self,
+        caller: &Caller,
+        access: Allowed<'_>,
+        op: impl std::future::Future<Output = Result<T, EngineError>>,
+    ) -> Result<T, Failed> {
+        // On the heap: the engine's futures are large, and a request's task nests several.
+        Box::pin(self.engine.as_caller(caller, access, Box::pin(op))).await.map_err(Failed::from)
+    }
+
+    /// The same, with `op` on a task of its own: a client that hangs up never stops it half-way.
+    pub(crate) async fn run_detached<T, F, Fut>(&self, caller: &Caller, access: Allowed<'_>, op: F) -> Result<T, Failed>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Engine>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, EngineError>> + Send + 'static,
+    {
+        self.run(caller, access, crate::http::detached(&self.engine, op)).await
+    }
+
+    /// The caller a sandbox request's access token stands for, if it is one for this sandbox and its berth
+    /// token is still valid.
+    pub(crate) fn caller_for(&self, sandbox: &str, headers: &HeaderMap) -> Option<Caller> {
+        self.key_for(sandbox, headers).and_then(|key| self.engine.caller(&key))
+    }
+
     /// Call the API as the holder of berth token `key`; the answer's body streamed.
     pub(crate) async fn stream(&self, key: &str, method: Method, path: &str, body: Option<Body>) -> Response {
         let mut req = Request::builder()
@@ -198,26 +263,6 @@ impl E2b {
     pub(crate) async fn call(&self, key: &str, method: Method, path: &str, body: Option<Value>) -> Answer {
         let body = body.map(|v| Body::from(serde_json::to_vec(&v).unwrap_or_default()));
         self.read(self.stream(key, method, path, body).await).await
-    }
-
-    /// The same with a raw body.
-    pub(crate) async fn call_bytes(&self, key: &str, method: Method, path: &str, body: Bytes) -> Answer {
-        let answer = self.stream(key, method, path, Some(Body::from(body))).await;
-        self.read(answer).await
-    }
-
-    /// GET a list from the API as the holder of `key` (`what` names it in the error, should it not be one).
-    pub(crate) async fn list_of<T: serde::de::DeserializeOwned>(
-        &self,
-        key: &str,
-        path: &str,
-        what: &str,
-    ) -> Result<Vec<T>, Response> {
-        let a = self.call(key, Method::GET, path, None).await;
-        if !a.ok() {
-            return Err(failed(&a));
-        }
-        serde_json::from_slice(&a.body).map_err(|_| error(500, format!("berth's answer was not a list of {what}")))
     }
 
     async fn read(&self, answer: Response) -> Answer {
@@ -324,11 +369,6 @@ pub(crate) fn error(status: u16, message: impl Into<String>) -> Response {
         r.headers_mut().insert("should-retry", HeaderValue::from_static("false"));
     }
     r
-}
-
-/// An API answer that failed, as a control-plane error.
-pub(crate) fn failed(a: &Answer) -> Response {
-    error(a.status, a.message())
 }
 
 pub(crate) use berth_api::rfc3339;

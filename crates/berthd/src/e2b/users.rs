@@ -4,10 +4,12 @@
 //! sandbox's own `/etc/passwd` (`ExecRequest::user`, the files API's `user`). An image without a `user`
 //! (one imported into berth, not built as an E2B template) runs them as root, with `HOME=/home/user`.
 
-use axum::http::{HeaderMap, Method, header};
+use axum::http::{HeaderMap, header};
 use base64::Engine as _;
+use berth_engine::files::Got;
+use berth_engine::{Access, Caller, Op};
 
-use super::{E2b, HOME, encode, query_param};
+use super::{E2b, HOME, query_param};
 
 /// The user a call acts as, and its home (where relative paths are, and the default working directory).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,11 +29,6 @@ impl Who {
         } else {
             format!("{}/{path}", self.home.trim_end_matches('/'))
         }
-    }
-
-    /// The files API's query for this user (`&user=…`, or nothing).
-    pub(crate) fn query(&self) -> String {
-        self.user.as_deref().map(|u| format!("&user={}", encode(u))).unwrap_or_default()
     }
 }
 
@@ -57,7 +54,7 @@ fn home_of(user: &str) -> String {
 
 impl E2b {
     /// Who a call for sandbox `id` acts as: the user it names, else `user` where the sandbox has one.
-    pub(crate) async fn who(&self, key: &str, id: &str, asked: Option<String>) -> Who {
+    pub(crate) async fn who(&self, key: &Caller, id: &str, asked: Option<String>) -> Who {
         if let Some(user) = asked {
             return Who { home: home_of(&user), user: Some(user) };
         }
@@ -65,13 +62,12 @@ impl E2b {
         let has = match known {
             Some(has) => has,
             None => {
-                let path = format!("/v1/sandboxes/{}/files?path=%2Fetc%2Fpasswd", encode(id));
-                let a = self.call(key, Method::GET, &path, None).await;
-                if !a.ok() {
+                let read = self.engine.read_file(id, None, "/etc/passwd");
+                let Ok(Got::File(passwd)) = self.run(key, Access::On(id, Op::ReadFile), read).await else {
                     // Not known now (the sandbox is not running): ask berth for `user`, which says what is wrong.
                     return Who { user: Some("user".into()), home: HOME.into() };
-                }
-                let passwd = String::from_utf8_lossy(&a.body);
+                };
+                let passwd = String::from_utf8_lossy(&passwd);
                 let named = berth_engine::users::Spec::Name("user".into());
                 let has = berth_engine::users::resolve(&named, Some(&passwd)).is_ok();
                 // Only a yes is kept: a sandbox may make its `user` later (useradd), and is then asked again.
@@ -102,7 +98,5 @@ mod tests {
             (who.absolute("a/b"), who.absolute(""), who.absolute("/x")),
             ("/root/a/b".into(), "/root".into(), "/x".into())
         );
-        assert_eq!(who.query(), "&user=root");
-        assert_eq!(Who { user: None, home: HOME.into() }.query(), "");
     }
 }

@@ -7,13 +7,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::http::Method;
 use axum::response::Response;
-use berth_api::{FileEntry, FileKind};
+use berth_api::FileKind;
+use berth_engine::files::Got;
+use berth_engine::{Access, Caller, Op};
 use serde_json::{Value, json};
 
 use super::connect::{self, code_of, err, ok};
-use super::{E2b, absolute, encode};
+use super::{E2b, absolute};
 
 /// Most entries one watch follows.
 const MAX_ENTRIES: usize = 10_000;
@@ -25,7 +26,7 @@ type Seen = BTreeMap<String, (FileKind, u64, i64, u32)>;
 
 pub(crate) struct Watcher {
     sandbox: String,
-    key: String,
+    key: Caller,
     root: String,
     recursive: bool,
     seen: Seen,
@@ -35,21 +36,18 @@ pub(crate) struct Watcher {
 pub(crate) struct Watchers(std::sync::Mutex<HashMap<String, Watcher>>);
 
 /// What is under `root` now.
-async fn look(s: &E2b, key: &str, id: &str, root: &str, recursive: bool) -> Result<Seen, Response> {
+async fn look(s: &E2b, key: &Caller, id: &str, root: &str, recursive: bool) -> Result<Seen, Response> {
     let mut seen = Seen::new();
     let mut todo = vec![String::new()];
     while let Some(rel) = todo.pop() {
         let dir = if rel.is_empty() { root.to_string() } else { format!("{}/{rel}", root.trim_end_matches('/')) };
-        let a =
-            s.call(key, Method::GET, &format!("/v1/sandboxes/{}/files?path={}", encode(id), encode(&dir)), None).await;
-        if !a.ok() {
+        let files = match s.run(key, Access::On(id, Op::ReadFile), s.engine.read_file(id, None, &dir)).await {
+            Ok(Got::Dir(files)) => files,
+            Ok(Got::File(_)) => Vec::new(),
             // A directory removed between the listing above and this one: what was in it is gone.
-            if a.status == 404 && !rel.is_empty() {
-                continue;
-            }
-            return Err(err(code_of(a.status), a.message()));
-        }
-        let files: Vec<FileEntry> = serde_json::from_slice(&a.body).unwrap_or_default();
+            Err(f) if f.status == 404 && !rel.is_empty() => continue,
+            Err(f) => return Err(err(code_of(f.status), f.message)),
+        };
         for f in files {
             let path = if rel.is_empty() { f.name.clone() } else { format!("{rel}/{}", f.name) };
             if recursive && f.kind == FileKind::Directory {
@@ -90,27 +88,27 @@ fn changes(before: &Seen, now: &Seen) -> Vec<Value> {
     out
 }
 
-async fn start_look(s: &E2b, key: &str, id: &str, m: &Value) -> Result<(String, bool, Seen), Response> {
+async fn start_look(s: &E2b, key: &Caller, id: &str, m: &Value) -> Result<(String, bool, Seen), Response> {
     let root = absolute(m["path"].as_str().unwrap_or(""));
     let recursive = m["recursive"].as_bool().unwrap_or(false);
-    let a = s.call(key, Method::GET, &format!("/v1/sandboxes/{}/stat?path={}", encode(id), encode(&root)), None).await;
-    if !a.ok() {
-        return Err(err(code_of(a.status), a.message()));
-    }
-    if serde_json::from_slice::<FileEntry>(&a.body).ok().map(|f| f.kind) != Some(FileKind::Directory) {
+    let entry = match s.run(key, Access::On(id, Op::Stat), s.engine.stat_file(id, None, &root)).await {
+        Ok(f) => f,
+        Err(f) => return Err(err(code_of(f.status), f.message)),
+    };
+    if entry.kind != FileKind::Directory {
         return Err(err("invalid_argument", format!("{root} is not a directory")));
     }
     let seen = look(s, key, id, &root, recursive).await?;
     Ok((root, recursive, seen))
 }
 
-pub(super) async fn create(s: &E2b, key: &str, id: &str, m: &Value) -> Response {
+pub(super) async fn create(s: &E2b, key: &Caller, id: &str, m: &Value) -> Response {
     let (root, recursive, seen) = match start_look(s, key, id, m).await {
         Ok(x) => x,
         Err(r) => return r,
     };
     let watcher_id = berth_engine::tokens::random_hex(8).unwrap_or_default();
-    let w = Watcher { sandbox: id.to_string(), key: key.to_string(), root, recursive, seen };
+    let w = Watcher { sandbox: id.to_string(), key: key.clone(), root, recursive, seen };
     let mut all = s.watchers.0.lock().unwrap_or_else(|p| p.into_inner());
     // At most 64 per sandbox: the oldest (by id order, which is random) is dropped first.
     if all.values().filter(|w| w.sandbox == id).count() >= 64
@@ -163,7 +161,7 @@ impl Watchers {
 }
 
 /// `WatchDir`: a stream of events as they are seen, until the client goes away or the sandbox does.
-pub(super) async fn stream(s: &std::sync::Arc<E2b>, key: &str, id: &str, m: &Value) -> Response {
+pub(super) async fn stream(s: &std::sync::Arc<E2b>, key: &Caller, id: &str, m: &Value) -> Response {
     let (root, recursive, mut before) = match start_look(s, key, id, m).await {
         Ok(x) => x,
         Err(r) => return r,
@@ -171,7 +169,7 @@ pub(super) async fn stream(s: &std::sync::Arc<E2b>, key: &str, id: &str, m: &Val
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let _ = tx.send(connect::message(json!({"start": {}}))).await;
     let looker = std::sync::Arc::clone(s);
-    let (key, id) = (key.to_string(), id.to_string());
+    let (key, id) = (key.clone(), id.to_string());
     tokio::spawn(async move {
         let mut quiet = 0u32;
         loop {
