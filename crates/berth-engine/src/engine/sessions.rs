@@ -62,6 +62,7 @@ impl Engine {
                     | ["files"]
                     | ["stat"]
                     | ["mkdir"]
+                    | ["move"]
                     | ["archive"]
                     | ["shell"] => true,
                     ["journal"] | ["receipt"] | ["diff"] | ["net", "log"] | ["usage"] | ["usage", "history"] => {
