@@ -12,7 +12,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use berth_api::{ErrorCode, Extracted};
+use berth_api::{ErrorCode, Extracted, MoveFile};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -20,7 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use berth_engine::files::{FileError, Got, MAX_FILE, Result, SandboxFs, io_err, parse_mode, parse_path};
 
 use crate::Engine;
-use crate::http::Failure;
+use crate::http::{ApiJson, Failure};
 
 impl From<FileError> for Failure {
     fn from(e: FileError) -> Failure {
@@ -117,6 +117,7 @@ pub fn routes() -> Router<Arc<Engine>> {
         )
         .route("/v1/sandboxes/{id}/stat", get(stat))
         .route("/v1/sandboxes/{id}/mkdir", post(mkdir))
+        .route("/v1/sandboxes/{id}/move", post(move_file))
         .route("/v1/sandboxes/{id}/archive", get(get_archive).put(put_archive.layer(held)).layer(upload))
 }
 
@@ -221,6 +222,14 @@ async fn mkdir(
     let (entry, created) = blocking(move || fs.mkdir(&q.path, q.parents, mode)).await?;
     e.note_files(&id, "mkdir", serde_json::json!({"path": path})).await;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(entry)).into_response())
+}
+
+async fn move_file(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    ApiJson(req): ApiJson<MoveFile>,
+) -> Result<Response, Failure> {
+    Ok(Json(e.move_file(&id, req).await?).into_response())
 }
 
 async fn get_archive(
