@@ -492,6 +492,15 @@ on_each_daemon_isolation! {
         assert_eq!(as_user("/home/user/w/b", "/home/user/w/c").0, 200);
         assert_eq!(mv(serde_json::json!({"from": "/home/user/w/c", "to": "/home/user/w/d", "user": "ghost"})).0, 400);
 
+        // berth mv: the same move from the command line, relative paths in /workspace.
+        let out = d.berth(&["mv", &id, "b.txt", "renamed.txt", "--json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(serde_json::from_slice::<Value>(&out.stdout).unwrap()["name"], "renamed.txt");
+        assert_eq!(d.sh(&id, "cat /workspace/renamed.txt"), "two\n");
+        let out = d.berth(&["mv", &id, "renamed.txt", "/workspace/empty"]);
+        assert_eq!(out.status.code(), Some(125));
+        assert!(text(&out.stderr).contains("overwrite"), "{}", text(&out.stderr));
+
         // Each move is in the journal, with its paths.
         let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
         let journal: Vec<Value> = serde_json::from_str(&journal).unwrap();
