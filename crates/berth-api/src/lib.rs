@@ -394,7 +394,7 @@ pub enum FileKind {
 }
 
 /// One file: `GET /v1/sandboxes/{id}/stat`, each entry of `GET .../files` on a directory, and the answer to
-/// writing a file or making a directory.
+/// writing a file, making a directory or moving one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileEntry {
     /// The last component of its path (`/` for the root).
@@ -409,6 +409,23 @@ pub struct FileEntry {
     pub gid: u32,
     /// Where a symbolic link points, in directory listings (links are listed, not followed).
     pub link_target: Option<String>,
+}
+
+/// `POST /v1/sandboxes/{id}/move`: rename or move a file, a symbolic link or a directory tree inside the
+/// sandbox. Unknown fields are rejected (400).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoveFile {
+    /// What to move: an absolute path inside the sandbox (not `/`).
+    pub from: String,
+    /// Its new path; the parent directory must exist.
+    pub to: String,
+    /// Replace what is at `to` (a file or link, or an empty directory). Without it, an existing `to` is a 409.
+    #[serde(default)]
+    pub overwrite: bool,
+    /// Work as this user of the sandbox (a name of its /etc/passwd, or `UID[:GID]`) instead of root.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 /// What `PUT /v1/sandboxes/{id}/archive` unpacked.

@@ -151,6 +151,20 @@ pub struct FileListArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct FileMoveArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// Absolute path of what to move: a file, a symbolic link (moved itself) or a directory.
+    pub from: String,
+    /// Its new absolute path; the parent directory must exist.
+    pub to: String,
+    /// Replace what is at `to` (a file or link, or an empty directory). Default: false (an existing `to` is an
+    /// error).
+    pub overwrite: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SnapshotArgs {
     /// The sandbox's id or name.
     pub sandbox: String,

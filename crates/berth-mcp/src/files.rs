@@ -1,4 +1,5 @@
-//! The file and diff tools: a stat first, so a directory is listed and a file read, whatever they hold.
+//! The file and diff tools: a stat first, so a directory is listed and a file read, whatever they hold; a
+//! move is one call of the API's.
 
 use base64::Engine as _;
 use rmcp::RoleServer;
@@ -7,7 +8,7 @@ use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, Body, query_value, segment};
-use crate::args::{DiffArgs, FileListArgs, FileReadArgs, FileWriteArgs};
+use crate::args::{DiffArgs, FileListArgs, FileMoveArgs, FileReadArgs, FileWriteArgs};
 use crate::server::{Berth, json_result};
 
 const DEFAULT_READ_BYTES: u64 = 256 * 1024;
@@ -102,6 +103,13 @@ pub(crate) async fn write(b: &Berth, a: FileWriteArgs, ctx: &RequestContext<Role
         path.push_str(&format!("&mode={}", query_value(&mode)));
     }
     let entry = b.call(ctx, "PUT", path, Body::Bytes(bytes)).await?.json()?;
+    Ok(json_result(entry, None))
+}
+
+pub(crate) async fn move_to(b: &Berth, a: FileMoveArgs, ctx: &RequestContext<RoleServer>) -> Outcome {
+    let body = json!({"from": a.from, "to": a.to, "overwrite": a.overwrite.unwrap_or(false)});
+    let path = format!("/v1/sandboxes/{}/move", segment(&a.sandbox));
+    let entry = b.call(ctx, "POST", path, Body::Json(body)).await?.json()?;
     Ok(json_result(entry, None))
 }
 

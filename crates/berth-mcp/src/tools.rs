@@ -233,6 +233,20 @@ impl Berth {
     }
 
     #[tool(
+        description = "Move or rename a file, a symbolic link or a directory tree inside a sandbox, in one \
+                       step (the parent of `to` must exist). An existing `to` is an error unless overwrite. \
+                       Returns the entry at its new path.",
+        annotations(read_only_hint = false, destructive_hint = true)
+    )]
+    async fn file_move(
+        &self,
+        Parameters(a): Parameters<FileMoveArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        files::move_to(self, a, &ctx).await.unwrap_or_else(failed)
+    }
+
+    #[tool(
         description = "Snapshot a sandbox's files (its root file system's changes and /workspace) at this \
                        instant, to restore later or to start new sandboxes from. Returns the snapshot's record.",
         annotations(read_only_hint = false, destructive_hint = false)

@@ -79,6 +79,8 @@ pub enum Command {
     Events(EventsArgs),
     /// Copy a file or a directory tree between the host and a sandbox: berth cp SRC DST, either as ID:/path.
     Cp(CpArgs),
+    /// Move or rename a file or a directory tree inside a sandbox: berth mv ID FROM TO.
+    Mv(MvArgs),
     /// Open an interactive shell (or run --cmd) on a terminal in a sandbox; exits with its exit code.
     Shell(ShellArgs),
     /// Live code contexts: interpreters whose variables and imports survive from one run to the next.

@@ -398,3 +398,117 @@ on_each_daemon_isolation! {
         d.berth(&["rm", &id]);
     }
 }
+
+on_each_daemon_isolation! {
+    fn move_renames_files_and_trees_inside_the_sandbox(d, iso) {
+        let id = d.create(&["--name", "files-mv"]);
+        let mv = |body: Value| -> (u16, Value) {
+            let (status, answer) = d.http("POST", &format!("/v1/sandboxes/{id}/move"), &body.to_string());
+            (status, serde_json::from_str(&answer).unwrap_or_else(|_| panic!("not JSON: {answer}")))
+        };
+        let moved = |from: &str, to: &str| mv(serde_json::json!({"from": from, "to": to}));
+        d.sh(&id, "mkdir -p /workspace/d/sub && echo one > /workspace/a.txt && echo deep > /workspace/d/sub/f");
+
+        // A file, answered with its entry at the new path.
+        let (status, e) = moved("/workspace/a.txt", "/workspace/b.txt");
+        assert_eq!(status, 200, "{iso}: {e}");
+        assert_eq!((e["name"].as_str(), e["kind"].as_str(), e["size"].as_u64()), (Some("b.txt"), Some("file"), Some(4)));
+        assert_eq!(d.sh(&id, "cat /workspace/b.txt; test -e /workspace/a.txt || echo gone"), "one\ngone\n");
+        // A directory tree.
+        let (status, e) = moved("/workspace/d", "/workspace/e");
+        assert_eq!((status, e["kind"].as_str()), (200, Some("directory")), "{e}");
+        assert_eq!(d.sh(&id, "cat /workspace/e/sub/f"), "deep\n");
+        // A link moves as a link.
+        d.sh(&id, "ln -s b.txt /workspace/l");
+        let (status, e) = moved("/workspace/l", "/workspace/l2");
+        assert_eq!((status, e["kind"].as_str(), e["link_target"].as_str()), (200, Some("symlink"), Some("b.txt")), "{e}");
+
+        // Overwrite: refused without it (nothing changes), done with it.
+        d.sh(&id, "echo two > /workspace/c.txt");
+        let (status, e) = moved("/workspace/c.txt", "/workspace/b.txt");
+        assert_eq!((status, e["error"]["code"].as_str()), (409, Some("conflict")), "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains("overwrite"), "{e}");
+        assert_eq!(d.sh(&id, "cat /workspace/b.txt /workspace/c.txt"), "one\ntwo\n");
+        let (status, e) = mv(serde_json::json!({"from": "/workspace/c.txt", "to": "/workspace/b.txt", "overwrite": true}));
+        assert_eq!(status, 200, "{e}");
+        assert_eq!(d.sh(&id, "cat /workspace/b.txt; test -e /workspace/c.txt || echo gone"), "two\ngone\n");
+        // A directory replaces only an empty one.
+        d.sh(&id, "mkdir -p /workspace/full/x /workspace/empty");
+        let over = |from: &str, to: &str| mv(serde_json::json!({"from": from, "to": to, "overwrite": true})).0;
+        assert_eq!(over("/workspace/e", "/workspace/full"), 409);
+        assert_eq!(over("/workspace/b.txt", "/workspace/full"), 409, "a file onto a directory");
+        assert_eq!(over("/workspace/e", "/workspace/empty"), 200);
+        assert_eq!(d.sh(&id, "cat /workspace/empty/sub/f"), "deep\n");
+
+        // Misses and refusals.
+        let (status, e) = moved("/workspace/nope", "/workspace/x");
+        assert_eq!((status, e["error"]["code"].as_str()), (404, Some("not_found")), "{e}");
+        assert_eq!(moved("/workspace/b.txt", "/workspace/no/such/dir").0, 404, "a missing parent");
+        assert_eq!(moved("/workspace/empty", "/workspace/empty/sub/in").0, 400, "into itself");
+        d.sh(&id, "ln -s /workspace/empty /workspace/via");
+        assert_eq!(moved("/workspace/empty", "/workspace/via/sub/in").0, 400, "into itself through a link");
+        for (from, to) in [("/", "/workspace/root"), ("/workspace/b.txt", "/"), ("relative", "/workspace/x")] {
+            assert_eq!(moved(from, to).0, 400, "{from} -> {to}");
+        }
+        assert_eq!(moved("/workspace/../etc/passwd", "/workspace/p").0, 400);
+        for (from, to) in [("/proc/1/root/etc/hostname", "/workspace/h"), ("/workspace/b.txt", "/proc/1/root/tmp/b")] {
+            let (status, e) = moved(from, to);
+            assert!((400..500).contains(&status), "a /proc magic link: {from} -> {to}: {status} {e}");
+        }
+        let (status, _) = mv(serde_json::json!({"from": "/workspace/b.txt", "to": "/workspace/z", "force": true}));
+        assert_eq!(status, 400, "an unknown field");
+        assert_eq!(d.http("POST", "/v1/sandboxes/nosuchsandbox/move", r#"{"from": "/a", "to": "/b"}"#).0, 404);
+        // Across file systems, where /workspace and /tmp are two: a sentence that says so.
+        if d.sh(&id, "stat -c %d /workspace /tmp | uniq | wc -l") == "2\n" {
+            let (status, e) = moved("/workspace/b.txt", "/tmp/b.txt");
+            assert_eq!(status, 409, "{e}");
+            assert!(e["error"]["message"].as_str().unwrap().contains("different file systems"), "{e}");
+        }
+
+        // A link to /etc as the destination's parent is the sandbox's /etc, never the host's.
+        let m = marker("mv");
+        d.sh(&id, &format!("rm -f /tmp/link; ln -s /etc /tmp/link; echo inside > /{m}"));
+        let (status, e) = moved(&format!("/{m}"), &format!("/tmp/link/{m}"));
+        assert_eq!(status, 200, "{e}");
+        assert!(!Path::new("/etc").join(&m).exists(), "a move through a link reached the host's /etc");
+        assert_eq!(d.sh(&id, &format!("cat /etc/{m}")), "inside\n");
+        // A source through a link to a host directory is looked for inside.
+        let host_dir = tempfile::Builder::new().prefix("berth-files-mv-").tempdir().unwrap();
+        std::fs::write(host_dir.path().join("secret"), "host").unwrap();
+        d.sh(&id, &format!("ln -s {} /workspace/hostdir", host_dir.path().display()));
+        assert_eq!(moved("/workspace/hostdir/secret", "/workspace/stolen").0, 404);
+        assert_eq!(std::fs::read_to_string(host_dir.path().join("secret")).unwrap(), "host");
+
+        // As a user: its own files move, root's do not.
+        d.sh(&id, "mkdir -p /home/user/w && echo u > /home/user/w/a && chown -R 1000:1000 /home/user/w");
+        let as_user = |from: &str, to: &str| mv(serde_json::json!({"from": from, "to": to, "user": "user"}));
+        let (status, e) = as_user("/home/user/w/a", "/home/user/w/b");
+        assert_eq!((status, e["uid"].as_u64()), (200, Some(1000)), "{iso}: {e}");
+        let (status, e) = as_user("/etc/hostname", "/home/user/w/hostname");
+        assert_eq!(status, 409, "{iso}: {e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains("Permission denied"), "{e}");
+        assert_eq!(as_user("/home/user/w/b", "/etc/b").0, 409);
+        assert_eq!(d.sh(&id, "cat /etc/hostname; test -e /etc/b || echo none"), "files-mv\nnone\n");
+        assert_eq!(as_user("/home/user/w/b", "/home/user/w/c").0, 200);
+        assert_eq!(mv(serde_json::json!({"from": "/home/user/w/c", "to": "/home/user/w/d", "user": "ghost"})).0, 400);
+
+        // berth mv: the same move from the command line, relative paths in /workspace.
+        let out = d.berth(&["mv", &id, "b.txt", "renamed.txt", "--json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(serde_json::from_slice::<Value>(&out.stdout).unwrap()["name"], "renamed.txt");
+        assert_eq!(d.sh(&id, "cat /workspace/renamed.txt"), "two\n");
+        let out = d.berth(&["mv", &id, "renamed.txt", "/workspace/empty"]);
+        assert_eq!(out.status.code(), Some(125));
+        assert!(text(&out.stderr).contains("overwrite"), "{}", text(&out.stderr));
+
+        // Each move is in the journal, with its paths.
+        let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
+        let journal: Vec<Value> = serde_json::from_str(&journal).unwrap();
+        let moves: Vec<&Value> = journal.iter().filter(|r| r["action"] == "move_file").collect();
+        assert_eq!(moves[0]["args"], serde_json::json!({"from": "/workspace/a.txt", "to": "/workspace/b.txt", "overwrite": false, "user": null}));
+        assert_eq!(moves[0]["result"], serde_json::json!({"ok": true}));
+        assert!(moves.iter().any(|r| r["args"]["user"] == "user"), "{moves:?}");
+        assert!(!moves.iter().any(|r| r["args"]["from"] == "/workspace/nope"), "a failed move is not recorded");
+        d.berth(&["rm", &id]);
+    }
+}

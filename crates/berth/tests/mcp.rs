@@ -107,6 +107,13 @@ fn a_session_over_stdio() {
         .unwrap_or_else(|| panic!("no exec of seq: {journal:?}"));
     assert_eq!((&exec["args"]["max_output_bytes"], &exec["args"]["timeout_seconds"]), (&200.into(), &300.0.into()));
     assert_eq!(exec["actor"], "local");
+    // The file tools' changes are journaled as the API's: the move there and back.
+    let moves: Vec<&Value> = journal.iter().filter(|r| r["action"] == "move_file").collect();
+    assert_eq!(moves.len(), 2, "{moves:?}");
+    assert_eq!(
+        (&moves[0]["args"]["to"], &moves[1]["args"]["overwrite"]),
+        (&"/workspace/hello-moved.txt".into(), &true.into())
+    );
 }
 
 /// One raw request to `/mcp` on the TCP listener, with `auth` as its Authorization header (or none).

@@ -12,7 +12,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use berth_api::{ErrorCode, Extracted};
+use berth_api::{ErrorCode, Extracted, MoveFile};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -20,7 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use berth_engine::files::{FileError, Got, MAX_FILE, Result, SandboxFs, io_err, parse_mode, parse_path};
 
 use crate::Engine;
-use crate::http::Failure;
+use crate::http::{ApiJson, Failure};
 
 impl From<FileError> for Failure {
     fn from(e: FileError) -> Failure {
@@ -117,6 +117,7 @@ pub fn routes() -> Router<Arc<Engine>> {
         )
         .route("/v1/sandboxes/{id}/stat", get(stat))
         .route("/v1/sandboxes/{id}/mkdir", post(mkdir))
+        .route("/v1/sandboxes/{id}/move", post(move_file))
         .route("/v1/sandboxes/{id}/archive", get(get_archive).put(put_archive.layer(held)).layer(upload))
 }
 
@@ -215,6 +216,14 @@ async fn mkdir(
     let mode = parse_mode(q.mode.as_deref())?;
     let (entry, created) = e.make_dir(&id, q.user.as_deref(), &q.path, q.parents, mode).await?;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(entry)).into_response())
+}
+
+async fn move_file(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    ApiJson(req): ApiJson<MoveFile>,
+) -> Result<Response, Failure> {
+    Ok(Json(e.move_file(&id, req).await?).into_response())
 }
 
 async fn get_archive(

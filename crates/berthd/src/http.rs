@@ -129,6 +129,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/v1/sandboxes/{id}/files"),
     ("GET", "/v1/sandboxes/{id}/stat"),
     ("POST", "/v1/sandboxes/{id}/mkdir"),
+    ("POST", "/v1/sandboxes/{id}/move"),
     ("GET", "/v1/sandboxes/{id}/archive"),
     ("PUT", "/v1/sandboxes/{id}/archive"),
     ("GET", "/v1/events"),

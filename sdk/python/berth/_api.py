@@ -278,6 +278,12 @@ class Files(_Namespace):
         params = {"path": path, "mode": octal(mode), "parents": flag(True) if parents else None, "user": user}
         return self._do(Op("POST", f"{self._base}/mkdir", params=params, parse=model(m.FileEntry)))
 
+    def move(self, src: str, dst: str, *, overwrite: bool = False, user: str | None = None) -> m.FileEntry:
+        """Rename or move a file, a link or a directory tree to ``dst``, whose parent must exist; returns its
+        entry there. An existing ``dst`` is a :class:`berth.Conflict` unless ``overwrite``."""
+        body = drop_none({"from": src, "to": dst, "overwrite": overwrite, "user": user})
+        return self._do(Op("POST", f"{self._base}/move", json=body, parse=model(m.FileEntry)))
+
     def upload_tar(self, path: str, data: bytes, *, parents: bool = False) -> m.Extracted:
         """Unpack a tar into the directory ``path`` (made when missing)."""
         params = {"path": path, "parents": flag(True) if parents else None}

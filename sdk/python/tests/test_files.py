@@ -1,4 +1,4 @@
-"""The files API: read, write, list, stat, remove, mkdir, and trees as tar."""
+"""The files API: read, write, list, stat, remove, mkdir, move, and trees as tar."""
 
 from __future__ import annotations
 
@@ -57,6 +57,24 @@ def test_mkdir_and_remove(sandbox):
     sandbox.files.remove("/workspace/out/logs/x.log")
     sandbox.files.remove("/workspace/out", recursive=True)
     assert not sandbox.files.exists("/workspace/out")
+
+
+def test_move_renames_files_and_trees(sandbox):
+    sandbox.files.write("/workspace/mv/a.txt", "one", parents=True)
+    moved = sandbox.files.move("/workspace/mv/a.txt", "/workspace/mv/b.txt")
+    assert (moved.name, moved.kind, moved.size) == ("b.txt", "file", 3)
+    assert not sandbox.files.exists("/workspace/mv/a.txt") and sandbox.files.read_text("/workspace/mv/b.txt") == "one"
+    sandbox.files.write("/workspace/mv/c.txt", "two")
+    with pytest.raises(berth.Conflict):
+        sandbox.files.move("/workspace/mv/c.txt", "/workspace/mv/b.txt")
+    sandbox.files.move("/workspace/mv/c.txt", "/workspace/mv/b.txt", overwrite=True)
+    assert sandbox.files.read_text("/workspace/mv/b.txt") == "two"
+    tree = sandbox.files.move("/workspace/mv", "/workspace/moved")
+    assert tree.is_dir and [e.name for e in sandbox.files.list("/workspace/moved")] == ["b.txt"]
+    with pytest.raises(berth.NotFound):
+        sandbox.files.move("/workspace/mv", "/workspace/again")
+    with pytest.raises(berth.InvalidRequest):
+        sandbox.files.move("/", "/workspace/root")
 
 
 def test_upload_and_download_trees(sandbox, tmp_path):

@@ -43,7 +43,7 @@ fn check_request<T: Serialize + DeserializeOwned>(spec: &Value, name: &str, full
 }
 
 /// The request schemas: exactly those that refuse unknown fields.
-const REQUESTS: [&str; 23] = [
+const REQUESTS: [&str; 24] = [
     "Budget",
     "CreatePreview",
     "CreateContext",
@@ -54,6 +54,7 @@ const REQUESTS: [&str; 23] = [
     "VolumeMount",
     "ExecRequest",
     "MintToken",
+    "MoveFile",
     "CreateSnapshot",
     "ForkRequest",
     "RestoreRequest",
@@ -82,6 +83,7 @@ fn request_schemas_match_deserialization() {
     check::<VolumeMount>(&spec, &samples, "VolumeMount");
     check::<ExecRequest>(&spec, &samples, "ExecRequest");
     check::<MintToken>(&spec, &samples, "MintToken");
+    check::<MoveFile>(&spec, &samples, "MoveFile");
     check::<CreateSnapshot>(&spec, &samples, "CreateSnapshot");
     check::<ForkRequest>(&spec, &samples, "ForkRequest");
     check::<RestoreRequest>(&spec, &samples, "RestoreRequest");

@@ -297,6 +297,15 @@ pub(super) fn full_samples() -> Vec<(&'static str, Value)> {
         ("LifecycleEvent", to_value(&event_sample())),
         ("FileEntry", to_value(&file_sample())),
         ("Extracted", to_value(&Extracted { entries: 3 })),
+        (
+            "MoveFile",
+            to_value(&MoveFile {
+                from: "/workspace/a".into(),
+                to: "/workspace/b".into(),
+                overwrite: true,
+                user: Some("user".into()),
+            }),
+        ),
         ("MintToken", to_value(&MintToken { name: "ci".into() })),
         (
             "TokenInfo",
@@ -392,6 +401,7 @@ pub(super) fn sparse_samples() -> Vec<(&'static str, Value)> {
         ("LifecycleEvent", to_value(&LifecycleEvent { exec_id: None, exit_code: None, ..event_sample() })),
         ("FileEntry", to_value(&FileEntry { kind: FileKind::File, link_target: None, ..file_sample() })),
         ("Extracted", to_value(&Extracted { entries: 0 })),
+        ("MoveFile", to_value(&MoveFile { from: "/a".into(), to: "/b".into(), ..MoveFile::default() })),
         ("MintToken", to_value(&MintToken::default())),
         ("Budget", to_value(&Budget::default())),
         ("Usage", to_value(&Usage::default())),

@@ -1,10 +1,10 @@
 //! The file system of a running sandbox, as the files calls work on it.
 
-use berth_api::{FileEntry, SandboxState as S};
+use berth_api::{FileEntry, MoveFile, SandboxState as S};
 
 use super::Engine;
 use crate::EngineError;
-use crate::files::{Got, MAX_FILE, SandboxFs, parse_path};
+use crate::files::{FileError, Got, MAX_FILE, SandboxFs, parse_path};
 
 impl Engine {
     /// The sandbox's file system through its init, worked on as `user` (see `ExecRequest::user`) when one is
@@ -31,6 +31,23 @@ impl Engine {
             Ok(fs.as_user(a.uid, a.gid)?)
         })
         .await
+    }
+
+    /// Move (rename) `req.from` to `req.to` inside sandbox `id`, as `req.user` when given (see
+    /// `SandboxFs::rename`), and journal it as `move_file`. Refused while the sandbox's journal is full.
+    pub async fn move_file(&self, id: &str, req: MoveFile) -> Result<FileEntry, EngineError> {
+        // Refused before the sandbox is looked up or woken.
+        for (what, path) in [("from", &req.from), ("to", &req.to)] {
+            if parse_path(path)?.is_empty() {
+                return Err(FileError::Invalid(format!("{what} is {path}, the root: / is never moved")).into());
+            }
+        }
+        self.admit_record(id, "no file is moved").await?;
+        let fs = self.files(id, req.user.as_deref()).await?;
+        let args = serde_json::json!({"from": req.from, "to": req.to, "overwrite": req.overwrite, "user": req.user});
+        let entry = blocking(move || Ok(fs.rename(&req.from, &req.to, req.overwrite)?)).await?;
+        self.note_files(id, "move_file", args).await;
+        Ok(entry)
     }
 }
 

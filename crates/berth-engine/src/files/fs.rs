@@ -1,12 +1,12 @@
 //! `SandboxFs`: one sandbox's file system as the daemon reaches it, through `/proc/<init>/root`. API paths are
 //! parsed here, and resolved from the sandbox's root with `openat2` (`RESOLVE_IN_ROOT`); reading, writing,
-//! listing, stat, removal, mkdir and the sandbox side of tar start here.
+//! listing, stat, removal, mkdir, moves and the sandbox side of tar start here.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 
 use berth_api::FileEntry;
-use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags};
 use rustix::io::Errno;
 
 use super::MAX_FILE;
@@ -365,6 +365,52 @@ impl SandboxFs {
         remove_at(&dir, name, path, recursive)
     }
 
+    /// Rename or move `from` to `to`: a file, a symbolic link (the link itself, never what it points to) or
+    /// a directory tree, in one `renameat2` relative to the two parents' descriptors. Both parents are
+    /// resolved inside the sandbox as every path is, and the last components are names in them. Without
+    /// `overwrite`, an existing `to` is a 409 (`RENAME_NOREPLACE`); with it, a file or link replaces a file or
+    /// link, and a directory an empty directory. Returns the moved entry (a link as a link).
+    pub fn rename(&self, from: &str, to: &str, overwrite: bool) -> Result<FileEntry> {
+        let src = self.parts(from)?;
+        let dst = self.parts(to)?;
+        let Some((src_name, src_dir)) = src.split_last() else {
+            return Err(FileError::Invalid("the files API does not move /".into()));
+        };
+        let Some((dst_name, dst_dir)) = dst.split_last() else {
+            return Err(FileError::Invalid("nothing is moved onto /".into()));
+        };
+        if dst.len() > src.len() && dst.starts_with(&src) {
+            return Err(into_itself(from, to));
+        }
+        let _ids = self.act()?;
+        let from_dir = self.resolve_dir(from, src_dir)?;
+        check_fs(&from_dir, from)?;
+        let to_dir = self.resolve_dir(to, dst_dir)?;
+        check_fs(&to_dir, to)?;
+        let flags = if overwrite { RenameFlags::empty() } else { RenameFlags::NOREPLACE };
+        rustix::fs::renameat_with(&from_dir, *src_name, &to_dir, *dst_name, flags).map_err(|e| match e {
+            Errno::EXIST if !overwrite => FileError::Conflict(format!("{to} exists: pass overwrite to replace it")),
+            Errno::EXIST | Errno::NOTEMPTY => {
+                FileError::Conflict(format!("{to} is a directory that is not empty: {from} cannot replace it"))
+            }
+            Errno::ISDIR => FileError::Conflict(format!("{to} is a directory and {from} is not")),
+            Errno::NOTDIR => FileError::Conflict(format!("{from} is a directory and {to} is not")),
+            Errno::XDEV => FileError::Conflict(format!(
+                "{from} and {to} are on different file systems, and a move does not cross them: copy it, then \
+                 remove the original"
+            )),
+            // Moving a directory below itself (through a symbolic link the components did not show).
+            Errno::INVAL => into_itself(from, to),
+            e => sys("move", &format!("{from} to {to}"), e),
+        })?;
+        let st = rustix::fs::statat(&to_dir, *dst_name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| sys("stat", to, e))?;
+        let target = (FileType::from_raw_mode(st.st_mode) == FileType::Symlink)
+            .then(|| rustix::fs::readlinkat(&to_dir, *dst_name, Vec::new()).ok())
+            .flatten()
+            .map(|t| String::from_utf8_lossy(t.as_bytes()).into_owned());
+        Ok(entry(dst_name.to_string(), &st, target, Some(self.ids)))
+    }
+
     /// A directory, O_PATH, for `write_tar`.
     pub fn open_dir(&self, path: &str) -> Result<OwnedFd> {
         let parts = self.parts(path)?;
@@ -406,6 +452,10 @@ impl SandboxFs {
         check_fs(&dir, path)?;
         extract_at(dir.as_fd(), data, Some(self.ids))
     }
+}
+
+fn into_itself(from: &str, to: &str) -> FileError {
+    FileError::Invalid(format!("{to} is inside {from}: a directory cannot be moved into itself"))
 }
 
 /// Read `0 BASE COUNT` from the first line of a /proc id map: the host id of root inside, and the count.

@@ -1,5 +1,5 @@
-//! Files inside a running sandbox: read, write, list, stat, remove and make directories, and move whole
-//! trees in and out as tar.
+//! Files inside a running sandbox: read, write, list, stat, remove, move (rename) and make directories, and
+//! move whole trees in and out as tar.
 //!
 //! The daemon is host root and the sandbox is not trusted, so every path goes through the same few rules:
 //!
@@ -8,7 +8,8 @@
 //!   out all stay inside the sandbox, and `/proc/*/root`-style magic links are refused. API paths must be
 //!   absolute, and a `..` component is refused outright.
 //! - Anything new is created relative to its parent's descriptor with `O_EXCL`/`O_NOFOLLOW` (or mkdirat,
-//!   symlinkat), never by resolving a path string again; recursive removal and tar work from descriptors too.
+//!   symlinkat), and a move is a `renameat2` between the two parents' descriptors, never by resolving a path
+//!   string again; recursive removal and tar work from descriptors too.
 //! - A file is opened `O_PATH` first and opened for I/O (through `/proc/self/fd`) only once it is known to be
 //!   a regular file, so a device or a FIFO is never opened.
 //! - Nothing on /proc, /sys or another kernel file system is read or written: there, the daemon's

@@ -281,6 +281,29 @@ pub struct CpArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct MvArgs {
+    /// The sandbox's id or name.
+    #[arg(value_parser = parse_id, value_name = "ID")]
+    pub id: String,
+    /// What to move inside the sandbox: a file, a symbolic link or a directory (a relative path is in
+    /// /workspace).
+    #[arg(value_name = "FROM")]
+    pub from: String,
+    /// Its new path (likewise); its parent directory must exist.
+    #[arg(value_name = "TO")]
+    pub to: String,
+    /// Replace what is at TO (a file or link, or an empty directory).
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Move as this user of the sandbox's /etc/passwd (a name), or as these ids (UID or UID:GID). Default: root.
+    #[arg(long, short = 'u', value_name = "USER")]
+    pub user: Option<String>,
+    /// Print the moved entry as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct ShellArgs {
     /// The sandbox's id or name.
     #[arg(value_parser = parse_id, value_name = "ID")]

@@ -15,6 +15,7 @@ mod kill;
 mod logs;
 mod ls;
 mod mcp;
+mod mv;
 mod net;
 mod output;
 mod pods;
@@ -57,6 +58,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Journal(args) => journal::journal(&cli.socket, args),
         Command::Events(args) => events::events(&cli.socket, args),
         Command::Cp(args) => cp::cp(&cli.socket, args),
+        Command::Mv(args) => mv::mv(&cli.socket, args),
         Command::Shell(args) => shell::shell(&cli.socket, args),
         Command::Context(cmd) => context::context(&cli.socket, cmd),
         Command::Expose(args) => expose::expose(&cli.socket, args),

@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 ALL_TOOLS = {
     "sandbox_create", "sandbox_list", "sandbox_inspect", "sandbox_remove", "exec", "run_code", "file_read",
-    "file_write", "file_list", "snapshot", "restore", "fork", "diff", "net_allow", "net_deny", "net_log",
+    "file_write", "file_list", "file_move", "snapshot", "restore", "fork", "diff", "net_allow", "net_deny", "net_log",
     "net_suggest", "sandbox_pause", "sandbox_resume", "sandbox_expose",
 }
 BEYOND_A_SESSION = {"snapshot", "restore", "fork", "net_allow", "net_deny", "net_suggest", "sandbox_expose"}
@@ -82,6 +82,23 @@ async def session(client, report):
     assert [e["name"] for e in listed["entries"]] == ["hello.txt"], listed
     seen = (await call(client, "exec", {"sandbox": sid, "argv": ["cat", "/workspace/src/hello.txt"]}))
     assert seen.structured_content["stdout"] == content, seen.structured_content
+    # A move there and back; onto an existing file only with overwrite.
+    moved = (await call(client, "file_move", {
+        "sandbox": sid, "from": "/workspace/src/hello.txt", "to": "/workspace/hello-moved.txt",
+    })).structured_content
+    assert (moved["name"], moved["size"]) == ("hello-moved.txt", len(content)), moved
+    assert (await call(client, "file_list", {"sandbox": sid, "path": "/workspace/src"})).structured_content[
+        "entries"] == []
+    await call(client, "file_write", {"sandbox": sid, "path": "/workspace/src/hello.txt", "content": "placeholder"})
+    refused = await call(client, "file_move", {
+        "sandbox": sid, "from": "/workspace/hello-moved.txt", "to": "/workspace/src/hello.txt",
+    }, ok=False)
+    assert "overwrite" in text(refused) and refused.structured_content["error"]["code"] == "conflict", refused
+    await call(client, "file_move", {
+        "sandbox": sid, "from": "/workspace/hello-moved.txt", "to": "/workspace/src/hello.txt", "overwrite": True,
+    })
+    back = (await call(client, "file_read", {"sandbox": sid, "path": "/workspace/src/hello.txt"}))
+    assert back.structured_content["content"] == content, back
 
     # Snapshot, break, restore.
     # Snapshots outlive their sandboxes, and a test runs this session more than once on one daemon.
@@ -185,7 +202,8 @@ async def scoped(client, report):
     ran = (await call(client, "run_code", {"sandbox": "kid", "code": "6 * 7"})).structured_content
     assert ran["results"] == [{"is_main": True, "data": {"text/plain": "42"}}], ran
     await call(client, "file_write", {"sandbox": "kid", "path": "/workspace/k.txt", "content": "k"})
-    assert (await call(client, "file_read", {"sandbox": "kid", "path": "/workspace/k.txt"})).structured_content[
+    await call(client, "file_move", {"sandbox": "kid", "from": "/workspace/k.txt", "to": "/workspace/k2.txt"})
+    assert (await call(client, "file_read", {"sandbox": "kid", "path": "/workspace/k2.txt"})).structured_content[
         "content"] == "k"
     report["other"] = text(await call(client, "sandbox_inspect", {"sandbox": "other"}, ok=False))
     report["own_exec"] = text(await call(client, "exec", {"sandbox": "owner", "command": "true"}, ok=False))

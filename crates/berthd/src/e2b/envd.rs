@@ -4,7 +4,6 @@
 
 use axum::body::Bytes;
 use axum::extract::Request;
-use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use berth_api::{ExecFrame, ExecRequest, FileEntry, FileKind, SandboxState};
@@ -12,9 +11,9 @@ use berth_engine::files::Got;
 use berth_engine::{Access, Caller, Op};
 use serde_json::{Value, json};
 
+use super::E2b;
 use super::connect::{self, code_of, err, ok};
 use super::users::Who;
-use super::{E2b, encode};
 
 /// A process started through envd.
 #[derive(Clone)]
@@ -86,7 +85,7 @@ pub(super) async fn serve(s: &std::sync::Arc<E2b>, id: &str, req: Request) -> Re
         ("filesystem.Filesystem", "Stat") => stat(s, &caller, id, &m, &who).await,
         ("filesystem.Filesystem", "ListDir") => list_dir(s, &caller, id, &m, &who).await,
         ("filesystem.Filesystem", "MakeDir") => make_dir(s, &caller, id, &m, &who).await,
-        ("filesystem.Filesystem", "Move") => rename(s, &key, id, &m, &who).await,
+        ("filesystem.Filesystem", "Move") => rename(s, &caller, id, &m, &who).await,
         ("filesystem.Filesystem", "Remove") => remove(s, &caller, id, &m, &who).await,
         ("filesystem.Filesystem", "CreateWatcher") => super::watch::create(s, &caller, id, &m).await,
         ("filesystem.Filesystem", "GetWatcherEvents") => super::watch::events(s, id, &m).await,
@@ -441,12 +440,6 @@ async fn stat_as(s: &E2b, key: &Caller, id: &str, path: &str, who: &Who) -> Resu
     s.run(key, Access::On(id, Op::Stat), stat).await.map_err(file_err)
 }
 
-/// `stat_as`, for the holder of berth token `key`.
-async fn stat_of(s: &E2b, key: &str, id: &str, path: &str, who: &Who) -> Result<FileEntry, Response> {
-    let Some(caller) = s.engine.caller(key) else { return Err(err("unauthenticated", super::NO_TOKEN)) };
-    stat_as(s, &caller, id, path, who).await
-}
-
 async fn stat(s: &E2b, key: &Caller, id: &str, m: &Value, who: &Who) -> Response {
     let path = who.absolute(m["path"].as_str().unwrap_or(""));
     match stat_as(s, key, id, &path, who).await {
@@ -493,41 +486,17 @@ async fn make_dir(s: &E2b, key: &Caller, id: &str, m: &Value, who: &Who) -> Resp
     }
 }
 
-async fn rename(s: &E2b, key: &str, id: &str, m: &Value, who: &Who) -> Response {
+async fn rename(s: &E2b, key: &Caller, id: &str, m: &Value, who: &Who) -> Response {
     let (Some(from), Some(to)) = (m["source"].as_str(), m["destination"].as_str()) else {
         return err("invalid_argument", "Move takes a source and a destination");
     };
     let (from, to) = (who.absolute(from), who.absolute(to));
-    if let Err(r) = stat_of(s, key, id, &from, who).await {
-        return r;
-    }
-    let mut req = json!({"argv": ["mv", "-T", "--", from, to], "detach": false});
-    if let Some(u) = &who.user {
-        req["user"] = json!(u);
-    }
-    let a = s.call(key, Method::POST, &format!("/v1/sandboxes/{}/execs", encode(id)), Some(req)).await;
-    if !a.ok() {
-        return err(code_of(a.file_status()), a.message());
-    }
-    let text = String::from_utf8_lossy(&a.body);
-    let exit = text.lines().filter_map(|l| serde_json::from_str::<ExecFrame>(l).ok()).find_map(|f| match f {
-        ExecFrame::Exit(r) => Some(r.exit_code),
-        _ => None,
-    });
-    if exit != Some(0) {
-        let said: String = text
-            .lines()
-            .filter_map(|l| match serde_json::from_str::<ExecFrame>(l) {
-                Ok(ExecFrame::Output { data, .. }) => Some(data),
-                _ => None,
-            })
-            .collect();
-        let code = if said.contains("Permission denied") { "permission_denied" } else { "failed_precondition" };
-        return err(code, format!("{from} could not be moved to {to}: {}", said.trim()));
-    }
-    match stat_of(s, key, id, &to, who).await {
+    // As envd's Move (a rename): what is at the destination is replaced.
+    let req = berth_api::MoveFile { from, to: to.clone(), overwrite: true, user: who.user.clone() };
+    let moved = s.engine.move_file(id, req);
+    match s.run(key, Access::On(id, Op::Move), moved).await {
         Ok(f) => ok(json!({"entry": entry_info(&to, &f)})),
-        Err(r) => r,
+        Err(f) => file_err(f),
     }
 }
 

@@ -30,13 +30,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
 use crate::{Engine, EngineError};
 use berth_engine::tokens::{digest, random_hex};
@@ -48,11 +46,8 @@ pub(crate) const INTERPRETER_PORT: u16 = 49999;
 pub(crate) const ENVD_VERSION: &str = "0.5.7";
 /// The home and working directory E2B's SDKs and users expect.
 pub(crate) const HOME: &str = "/home/user";
-/// The largest answer read from the API in one piece (a file's bound).
-const MAX_ANSWER: usize = 1 << 30;
 
 pub(crate) struct E2b {
-    api: Router,
     engine: Arc<Engine>,
     domain: Option<String>,
     /// Access tokens (by digest) → the sandbox and the berth token they stand for.
@@ -83,7 +78,6 @@ const ACCESS_LABEL: &str = "e2b-access";
 /// The listener's router.
 pub fn app(engine: Arc<Engine>, domain: Option<String>) -> Router {
     let state = Arc::new(E2b {
-        api: crate::http::tcp_app(Arc::clone(&engine)),
         domain,
         access: Mutex::new(HashMap::new()),
         procs: Arc::new(Mutex::new(HashMap::new())),
@@ -186,33 +180,6 @@ impl Failed {
     }
 }
 
-/// What the API answered: its status, content type and body.
-pub(crate) struct Answer {
-    pub status: u16,
-    pub body: Bytes,
-}
-
-impl Answer {
-    pub fn ok(&self) -> bool {
-        (200..300).contains(&self.status)
-    }
-
-    pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
-    }
-
-    /// The status as envd would answer a file call: berth's 409 for what the user may not do is a 403.
-    pub fn file_status(&self) -> u16 {
-        if self.status == 409 && self.message().contains("Permission denied") { 403 } else { self.status }
-    }
-
-    /// The API's error sentence.
-    pub fn message(&self) -> String {
-        let v = self.json();
-        v["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(&self.body).into())
-    }
-}
-
 impl E2b {
     /// Run engine call `op` as `caller`, once it is allowed `access` (journaled as the caller's, refused as it
     /// would be from any client).
@@ -240,37 +207,6 @@ impl E2b {
     /// token is still valid.
     pub(crate) fn caller_for(&self, sandbox: &str, headers: &HeaderMap) -> Option<Caller> {
         self.key_for(sandbox, headers).and_then(|key| self.engine.caller(&key))
-    }
-
-    /// Call the API as the holder of berth token `key`; the answer's body streamed.
-    pub(crate) async fn stream(&self, key: &str, method: Method, path: &str, body: Option<Body>) -> Response {
-        let mut req = Request::builder()
-            .method(method)
-            .uri(path)
-            .header(header::HOST, "berth")
-            .header(header::AUTHORIZATION, format!("Bearer {key}"));
-        if body.is_some() {
-            req = req.header(header::CONTENT_TYPE, "application/json");
-        }
-        let Ok(req) = req.body(body.unwrap_or_else(Body::empty)) else {
-            return (StatusCode::BAD_REQUEST, "a request berth cannot make").into_response();
-        };
-        let Ok(answer) = self.api.clone().oneshot(req).await;
-        answer
-    }
-
-    /// Call the API as the holder of `key`, with a JSON body (or none), and read the whole answer.
-    pub(crate) async fn call(&self, key: &str, method: Method, path: &str, body: Option<Value>) -> Answer {
-        let body = body.map(|v| Body::from(serde_json::to_vec(&v).unwrap_or_default()));
-        self.read(self.stream(key, method, path, body).await).await
-    }
-
-    async fn read(&self, answer: Response) -> Answer {
-        let status = answer.status().as_u16();
-        match axum::body::to_bytes(answer.into_body(), MAX_ANSWER).await {
-            Ok(body) => Answer { status, body },
-            Err(e) => Answer { status: 502, body: Bytes::from(format!("reading berth's answer failed: {e}")) },
-        }
     }
 
     /// A new access token for sandbox `sandbox`, standing for berth token `key`: the two sealed with the
@@ -415,16 +351,6 @@ pub(crate) fn decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Percent-encoding of a path or query value (everything but unreserved characters and `/`).
-pub(crate) fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|c| match c {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (c as char).to_string(),
-            _ => format!("%{c:02X}"),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -442,7 +368,6 @@ mod tests {
         assert_eq!(query_param(Some("a=1&path=%2Fhome%2Fuser%2Fa%20b"), "path").as_deref(), Some("/home/user/a b"));
         assert_eq!(query_param(Some("x=%zz&y=%4"), "x").as_deref(), Some("%zz"));
         assert_eq!(query_param(Some("x=%zz&y=%4"), "y").as_deref(), Some("%4"));
-        assert_eq!(encode("/a b/ü"), "/a%20b/%C3%BC");
         assert_eq!(absolute("a.txt"), "/home/user/a.txt");
     }
 }
