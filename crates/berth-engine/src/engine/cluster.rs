@@ -40,27 +40,48 @@ impl Engine {
     /// Write the pod for the other nodes to see, in the background and in order: a slow database holds up
     /// no pod call, and a failure is logged (this node's store is the pod's record).
     pub(super) fn share_pod(&self, pod: &Pod) {
-        let Some(cluster) = self.cluster.get() else { return };
-        let tx = self.pod_state.shares.get_or_init(|| {
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Pod>();
+        if let Some(tx) = self.shares() {
+            let _ = tx.send(Share::Pod(Box::new(pod.clone())));
+        }
+    }
+
+    /// The queue of pod writes to the cluster's database, and its writer (started with the first).
+    fn shares(&self) -> Option<&tokio::sync::mpsc::UnboundedSender<Share>> {
+        let cluster = self.cluster.get()?;
+        Some(self.pod_state.shares.get_or_init(|| {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Share>();
             let cluster = std::sync::Arc::clone(cluster);
             tokio::spawn(async move {
-                while let Some(pod) = rx.recv().await {
-                    if let Err(e) = cluster.put_pod(&pod).await {
-                        crate::log::warn(
-                            "cannot write a pod to the cluster database",
-                            serde_json::json!({"pod": pod.id, "error": e.to_string()}),
-                        );
+                while let Some(share) = rx.recv().await {
+                    match share {
+                        Share::Pod(pod) => {
+                            if let Err(e) = cluster.put_pod(&pod).await {
+                                crate::log::warn(
+                                    "cannot write a pod to the cluster database",
+                                    serde_json::json!({"pod": pod.id, "error": e.to_string()}),
+                                );
+                            }
+                        }
+                        Share::Written(done) => {
+                            let _ = done.send(());
+                        }
                     }
                 }
             });
             tx
-        });
-        let _ = tx.send(pod.clone());
+        }))
     }
 
     /// What the cluster's database holds.
+    /// What the cluster's database holds, with this node's own pod writes made first (a node reads what it
+    /// wrote).
     pub async fn cluster_info(&self) -> Result<ClusterInfo, EngineError> {
+        if let Some(tx) = self.shares() {
+            let (done, written) = tokio::sync::oneshot::channel();
+            if tx.send(Share::Written(done)).is_ok() {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(10), written).await;
+            }
+        }
         match self.cluster.get() {
             Some(c) => Ok(c.info().await?),
             None => Err(EngineError::Unsupported(
@@ -68,4 +89,11 @@ impl Engine {
             )),
         }
     }
+}
+
+/// What the writer of pod records to the cluster's database is asked, in order.
+pub(super) enum Share {
+    Pod(Box<Pod>),
+    /// Answered once every write asked before it is made.
+    Written(tokio::sync::oneshot::Sender<()>),
 }

@@ -1,9 +1,8 @@
-//! One lifecycle: which operation may be done to a sandbox in which state, what state it leaves, and the
-//! only code that writes `Sandbox::state`. [`admit`] is pure and the table below is the whole of it (the test
-//! that walks it keeps the human-readable `lifecycle.table` beside this file). Beside the state are the holds
-//! (`holds`): the operations that must not overlap another take one, under the same lock as their admission.
-//! The engine's side of it (find a sandbox, admit an operation on it, freeze it for an operation's own work
-//! with a marker a restarted daemon reads) is `door`.
+//! One lifecycle: which operation may be done to a sandbox in which state, and what state it leaves. [`admit`]
+//! is pure and the table below is the whole of it (the test that walks it keeps the human-readable
+//! `lifecycle.table` beside this file). It is the specification the engine's operations are to be admitted
+//! through, its sentences those the engine answers with today; the operations do not ask it yet (see
+//! docs/architecture.md, "Lifecycle").
 
 use berth_api::{Sandbox, SandboxState as S};
 

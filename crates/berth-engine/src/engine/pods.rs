@@ -49,7 +49,7 @@ pub(super) struct PodState {
     /// The task taking each egress proxy's connections (see `pod_egress`).
     pub(super) proxies: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
     /// Pods' records on their way to the cluster's database, in order (see `cluster`).
-    pub(super) shares: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Pod>>,
+    pub(super) shares: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<super::cluster::Share>>,
 }
 
 /// A live pod's journal, and whether the pod's removal closed it (then its proxy's last attempts are not
