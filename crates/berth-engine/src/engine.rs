@@ -29,6 +29,9 @@ mod fork;
 mod fork_processes;
 mod hibernate;
 mod images;
+// Not used yet: the engine's operations are routed through it next.
+#[allow(dead_code)]
+pub(crate) mod lifecycle;
 mod live;
 mod network;
 mod pod_egress;
