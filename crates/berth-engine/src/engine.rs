@@ -71,8 +71,6 @@ pub struct Engine {
     /// The cluster's shared database, when the daemon has one (see `cluster`).
     cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
     events: Arc<Events>,
-    /// Sandboxes being torn down: not to be adopted back meanwhile.
-    removing: std::sync::Mutex<std::collections::HashSet<String>>,
     pub tokens: crate::tokens::Tokens,
     store: Arc<crate::store::Store>,
     /// The host's cgroup layout, for each exec's own cgroup (None: execs are killed by process group only).
@@ -83,8 +81,9 @@ pub struct Engine {
     storage: StorageOptions,
     /// Why sandboxes' files are not bounded, when they are not.
     storage_note: std::sync::RwLock<Option<String>>,
-    /// Sandboxes in the middle of an operation that must not overlap another (stop, snapshot, restore, …).
-    busy: std::sync::Mutex<HashMap<String, &'static str>>,
+    /// Sandboxes held by an operation that must not overlap another (stop, snapshot, restore, …), and those
+    /// whose runtime is being torn down (see `lifecycle`).
+    holds: lifecycle::Holds,
     /// Names of sandboxes being created: taken before the create, so two at once cannot both have one.
     reserved_names: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Held while a session token creates a child (see `create`).
@@ -163,14 +162,13 @@ impl Engine {
             idempotent: Mutex::new(()),
             pod_state: pods::PodState::default(),
             cluster: cluster.map(std::sync::OnceLock::from).unwrap_or_default(),
-            removing: std::sync::Mutex::new(std::collections::HashSet::new()),
             tokens: crate::tokens::Tokens::new(Arc::clone(&store)),
             store,
             cgroups: berth_runtime::cgroup::Hierarchy::detect().ok(),
             pool: std::sync::RwLock::new(Arc::new(pool)),
             storage,
             storage_note: std::sync::RwLock::new(storage_note),
-            busy: std::sync::Mutex::new(HashMap::new()),
+            holds: lifecycle::Holds::default(),
             this: std::sync::OnceLock::new(),
             reserved_names: std::sync::Mutex::new(std::collections::HashSet::new()),
             child_creates: Mutex::new(()),
@@ -219,8 +217,8 @@ impl Engine {
         while let Ok(Some(entry)) = dir.next_entry().await {
             let path = entry.path();
             let Some(id) = path.file_stem().and_then(|s| s.to_str()).map(str::to_string) else { continue };
-            let removing = self.removing.lock().map(|r| r.contains(&id)).unwrap_or(true);
-            if removing || self.warm_claiming(&id) || self.sandboxes.lock().await.contains_key(&id) {
+            if self.holds.tearing_down(&id) || self.warm_claiming(&id) || self.sandboxes.lock().await.contains_key(&id)
+            {
                 continue;
             }
             if let Some(age) = min_age {
@@ -329,15 +327,9 @@ impl Engine {
 
     async fn remove_because(&self, id: &str, why: &str) -> Result<Teardown, EngineError> {
         let sid = self.get(id).await?.id;
-        let _busy = self.busy(&sid, "being removed")?;
-        if let Ok(mut r) = self.removing.lock() {
-            r.insert(sid.clone());
-        }
-        let result = self.tear_down(&sid, why).await;
-        if let Ok(mut r) = self.removing.lock() {
-            r.remove(&sid);
-        }
-        result
+        let _held = self.holds.hold(&sid, lifecycle::Operation::Remove)?;
+        let _down = self.holds.tear_down(&sid);
+        self.tear_down(&sid, why).await
     }
 
     /// Tear down in order — outputs out, credentials revoked, records flushed, runtime and files destroyed —

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use berth_api::{EventKind, Forked, Snapshot, Volume};
 
+use super::lifecycle::Operation;
 use super::projects::MAX_FORKS;
 use super::{Engine, now_ms};
 use crate::EngineError;
@@ -20,7 +21,7 @@ impl Engine {
         let parent = self.get(id).await?;
         let spec = self.spec_of(&parent.id)?;
         self.admit_record(&parent.id, "it is not forked").await?;
-        let _busy = self.busy(&parent.id, "forking")?;
+        let _held = self.holds.hold(&parent.id, Operation::Fork { processes: with_processes })?;
         let live = match with_processes {
             true => Some(self.forkable(&parent.id, "be forked with its processes").await?),
             false => None,

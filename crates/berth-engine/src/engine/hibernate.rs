@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use berth_api::{Sandbox, SandboxState};
 
+use super::lifecycle::Operation;
 use super::live::Live;
 use super::{Engine, now_ms};
 use crate::EngineError;
@@ -41,7 +42,7 @@ impl Engine {
             true => None,
             false => Some(self.criu.clone().map_err(EngineError::Unsupported)?),
         };
-        let _busy = self.busy(&sid, "hibernating")?;
+        let _held = self.holds.hold(&sid, Operation::Hibernate)?;
         let held = match gvisor {
             true => {
                 self.check_gvisor_hibernatable(&live, &sid).await?;
@@ -79,9 +80,7 @@ impl Engine {
             criu_version: criu.as_ref().map(|c| c.version.clone()),
         };
         // Its init ends with the dump: the reaper must not take that for a sandbox that died.
-        if let Ok(mut r) = self.removing.lock() {
-            r.insert(sid.clone());
-        }
+        let down = self.holds.tear_down(&sid);
         let reply = self.ask_shim(&sid, req).await;
         // No longer live before the reaper may look again; hibernated, as far as anyone asking can tell, from
         // the moment it is not live (a wake asked meanwhile is refused as busy until this call is done).
@@ -97,9 +96,7 @@ impl Engine {
             self.sandboxes.lock().await.remove(&sid);
             hibernated = Some(record);
         }
-        if let Ok(mut r) = self.removing.lock() {
-            r.remove(&sid);
-        }
+        drop(down);
         let bytes = match reply {
             Ok(ShimReply::Hibernated { bytes, .. }) => bytes,
             Ok(ShimReply::Error { message }) => {
@@ -261,8 +258,10 @@ impl Engine {
         // guard): a call that wakes the sandbox then waits for it rather than being refused.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         let _busy = loop {
-            match self.busy(&hib.id, "waking") {
-                Err(EngineError::Busy { op: "hibernating", .. }) if std::time::Instant::now() < deadline => {
+            match self.holds.hold(&hib.id, Operation::Wake) {
+                Err(EngineError::Busy { op, .. })
+                    if Some(op) == Operation::Hibernate.label() && std::time::Instant::now() < deadline =>
+                {
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                 }
                 other => break other?,

@@ -9,8 +9,11 @@ use berth_api::{Sandbox, SandboxState as S};
 
 use crate::EngineError;
 
+mod holds;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use holds::Holds;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Operation {

@@ -90,7 +90,7 @@ impl Engine {
     pub async fn pause(&self, id: &str, why: &str) -> Result<Sandbox, EngineError> {
         let live = self.live(id).await?;
         let sid = live.record.lock().await.id.clone();
-        let _busy = self.busy(&sid, "pausing")?;
+        let _held = self.holds.hold(&sid, super::lifecycle::Operation::Pause)?;
         let mut r = live.record.lock().await;
         match r.state {
             SandboxState::Running => {}

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use berth_api::{CreateSandbox, EventKind, Sandbox, SandboxState, Snapshot, Teardown, VolumeMount};
 use berth_storage::Pool;
 
+use super::lifecycle::Operation as O;
 use super::{Engine, Live, actor, journal_path, now_ms};
 use crate::EngineError;
 use crate::journal::Journal;
@@ -25,20 +26,6 @@ impl Drop for NameGuard<'_> {
     fn drop(&mut self) {
         if let Ok(mut r) = self.engine.reserved_names.lock() {
             r.remove(&self.name);
-        }
-    }
-}
-
-/// Marks a sandbox busy for as long as it lives.
-pub(crate) struct BusyGuard<'a> {
-    engine: &'a Engine,
-    id: String,
-}
-
-impl Drop for BusyGuard<'_> {
-    fn drop(&mut self) {
-        if let Ok(mut b) = self.engine.busy.lock() {
-            b.remove(&self.id);
         }
     }
 }
@@ -77,16 +64,6 @@ impl Engine {
 
     pub(crate) async fn pool_clone(&self, src: PathBuf, dst: PathBuf, readonly: bool) -> Result<(), EngineError> {
         self.pool_op(move |pool| pool.clone_volume(&src, &dst, readonly)).await
-    }
-
-    /// Mark `id` busy with `op`, or say what it is busy with.
-    pub(crate) fn busy(&self, id: &str, op: &'static str) -> Result<BusyGuard<'_>, EngineError> {
-        let mut b = self.busy.lock().map_err(|_| EngineError::Conflict("the engine's state was poisoned".into()))?;
-        if let Some(now) = b.get(id) {
-            return Err(EngineError::Busy { id: id.to_string(), op: now });
-        }
-        b.insert(id.to_string(), op);
-        Ok(BusyGuard { engine: self, id: id.to_string() })
     }
 
     pub(crate) fn check_quota(&self, disk: Option<u64>) -> Result<(), EngineError> {
@@ -226,25 +203,21 @@ impl Engine {
     pub(crate) async fn stop_because(&self, id: &str, why: &str) -> Result<Sandbox, EngineError> {
         // A hibernated sandbox stops by forgetting its processes: its image goes, its files stay.
         if let Some(s) = self.stopped_record(id)?.filter(|s| s.state == SandboxState::Hibernated) {
-            let _busy = self.busy(&s.id, "stopping")?;
+            let _held = self.holds.hold(&s.id, O::Stop)?;
             return self.discard_hibernation(s, why).await;
         }
         let live = self.running(id, "stop").await?;
         let sid = live.record.lock().await.id.clone();
-        let _busy = self.busy(&sid, "stopping")?;
+        let _held = self.holds.hold(&sid, O::Stop)?;
         let record = self.stop_live(&live, &sid).await?;
         self.journal_note(&sid, "stop", serde_json::json!({}), serde_json::json!({"reason": why})).await;
         Ok(record)
     }
 
     async fn stop_live(&self, live: &Arc<Live>, sid: &str) -> Result<Sandbox, EngineError> {
-        if let Ok(mut r) = self.removing.lock() {
-            r.insert(sid.to_string());
-        }
+        let down = self.holds.tear_down(sid);
         let halted = self.halt(live, sid).await;
-        if let Ok(mut r) = self.removing.lock() {
-            r.remove(sid);
-        }
+        drop(down);
         if let Err(e) = halted {
             // Its shim died, and its sandbox with it: no longer live, it is accounted for as the reaper would
             // (a persistent one is stopped, files kept), not left in neither list.
@@ -314,7 +287,7 @@ impl Engine {
             return self.wake(&stopped.id, "start").await;
         }
         self.admit_record(&stopped.id, "it is not started").await?;
-        let _busy = self.busy(&stopped.id, "starting")?;
+        let _held = self.holds.hold(&stopped.id, O::Start)?;
         let record = self.start_stopped(&stopped).await?;
         self.journal_note(&record.id, "start", serde_json::json!({}), serde_json::json!({"pid": record.pid})).await;
         self.events.emit(&record.id, EventKind::Started, None, None);
@@ -337,7 +310,7 @@ impl Engine {
     pub async fn rebuild(&self, id: &str) -> Result<Sandbox, EngineError> {
         let record = self.get(id).await?;
         self.admit_record(&record.id, "it is not rebuilt").await?;
-        let _busy = self.busy(&record.id, "rebuilding")?;
+        let _held = self.holds.hold(&record.id, O::Rebuild)?;
         let stopped = match self.live(&record.id).await {
             Ok(live) => self.stop_live(&live, &record.id).await?,
             // Hibernated: its processes are given up, as a running sandbox's are.
@@ -383,7 +356,7 @@ impl Engine {
             }
         }
         self.admit_record(&record.id, "no snapshot is taken").await?;
-        let _busy = self.busy(&record.id, "taking a snapshot")?;
+        let _held = self.holds.hold(&record.id, O::Snapshot { processes: with_processes })?;
         let (snap, frozen) = self.take_snapshot(&record, name, with_processes).await?;
         self.journal_note(
             &record.id,
@@ -470,7 +443,7 @@ impl Engine {
             )));
         }
         self.admit_record(&record.id, "no snapshot is restored").await?;
-        let _busy = self.busy(&record.id, "restoring a snapshot")?;
+        let _held = self.holds.hold(&record.id, O::Restore)?;
         let src = self.snapshot_dir(&snap.id);
         let out = self.replace_files(&record, false, move |pool, fresh| pool.clone_volume(&src, fresh, false)).await?;
         self.journal_note(&record.id, "restore", serde_json::json!({"snapshot": snap.id}), serde_json::json!({})).await;
@@ -482,7 +455,7 @@ impl Engine {
     pub async fn reset(&self, id: &str, keep_workspace: bool) -> Result<Sandbox, EngineError> {
         let record = self.get(id).await?;
         self.admit_record(&record.id, "it is not reset").await?;
-        let _busy = self.busy(&record.id, "resetting")?;
+        let _held = self.holds.hold(&record.id, O::Reset)?;
         let current = self.state_dir(&record.id);
         let out = self
             .replace_files(&record, keep_workspace, move |pool, fresh| {
@@ -599,13 +572,13 @@ mod tests {
     async fn a_second_operation_on_a_busy_sandbox_is_refused_until_the_first_ends() {
         let dir = tempfile::tempdir().unwrap();
         let e = Engine::open(dir.path()).await.unwrap();
-        let first = e.busy("0123456789ab", "taking a snapshot").unwrap();
-        let err = e.busy("0123456789ab", "restoring a snapshot").err().unwrap();
+        let first = e.holds.hold("0123456789ab", O::Snapshot { processes: false }).unwrap();
+        let err = e.holds.hold("0123456789ab", O::Restore).err().unwrap();
         assert_eq!(err.code(), berth_api::ErrorCode::Conflict);
         assert!(err.to_string().contains("busy (taking a snapshot)"), "{err}");
-        let other = e.busy("ba9876543210", "stopping").unwrap();
+        let other = e.holds.hold("ba9876543210", O::Stop).unwrap();
         drop(first);
-        assert!(e.busy("0123456789ab", "restoring a snapshot").is_ok());
+        assert!(e.holds.hold("0123456789ab", O::Restore).is_ok());
         drop(other);
     }
 }

@@ -45,7 +45,7 @@ impl Engine {
     pub async fn settle(&self, limit: std::time::Duration) {
         let deadline = std::time::Instant::now() + limit;
         while std::time::Instant::now() < deadline {
-            let removing = self.removing.lock().is_ok_and(|r| !r.is_empty());
+            let removing = self.holds.any_tearing_down();
             let ended = self.sandboxes.lock().await.values().any(|l| l.session.is_closed());
             if !removing && !ended {
                 return;
@@ -146,10 +146,9 @@ impl Engine {
         let mut to_sleep = Vec::new();
         let mut next: Option<u64> = None;
         let mut soon = |t: u64| next = Some(next.map_or(t, |n| n.min(t)));
-        let removing: std::collections::HashSet<String> = self.removing.lock().map(|r| r.clone()).unwrap_or_default();
         for l in all {
             let r = l.record.lock().await;
-            if removing.contains(&r.id) || r.state == SandboxState::Stopping {
+            if self.holds.tearing_down(&r.id) || r.state == SandboxState::Stopping {
                 soon(now + BUSY_AGAIN_MS);
                 continue;
             }
@@ -239,15 +238,10 @@ impl Engine {
         // tore it down; what is left is to say so.
         for (id, live) in ended {
             // Held as being torn down until its files are gone: a daemon told to stop meanwhile waits for it.
-            if let Ok(mut r) = self.removing.lock() {
-                r.insert(id.clone());
-            }
+            let _down = self.holds.tear_down(&id);
             self.sandboxes.lock().await.remove(&id);
             drop(live);
             self.supervisor_gone(&id, "its init exited", "ended").await;
-            if let Ok(mut r) = self.removing.lock() {
-                r.remove(&id);
-            }
         }
         next
     }

@@ -83,7 +83,7 @@ impl Engine {
                 let mut r = now.record.lock().await;
                 r.expires_at_ms = None;
                 let _ = self.store.sandbox_live(&r);
-            } else if let Ok(_held) = self.busy(id, "hibernating")
+            } else if let Ok(_held) = self.holds.hold(id, super::lifecycle::Operation::Hibernate)
                 && let Ok(Some(mut r)) = self.stopped_record(id)
                 && r.state == SandboxState::Hibernated
             {
