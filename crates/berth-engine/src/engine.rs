@@ -29,7 +29,7 @@ mod fork;
 mod fork_processes;
 mod hibernate;
 mod images;
-// Not used yet: the engine's operations are routed through it next.
+// Parts not used yet: the engine's operations are admitted through it next.
 #[allow(dead_code)]
 pub(crate) mod lifecycle;
 mod live;
@@ -243,24 +243,31 @@ impl Engine {
                     let decls = self.spec_secrets(&a.record.id);
                     let record = a.record.clone();
                     let kept = self.store.record(&record.id).ok().flatten();
+                    let state = kept.as_ref().map_or(record.state, |k| k.state);
                     let paused_at = kept.filter(|k| k.state == SandboxState::Paused).and_then(|k| k.paused_at_ms);
                     // The freezer says whether it is paused (the record may not have been written yet).
                     let cg = self.cgroups.as_ref().map(|h| h.open(&record.id));
                     let frozen = cg.as_ref().is_some_and(|c| c.is_frozen().unwrap_or(false));
                     let Ok(live) = self.make_live(a, &decls) else { continue };
-                    let mut record = record;
-                    if frozen {
-                        // Paused by a client or its idle clock: it stays paused until something wakes it.
-                        let at = paused_at.unwrap_or_else(now_ms);
-                        live.pause.begin(at);
+                    let record = {
                         let mut r = live.record.lock().await;
-                        (r.state, r.paused_at_ms) = (SandboxState::Paused, Some(at));
-                        record = r.clone();
-                    } else if let Some(c) = &cg {
-                        // Not paused, whatever the record says; a freeze that a daemon which died left under
-                        // way is undone.
-                        let _ = c.thaw();
-                    }
+                        if let Some(step) = lifecycle::step(state, lifecycle::Operation::Recover { frozen }) {
+                            // Not paused, whatever the record says: a freeze left half done is undone.
+                            if step.effect == lifecycle::Effect::Thaw
+                                && let Some(c) = &cg
+                            {
+                                let _ = c.thaw();
+                            }
+                            step.end(&mut r);
+                            // Paused by a client or its idle clock: it stays paused until something wakes it.
+                            if step.to == SandboxState::Paused {
+                                let at = paused_at.unwrap_or_else(now_ms);
+                                live.pause.begin(at);
+                                r.paused_at_ms = Some(at);
+                            }
+                        }
+                        r.clone()
+                    };
                     live.note("adopt", serde_json::json!({}), serde_json::json!({"pid": record.pid}));
                     let _ = self.store.sandbox_live(&record);
                     self.events.emit(&record.id, EventKind::Adopted, None, None);
@@ -375,7 +382,12 @@ impl Engine {
         receipt.usage = self.final_usage(sid).await;
         // 4: the sandbox itself.
         if let Some(live) = &live {
-            match self.halt(live, sid).await {
+            let state = live.record.lock().await.state;
+            let halted = match lifecycle::held_step(sid, state, lifecycle::Operation::Remove) {
+                Ok(step) => self.halt(live, sid, step).await,
+                Err(e) => Err(e),
+            };
+            match halted {
                 Ok(t) => {
                     receipt.steps.extend(t.steps);
                     receipt.leftovers.extend(t.leftovers);
@@ -405,11 +417,12 @@ impl Engine {
     }
 
     /// Destroy a live sandbox's runtime through its shim (its files stay) and forget it as live.
-    async fn halt(&self, live: &Arc<Live>, sid: &str) -> Result<Teardown, EngineError> {
+    /// `step`: its stop's or its removal's.
+    async fn halt(&self, live: &Arc<Live>, sid: &str, step: lifecycle::Step) -> Result<Teardown, EngineError> {
         self.thaw_to_end(live).await;
         let sid = sid.to_string();
         // Still listed (as stopping) until it is gone; the reaper leaves alone what is being removed or stopped.
-        live.record.lock().await.state = SandboxState::Stopping;
+        step.begin(&mut *live.record.lock().await);
         let path = shim::socket_path(&self.root, &sid);
         let teardown = tokio::task::spawn_blocking(move || -> Result<Teardown, EngineError> {
             let conn = berth_sys::fd::seqpacket_connect(&path).map_err(|_| EngineError::ShimGone)?;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use berth_api::{Sandbox, SandboxState};
 
-use super::lifecycle::Operation;
+use super::lifecycle::{self, Operation};
 use super::live::Live;
 use super::{Engine, now_ms};
 use crate::EngineError;
@@ -87,10 +87,9 @@ impl Engine {
         let mut hibernated = None;
         if let Ok(ShimReply::Hibernated { .. }) = reply {
             let mut record = live.record.lock().await.clone();
-            record.state = SandboxState::Hibernated;
-            record.pid = None;
-            record.landlock = None;
-            record.paused_at_ms = None;
+            if let Some(step) = lifecycle::step(record.state, Operation::Hibernate) {
+                step.end(&mut record);
+            }
             record.hibernated_at_ms = Some(now_ms());
             let _ = self.store.sandbox_live(&record);
             self.sandboxes.lock().await.remove(&sid);

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use berth_api::{EventKind, Sandbox, SandboxState};
+use berth_api::{EventKind, Sandbox};
 
+use super::lifecycle::{self, Admit, Now, Operation as O};
 use super::{Engine, Live, now_ms};
 use crate::EngineError;
 
@@ -90,26 +91,20 @@ impl Engine {
     pub async fn pause(&self, id: &str, why: &str) -> Result<Sandbox, EngineError> {
         let live = self.live(id).await?;
         let sid = live.record.lock().await.id.clone();
-        let _held = self.holds.hold(&sid, super::lifecycle::Operation::Pause)?;
+        let _held = self.holds.hold(&sid, O::Pause)?;
         let mut r = live.record.lock().await;
-        match r.state {
-            SandboxState::Running => {}
-            SandboxState::Paused => return Ok(r.clone()),
-            other => {
-                return Err(EngineError::WrongState {
-                    id: sid,
-                    state: format!("{other:?}").to_lowercase(),
-                    hint: "only a running sandbox can be paused".into(),
-                });
-            }
-        }
+        let step = match lifecycle::admit(Now { state: r.state, busy: None }, O::Pause) {
+            Ok(Admit::Go(step)) => step,
+            Ok(_) => return Ok(r.clone()),
+            Err(refusal) => return Err(refusal.into_error(&sid, r.state)),
+        };
         let Some(h) = &self.cgroups else {
             return Err(EngineError::Conflict("this host has no cgroup freezer that berth can use".into()));
         };
         freeze(h.open(&sid), &sid).await?;
         let at = now_ms();
         live.pause.begin(at);
-        r.state = SandboxState::Paused;
+        step.end(&mut r);
         r.paused_at_ms = Some(at);
         let record = r.clone();
         // Written after the answer, in order with every other write (queued while the record is held). The
@@ -145,9 +140,11 @@ impl Engine {
     pub(super) async fn resume_live(&self, live: &Arc<Live>, cause: &str) -> Result<Sandbox, EngineError> {
         let mut r = live.record.lock().await;
         let now = now_ms();
-        if r.state != SandboxState::Paused {
-            return Ok(r.clone());
-        }
+        let step = match lifecycle::admit(Now { state: r.state, busy: None }, O::Resume) {
+            Ok(Admit::Go(step)) => step,
+            Ok(_) => return Ok(r.clone()),
+            Err(refusal) => return Err(refusal.into_error(&r.id, r.state)),
+        };
         if let Some(h) = &self.cgroups {
             // One write, which the kernel does at once: not worth a hop to a blocking thread.
             h.open(&r.id)
@@ -159,8 +156,7 @@ impl Engine {
             m.paused_ms += lasted;
             m.resumed(now);
         }
-        r.state = SandboxState::Running;
-        r.paused_at_ms = None;
+        step.end(&mut r);
         if r.ttl_active_only {
             r.expires_at_ms = r.expires_at_ms.map(|t| t.saturating_add(lasted));
         }
@@ -207,8 +203,8 @@ impl Engine {
         }
         let mut r = live.record.lock().await;
         r.paused_at_ms = None;
-        if r.state == SandboxState::Paused {
-            r.state = SandboxState::Running;
+        if let Some(step) = lifecycle::step(r.state, O::Resume) {
+            step.end(&mut r);
         }
     }
 }

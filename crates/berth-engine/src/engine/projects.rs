@@ -8,7 +8,7 @@ use std::sync::Arc;
 use berth_api::{CreateSandbox, EventKind, Sandbox, SandboxState, Snapshot, Teardown, VolumeMount};
 use berth_storage::Pool;
 
-use super::lifecycle::Operation as O;
+use super::lifecycle::{self, Operation as O};
 use super::{Engine, Live, actor, journal_path, now_ms};
 use crate::EngineError;
 use crate::journal::Journal;
@@ -215,8 +215,10 @@ impl Engine {
     }
 
     async fn stop_live(&self, live: &Arc<Live>, sid: &str) -> Result<Sandbox, EngineError> {
+        let state = live.record.lock().await.state;
+        let step = lifecycle::held_step(sid, state, O::Stop)?;
         let down = self.holds.tear_down(sid);
-        let halted = self.halt(live, sid).await;
+        let halted = self.halt(live, sid, step).await;
         drop(down);
         if let Err(e) = halted {
             // Its shim died, and its sandbox with it: no longer live, it is accounted for as the reaper would
@@ -231,9 +233,7 @@ impl Engine {
             let _ = Box::pin(self.remove_because(&child, "owner removed")).await;
         }
         let mut record = live.record.lock().await.clone();
-        record.state = SandboxState::Stopped;
-        record.pid = None;
-        record.landlock = None;
+        step.end(&mut record);
         self.store.sandbox_live(&record)?;
         self.events.emit(sid, EventKind::Stopped, None, None);
         Ok(record)
@@ -264,8 +264,7 @@ impl Engine {
     async fn discard_hibernation(&self, mut s: Sandbox, why: &str) -> Result<Sandbox, EngineError> {
         self.forget_hibernation(&s.id).await;
         let _ = self.tokens.revoke_session(&s.id);
-        s.state = SandboxState::Stopped;
-        s.hibernated_at_ms = None;
+        lifecycle::held_step(&s.id, s.state, O::Stop)?.end(&mut s);
         self.store.sandbox_live(&s)?;
         self.journal_note(&s.id, "stop", serde_json::json!({}), serde_json::json!({"reason": why})).await;
         self.events.emit(&s.id, EventKind::Stopped, None, None);
