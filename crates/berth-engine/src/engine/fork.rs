@@ -21,9 +21,11 @@ impl Engine {
         let parent = self.get(id).await?;
         let spec = self.spec_of(&parent.id)?;
         self.admit_record(&parent.id, "it is not forked").await?;
-        let _held = self.holds.hold(&parent.id, Operation::Fork { processes: with_processes })?;
+        let op = Operation::Fork { processes: with_processes };
+        let admitted = self.admit(&parent.id, op).await?;
+        admitted.step()?;
         let live = match with_processes {
-            true => Some(self.forkable(&parent.id, "be forked with its processes").await?),
+            true => Some(self.forkable(&parent.id, op, "be forked with its processes").await?),
             false => None,
         };
         let mut ids = Vec::new();

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use super::Engine;
 use super::create::Restore;
+use super::lifecycle::{self, Found, Operation};
 use super::live::Live;
 use crate::EngineError;
 use crate::shim::{self, ShimReply, ShimRequest};
@@ -30,20 +31,11 @@ pub(super) struct Checkpoint {
 impl Engine {
     /// Sandbox `sid`, live, if its processes can be checkpointed (`doing`: what is refused otherwise); else
     /// why not (a conflict, a sentence).
-    pub(super) async fn forkable(&self, sid: &str, doing: &str) -> Result<Arc<Live>, EngineError> {
-        let live = match self.live(sid).await {
-            Ok(l) => l,
-            Err(EngineError::WrongState { id, state, .. }) => {
-                return Err(EngineError::WrongState {
-                    id,
-                    state,
-                    hint: format!(
-                        "it cannot {doing}: only a running sandbox's processes are checkpointed (without \
-                         with_processes only its files are copied)"
-                    ),
-                });
-            }
-            Err(e) => return Err(e),
+    pub(super) async fn forkable(&self, sid: &str, op: Operation, doing: &str) -> Result<Arc<Live>, EngineError> {
+        let live = match self.find(sid).await? {
+            Found::Live(l) => l,
+            // Stopped or hibernated: the table says why not.
+            Found::Kept(s) => return Err(lifecycle::refused(&s.id, s.state, op)),
         };
         self.criu.clone().map_err(EngineError::Unsupported)?;
         self.check_hibernatable(&live, sid, doing, false).await?;
@@ -114,7 +106,8 @@ impl Engine {
         if !with_processes {
             return self.frozen(sid, clone).await;
         }
-        let live = match self.forkable(sid, "be snapshotted with its processes").await {
+        let op = Operation::Snapshot { processes: true };
+        let live = match self.forkable(sid, op, "be snapshotted with its processes").await {
             Ok(l) => l,
             Err(e) => return (Err(e), false),
         };

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use berth_api::{Sandbox, SandboxState};
 
-use super::lifecycle::{self, Operation};
+use super::lifecycle::{self, Admit, Admitted, Found, Now, Operation};
 use super::live::Live;
 use super::{Engine, now_ms};
 use crate::EngineError;
@@ -25,24 +25,19 @@ impl Engine {
 
     /// Write a running (or paused) sandbox's processes to disk and end them. `why`: `asked` or `idle`.
     pub async fn hibernate(&self, id: &str, why: &str) -> Result<Sandbox, EngineError> {
-        let live = match self.live(id).await {
-            Ok(l) => l,
-            Err(e) => match self.stopped_record(id)? {
-                Some(s) if s.state == SandboxState::Hibernated => return Ok(s),
-                _ => return Err(e),
-            },
+        let Admitted { found, sid, state, admit, hold: _held } = self.admit(id, Operation::Hibernate).await?;
+        let (step, live) = match (admit, found) {
+            (Admit::Go(step), Found::Live(live)) => (step, live),
+            (Admit::Already, Found::Kept(s)) => return Ok(s),
+            _ => return Err(lifecycle::cannot(&sid, state)),
         };
-        let (sid, isolation) = {
-            let r = live.record.lock().await;
-            (r.id.clone(), r.isolation)
-        };
+        let isolation = live.record.lock().await.isolation;
         // gVisor's own checkpoint writes a gVisor sandbox; CRIU the others.
         let gvisor = isolation == berth_api::Isolation::Gvisor;
         let criu = match gvisor {
             true => None,
             false => Some(self.criu.clone().map_err(EngineError::Unsupported)?),
         };
-        let _held = self.holds.hold(&sid, Operation::Hibernate)?;
         let held = match gvisor {
             true => {
                 self.check_gvisor_hibernatable(&live, &sid).await?;
@@ -57,7 +52,7 @@ impl Engine {
         };
         let init_pid = live.record.lock().await.pid.unwrap_or(0);
         // CRIU seizes the processes itself; frozen by a pause, they are thawed first.
-        let was_paused = live.pause.is_paused();
+        let was_paused = step.from == SandboxState::Paused;
         self.thaw_to_end(&live).await;
         let dir = self.hibernate_dir(&sid);
         let _ = tokio::fs::remove_dir_all(&dir).await;
@@ -87,9 +82,7 @@ impl Engine {
         let mut hibernated = None;
         if let Ok(ShimReply::Hibernated { .. }) = reply {
             let mut record = live.record.lock().await.clone();
-            if let Some(step) = lifecycle::step(record.state, Operation::Hibernate) {
-                step.end(&mut record);
-            }
+            step.end(&mut record);
             record.hibernated_at_ms = Some(now_ms());
             let _ = self.store.sandbox_live(&record);
             self.sandboxes.lock().await.remove(&sid);
@@ -236,28 +229,12 @@ impl Engine {
 
     /// Bring a hibernated sandbox back; an awake one is returned as it is. `cause` becomes its last activity.
     pub async fn wake(&self, id: &str, cause: &str) -> Result<Sandbox, EngineError> {
-        if let Ok(l) = self.live(id).await {
-            return Ok(l.record.lock().await.clone());
-        }
-        let Some(hib) = self.stopped_record(id)?.filter(|s| s.state == SandboxState::Hibernated) else {
-            return Err(match self.stopped_record(id)? {
-                Some(s) => EngineError::WrongState {
-                    id: s.id,
-                    state: "stopped".into(),
-                    hint: "only a hibernated sandbox wakes; start a stopped one (berth start)".into(),
-                },
-                None => EngineError::NoSandbox(id.to_string()),
-            });
-        };
-        let criu = match hib.isolation {
-            berth_api::Isolation::Gvisor => None,
-            berth_api::Isolation::Namespaces => Some(self.criu.clone().map_err(EngineError::Unsupported)?),
-        };
         // A hibernation that has written the sandbox's state may still be finishing (its last files, its
-        // guard): a call that wakes the sandbox then waits for it rather than being refused.
+        // guard): a call that wakes the sandbox then waits for it rather than being refused. (Woken by someone
+        // else meanwhile, it is found awake.)
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let _busy = loop {
-            match self.holds.hold(&hib.id, Operation::Wake) {
+        let Admitted { found, sid, state, admit, hold: _held } = loop {
+            match self.admit(id, Operation::Wake).await {
                 Err(EngineError::Busy { op, .. })
                     if Some(op) == Operation::Hibernate.label() && std::time::Instant::now() < deadline =>
                 {
@@ -266,10 +243,15 @@ impl Engine {
                 other => break other?,
             }
         };
-        // Someone else woke it while this call waited for its turn.
-        if let Ok(l) = self.live(&hib.id).await {
-            return Ok(l.record.lock().await.clone());
-        }
+        let hib = match (admit, found) {
+            (Admit::Go(_), Found::Kept(hib)) => hib,
+            (Admit::Already, Found::Live(l)) => return Ok(l.record.lock().await.clone()),
+            _ => return Err(lifecycle::cannot(&sid, state)),
+        };
+        let criu = match hib.isolation {
+            berth_api::Isolation::Gvisor => None,
+            berth_api::Isolation::Namespaces => Some(self.criu.clone().map_err(EngineError::Unsupported)?),
+        };
         let spec = self.spec_of(&hib.id)?;
         let dir = self.hibernate_dir(&hib.id);
         let started = std::time::Instant::now();
@@ -332,15 +314,17 @@ impl Engine {
 
     /// The live sandbox `id`, woken first if it hibernates (activity of kind `cause`).
     pub(super) async fn live_or_wake(&self, id: &str, cause: &str) -> Result<Arc<Live>, EngineError> {
-        match self.live(id).await {
-            Ok(l) => Ok(l),
-            Err(e) => match self.stopped_record(id)? {
-                Some(s) if s.state == SandboxState::Hibernated => {
-                    self.wake(&s.id, cause).await?;
-                    self.live(&s.id).await
-                }
-                _ => Err(e),
-            },
+        let s = match self.find(id).await? {
+            Found::Live(l) => return Ok(l),
+            Found::Kept(s) => s,
+        };
+        match lifecycle::admit(Now { state: s.state, busy: None }, Operation::Activity) {
+            Ok(Admit::First(Operation::Wake)) => {
+                self.wake(&s.id, cause).await?;
+                self.live(&s.id).await
+            }
+            Ok(_) => self.live(&s.id).await,
+            Err(refusal) => Err(refusal.into_error(&s.id, s.state)),
         }
     }
 

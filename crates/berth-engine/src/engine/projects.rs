@@ -8,7 +8,7 @@ use std::sync::Arc;
 use berth_api::{CreateSandbox, EventKind, Sandbox, SandboxState, Snapshot, Teardown, VolumeMount};
 use berth_storage::Pool;
 
-use super::lifecycle::{self, Operation as O};
+use super::lifecycle::{self, Admit, Admitted, Found, Operation as O};
 use super::{Engine, Live, actor, journal_path, now_ms};
 use crate::EngineError;
 use crate::journal::Journal;
@@ -201,17 +201,18 @@ impl Engine {
     }
 
     pub(crate) async fn stop_because(&self, id: &str, why: &str) -> Result<Sandbox, EngineError> {
-        // A hibernated sandbox stops by forgetting its processes: its image goes, its files stay.
-        if let Some(s) = self.stopped_record(id)?.filter(|s| s.state == SandboxState::Hibernated) {
-            let _held = self.holds.hold(&s.id, O::Stop)?;
-            return self.discard_hibernation(s, why).await;
+        let admitted = self.admit(id, O::Stop).await?;
+        admitted.step()?;
+        let Admitted { found, sid, hold: _held, .. } = admitted;
+        match found {
+            // A hibernated sandbox stops by forgetting its processes: its image goes, its files stay.
+            Found::Kept(s) => self.discard_hibernation(s, why).await,
+            Found::Live(live) => {
+                let record = self.stop_live(&live, &sid).await?;
+                self.journal_note(&sid, "stop", serde_json::json!({}), serde_json::json!({"reason": why})).await;
+                Ok(record)
+            }
         }
-        let live = self.running(id, "stop").await?;
-        let sid = live.record.lock().await.id.clone();
-        let _held = self.holds.hold(&sid, O::Stop)?;
-        let record = self.stop_live(&live, &sid).await?;
-        self.journal_note(&sid, "stop", serde_json::json!({}), serde_json::json!({"reason": why})).await;
-        Ok(record)
     }
 
     async fn stop_live(&self, live: &Arc<Live>, sid: &str) -> Result<Sandbox, EngineError> {
@@ -239,26 +240,6 @@ impl Engine {
         Ok(record)
     }
 
-    /// The live sandbox `id`, or why `op` cannot be done to it.
-    async fn running(&self, id: &str, op: &str) -> Result<Arc<Live>, EngineError> {
-        match self.live(id).await {
-            Ok(l) => Ok(l),
-            Err(e) => match self.stopped_record(id)? {
-                Some(s) if s.state == SandboxState::Hibernated => Err(EngineError::WrongState {
-                    id: s.id,
-                    state: "hibernated".into(),
-                    hint: format!("wake it before you {op} it"),
-                }),
-                Some(s) => Err(EngineError::WrongState {
-                    id: s.id,
-                    state: "stopped".into(),
-                    hint: format!("start it before you {op} it"),
-                }),
-                None => Err(e),
-            },
-        }
-    }
-
     /// A hibernated sandbox stopped (the caller holds it busy): its image and its reserved id block go, its
     /// files stay.
     async fn discard_hibernation(&self, mut s: Sandbox, why: &str) -> Result<Sandbox, EngineError> {
@@ -273,20 +254,14 @@ impl Engine {
 
     /// Start a stopped sandbox again on its kept files.
     pub async fn start(&self, id: &str) -> Result<Sandbox, EngineError> {
-        if let Ok(l) = self.live(id).await {
-            let sid = l.record.lock().await.id.clone();
-            return Err(EngineError::WrongState {
-                id: sid,
-                state: "running".into(),
-                hint: "it is already started".into(),
-            });
-        }
-        let stopped = self.stopped_record(id)?.ok_or_else(|| EngineError::NoSandbox(id.to_string()))?;
-        if stopped.state == SandboxState::Hibernated {
-            return self.wake(&stopped.id, "start").await;
-        }
+        let Admitted { found, sid, state, admit, hold: _held } = self.admit(id, O::Start).await?;
+        let stopped = match (admit, found) {
+            // A hibernated sandbox starts by waking.
+            (Admit::Instead(O::Wake), _) => return self.wake(&sid, "start").await,
+            (Admit::Go(_), Found::Kept(s)) => s,
+            _ => return Err(lifecycle::cannot(&sid, state)),
+        };
         self.admit_record(&stopped.id, "it is not started").await?;
-        let _held = self.holds.hold(&stopped.id, O::Start)?;
         let record = self.start_stopped(&stopped).await?;
         self.journal_note(&record.id, "start", serde_json::json!({}), serde_json::json!({"pid": record.pid})).await;
         self.events.emit(&record.id, EventKind::Started, None, None);
@@ -309,12 +284,16 @@ impl Engine {
     pub async fn rebuild(&self, id: &str) -> Result<Sandbox, EngineError> {
         let record = self.get(id).await?;
         self.admit_record(&record.id, "it is not rebuilt").await?;
-        let _held = self.holds.hold(&record.id, O::Rebuild)?;
-        let stopped = match self.live(&record.id).await {
-            Ok(live) => self.stop_live(&live, &record.id).await?,
+        let admitted = self.admit(&record.id, O::Rebuild).await?;
+        admitted.step()?;
+        let Admitted { found, hold: _held, .. } = admitted;
+        let stopped = match found {
+            Found::Live(live) => self.stop_live(&live, &record.id).await?,
             // Hibernated: its processes are given up, as a running sandbox's are.
-            Err(_) if record.state == SandboxState::Hibernated => self.discard_hibernation(record, "rebuild").await?,
-            Err(_) => record,
+            Found::Kept(kept) if kept.state == SandboxState::Hibernated => {
+                self.discard_hibernation(kept, "rebuild").await?
+            }
+            Found::Kept(kept) => kept,
         };
         let started = self.start_stopped(&stopped).await?;
         self.journal_note(&started.id, "rebuild", serde_json::json!({}), serde_json::json!({"pid": started.pid})).await;
@@ -355,7 +334,8 @@ impl Engine {
             }
         }
         self.admit_record(&record.id, "no snapshot is taken").await?;
-        let _held = self.holds.hold(&record.id, O::Snapshot { processes: with_processes })?;
+        let admitted = self.admit(&record.id, O::Snapshot { processes: with_processes }).await?;
+        admitted.step()?;
         let (snap, frozen) = self.take_snapshot(&record, name, with_processes).await?;
         self.journal_note(
             &record.id,
@@ -442,7 +422,8 @@ impl Engine {
             )));
         }
         self.admit_record(&record.id, "no snapshot is restored").await?;
-        let _held = self.holds.hold(&record.id, O::Restore)?;
+        let admitted = self.admit(&record.id, O::Restore).await?;
+        admitted.step()?;
         let src = self.snapshot_dir(&snap.id);
         let out = self.replace_files(&record, false, move |pool, fresh| pool.clone_volume(&src, fresh, false)).await?;
         self.journal_note(&record.id, "restore", serde_json::json!({"snapshot": snap.id}), serde_json::json!({})).await;
@@ -454,7 +435,8 @@ impl Engine {
     pub async fn reset(&self, id: &str, keep_workspace: bool) -> Result<Sandbox, EngineError> {
         let record = self.get(id).await?;
         self.admit_record(&record.id, "it is not reset").await?;
-        let _held = self.holds.hold(&record.id, O::Reset)?;
+        let admitted = self.admit(&record.id, O::Reset).await?;
+        admitted.step()?;
         let current = self.state_dir(&record.id);
         let out = self
             .replace_files(&record, keep_workspace, move |pool, fresh| {

@@ -13,6 +13,7 @@ use berth_api::SandboxState;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
+use super::lifecycle::{self, Operation as O};
 use super::{Engine, Live, now_ms};
 
 /// The least time between two passes: a burst of events makes one pass, not one each.
@@ -172,16 +173,13 @@ impl Engine {
             let after_idle = |s: Option<f64>| s.map(|s| r.last_activity_ms.saturating_add((s * 1000.0) as u64));
             // Nothing counts as idle while something runs; its end is an event, which brings a pass.
             let idle_at = after_idle(r.idle_timeout_seconds).filter(|_| !running);
-            let pause_at = after_idle(r.idle_pause_seconds).filter(|_| !running && r.state == SandboxState::Running);
+            let pause_at = after_idle(r.idle_pause_seconds).filter(|_| !running && lifecycle::goes(r.state, O::Pause));
             let idle = idle_at.is_some_and(|t| now >= t);
             // Hibernation after a longer idle (a paused sandbox too); not again after it failed, until the next
             // activity. Idle code contexts sleep with it.
             let failed_at = l.hibernate_failed_at.load(std::sync::atomic::Ordering::Relaxed);
-            let hibernate_at = after_idle(r.idle_hibernate_seconds).filter(|_| {
-                !running
-                    && matches!(r.state, SandboxState::Running | SandboxState::Paused)
-                    && failed_at < r.last_activity_ms
-            });
+            let hibernate_at = after_idle(r.idle_hibernate_seconds)
+                .filter(|_| !running && lifecycle::goes(r.state, O::Hibernate) && failed_at < r.last_activity_ms);
             if expired && r.ttl_action != berth_api::TtlAction::Remove {
                 to_sleep.push((r.id.clone(), r.ttl_action));
             } else if expired {

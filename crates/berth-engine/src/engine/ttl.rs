@@ -17,12 +17,6 @@ impl Engine {
         }
         let live = self.live(id).await?;
         let mut r = live.record.lock().await;
-        if r.state == SandboxState::Hibernated {
-            return Err(EngineError::Conflict(format!(
-                "sandbox {} is hibernated: wake it (berth wake) before changing its TTL",
-                r.id
-            )));
-        }
         let before = r.expires_at_ms;
         r.expires_at_ms = seconds.map(|s| now_ms().saturating_add((s * 1000.0) as u64));
         // The TTL a sandbox that sleeps at its end gets again at each wake.
