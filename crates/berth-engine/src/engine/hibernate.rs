@@ -51,9 +51,6 @@ impl Engine {
             }
         };
         let init_pid = live.record.lock().await.pid.unwrap_or(0);
-        // CRIU seizes the processes itself; frozen by a pause, they are thawed first.
-        let was_paused = step.from == SandboxState::Paused;
-        self.thaw_to_end(&live).await;
         let dir = self.hibernate_dir(&sid);
         let _ = tokio::fs::remove_dir_all(&dir).await;
         // Images are the sandboxes' memory: only host root enters the directory that holds them.
@@ -68,6 +65,10 @@ impl Engine {
             .map_err(EngineError::Log)?;
         // What its runtime burned, carried over to the next one (whose cgroup counts from zero).
         let cpu_ns = self.cgroups.as_ref().and_then(|h| h.open(&sid).usage().ok()).map(|u| u.cpu_ns);
+        // CRIU seizes the processes itself; frozen by a pause, they are thawed first (and paused again if the
+        // hibernation fails).
+        let was_paused = step.from == SandboxState::Paused;
+        self.thaw_to_end(&live).await;
         let started = std::time::Instant::now();
         let req = ShimRequest::Hibernate {
             dir: dir.clone(),
@@ -94,8 +95,12 @@ impl Engine {
             Ok(ShimReply::Error { message }) => {
                 drop(held);
                 let _ = tokio::fs::remove_dir_all(&dir).await;
-                if was_paused {
-                    let _ = self.pause(&sid, "asked").await;
+                // Paused again under this call's own hold (a pause asked for now would find it held).
+                if was_paused && let Err(e) = self.pause_held(&live, "asked").await {
+                    crate::log::warn(
+                        "a sandbox that could not hibernate could not be paused again",
+                        serde_json::json!({"sandbox": sid, "error": e.to_string()}),
+                    );
                 }
                 return Err(EngineError::Conflict(format!(
                     "sandbox {sid} could not hibernate, and runs on as it was: {message}"
