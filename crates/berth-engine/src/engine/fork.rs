@@ -39,9 +39,9 @@ impl Engine {
         let all = dsts.clone();
         let clone = self.pool_op(move |pool| pool.clone_many(&src, &dsts));
         let (cloned, frozen) = match &live {
-            Some(l) => (self.checkpointed(l, &parent.id, self.fork_image_dir(&base), clone).await.map(Some), true),
+            Some(l) => (self.checkpointed(l, &parent.id, op, self.fork_image_dir(&base), clone).await.map(Some), true),
             None => {
-                let (cloned, frozen) = self.frozen(&parent.id, clone).await;
+                let (cloned, frozen) = self.frozen(&parent.id, op, clone).await;
                 (cloned.map(|()| None), frozen)
             }
         };

@@ -48,26 +48,29 @@ impl Engine {
         &self,
         live: &Arc<Live>,
         sid: &str,
+        op: Operation,
         dir: PathBuf,
         files: impl Future<Output = Result<(), EngineError>>,
     ) -> Result<Checkpoint, EngineError> {
         let criu = self.criu.clone().map_err(EngineError::Unsupported)?;
-        let cg = self.cgroups.as_ref().map(|h| h.open(sid)).ok_or_else(|| {
-            EngineError::Unsupported("forks with processes need the sandbox's cgroup, and this host has none".into())
-        })?;
+        if self.cgroups.is_none() {
+            return Err(EngineError::Unsupported(
+                "forks with processes need the sandbox's cgroup, and this host has none".into(),
+            ));
+        }
         private_dir(&self.root.join("hibernate")).await?;
         let _ = tokio::fs::remove_dir_all(&dir).await;
         private_dir(&dir).await?;
-        // Frozen by a pause, it stays frozen; else frozen for the instant, and thawed after.
-        let was_paused = live.pause.is_paused();
-        if !was_paused {
-            cg.freeze().map_err(|e| {
+        // Frozen by a pause, it stays frozen; else frozen for the instant (with its marker), and thawed after.
+        let state = live.record.lock().await.state;
+        let frozen = match lifecycle::step(state, op).is_some_and(|s| s.effect == lifecycle::Effect::Freeze) {
+            true => Some(self.freeze_for(sid, op).map_err(|e| {
                 EngineError::Conflict(format!(
-                    "sandbox {sid} could not be frozen for its fork, and runs on as it was: {}",
-                    berth_runtime::error_chain(&e)
+                    "sandbox {sid} could not be frozen for its fork, and runs on as it was: {e}"
                 ))
-            })?;
-        }
+            })?),
+            false => None,
+        };
         let started = std::time::Instant::now();
         let req = ShimRequest::Checkpoint {
             dir: dir.clone(),
@@ -85,8 +88,8 @@ impl Engine {
             Ok(_) => Err(EngineError::ShimGone),
             Err(e) => Err(e),
         };
-        if !was_paused {
-            let _ = cg.thaw();
+        if let Some(f) = frozen {
+            f.thaw();
         }
         if made.is_err() {
             let _ = tokio::fs::remove_dir_all(&dir).await;
@@ -103,15 +106,15 @@ impl Engine {
         with_processes: bool,
         clone: impl Future<Output = Result<(), EngineError>>,
     ) -> (Result<(), EngineError>, bool) {
+        let op = Operation::Snapshot { processes: with_processes };
         if !with_processes {
-            return self.frozen(sid, clone).await;
+            return self.frozen(sid, op, clone).await;
         }
-        let op = Operation::Snapshot { processes: true };
         let live = match self.forkable(sid, op, "be snapshotted with its processes").await {
             Ok(l) => l,
             Err(e) => return (Err(e), false),
         };
-        (self.checkpointed(&live, sid, self.snapshot_image_dir(snapshot), clone).await.map(|_| ()), true)
+        (self.checkpointed(&live, sid, op, self.snapshot_image_dir(snapshot), clone).await.map(|_| ()), true)
     }
 
     /// Where a fork's checkpoint is while its children are made.

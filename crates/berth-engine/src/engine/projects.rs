@@ -301,21 +301,23 @@ impl Engine {
         Ok(started)
     }
 
-    /// Freeze a running sandbox for the instant of `op` (a consistent copy of its files), then thaw it.
-    /// Returns `op`'s result and whether the sandbox was frozen for it (a stopped one has nothing to freeze).
-    pub(super) async fn frozen<T>(&self, id: &str, op: impl Future<Output = T>) -> (T, bool) {
-        let live = self.live(id).await.ok();
-        if live.as_ref().is_some_and(|l| l.pause.is_paused()) {
-            // Paused: frozen already, and it stays so.
-            return (op.await, true);
+    /// Freeze a running sandbox for the instant of `work` (a consistent copy of its files), then thaw it, as
+    /// the table says of `op` (a fork's or a snapshot's). Returns `work`'s result and whether the sandbox was
+    /// frozen for it (a stopped one has nothing to freeze; a paused one is frozen already, and stays so).
+    pub(super) async fn frozen<T>(&self, id: &str, op: O, work: impl Future<Output = T>) -> (T, bool) {
+        let Ok(live) = self.live(id).await else { return (work.await, false) };
+        let state = live.record.lock().await.state;
+        if !lifecycle::step(state, op).is_some_and(|s| s.effect == lifecycle::Effect::Freeze) {
+            return (work.await, state == SandboxState::Paused);
         }
-        let cg = live.and_then(|_| self.cgroups.as_ref().map(|h| h.open(id)));
-        let frozen = cg.as_ref().is_some_and(|c| c.freeze().is_ok());
-        let out = op.await;
-        if let (true, Some(c)) = (frozen, cg) {
-            let _ = c.thaw();
+        // Without a freezer that works, the copy is taken without it.
+        let frozen = self.freeze_for(id, op).ok();
+        let out = work.await;
+        let was = frozen.is_some();
+        if let Some(f) = frozen {
+            f.thaw();
         }
-        (out, frozen)
+        (out, was)
     }
 
     /// Capture a sandbox's files (root changes and workspace) as a read-only snapshot.

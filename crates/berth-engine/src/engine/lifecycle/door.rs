@@ -105,3 +105,42 @@ impl Engine {
         }
     }
 }
+
+/// A sandbox frozen for an operation's own work (a fork's or a snapshot's copy): thawed, and its marker
+/// cleared, when this drops.
+#[must_use = "the sandbox is thawed when this drops"]
+pub(in crate::engine) struct Frozen<'a> {
+    engine: &'a Engine,
+    sid: String,
+    cgroup: berth_runtime::cgroup::Cgroup,
+}
+
+impl Frozen<'_> {
+    /// Thaw it now (as dropping it does).
+    pub fn thaw(self) {}
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        // Thawed first, then the marker cleared: a daemon that dies between the two finds it thawed and thaws
+        // it again. A thaw that failed keeps the marker, so that the next daemon tries again.
+        if self.cgroup.thaw().is_ok() {
+            let _ = self.engine.store.set_frozen_for(&self.sid, None);
+        }
+    }
+}
+
+impl Engine {
+    /// Freeze running sandbox `sid` for `op`'s own work. The store's `frozen_for` is written first, so that a
+    /// daemon that dies before the thaw leaves a marker the next one reads at the adoption, and thaws it (the
+    /// table's Recover): the sandbox is left as `op` found it, running, not taken for paused. Why not, if not.
+    pub(in crate::engine) fn freeze_for(&self, sid: &str, op: Operation) -> Result<Frozen<'_>, String> {
+        let key = op.frozen_key().ok_or_else(|| format!("{op:?} does not freeze a sandbox for itself"))?;
+        let cgroup = self.cgroups.as_ref().map(|h| h.open(sid)).ok_or("this host has no cgroup freezer")?;
+        self.store.set_frozen_for(sid, Some(key)).map_err(|e| berth_runtime::error_chain(&e))?;
+        // From here on, dropped on any path: thawed, and the marker cleared.
+        let frozen = Frozen { engine: self, sid: sid.to_string(), cgroup };
+        frozen.cgroup.freeze().map_err(|e| berth_runtime::error_chain(&e))?;
+        Ok(frozen)
+    }
+}
