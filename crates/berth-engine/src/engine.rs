@@ -243,18 +243,27 @@ impl Engine {
                     let kept = self.store.record(&record.id).ok().flatten();
                     let state = kept.as_ref().map_or(record.state, |k| k.state);
                     let paused_at = kept.filter(|k| k.state == SandboxState::Paused).and_then(|k| k.paused_at_ms);
-                    // The freezer says whether it is paused (the record may not have been written yet).
+                    // The freezer says whether it is frozen (a pause's record may not have been written yet), and
+                    // the store whether a fork or a snapshot froze it for its own work (its daemon died before
+                    // the thaw).
                     let cg = self.cgroups.as_ref().map(|h| h.open(&record.id));
                     let frozen = cg.as_ref().is_some_and(|c| c.is_frozen().unwrap_or(false));
+                    let marker = self.store.frozen_for(&record.id).ok().flatten();
+                    let marked_by = marker.as_deref().and_then(lifecycle::Operation::from_frozen_key);
                     let Ok(live) = self.make_live(a, &decls) else { continue };
-                    let record = {
+                    let now = lifecycle::Now { state, busy: marked_by };
+                    let (record, thawed) = {
                         let mut r = live.record.lock().await;
-                        if let Some(step) = lifecycle::step(state, lifecycle::Operation::Recover { frozen }) {
-                            // Not paused, whatever the record says: a freeze left half done is undone.
+                        let mut thawed = false;
+                        if let Ok(lifecycle::Admit::Go(step)) =
+                            lifecycle::admit(now, lifecycle::Operation::Recover { frozen })
+                        {
+                            // Not paused, whatever the record says: a freeze left by the operation that made it
+                            // (or half done) is undone.
                             if step.effect == lifecycle::Effect::Thaw
                                 && let Some(c) = &cg
                             {
-                                let _ = c.thaw();
+                                thawed = c.thaw().is_ok() && frozen;
                             }
                             step.end(&mut r);
                             // Paused by a client or its idle clock: it stays paused until something wakes it.
@@ -264,8 +273,16 @@ impl Engine {
                                 r.paused_at_ms = Some(at);
                             }
                         }
-                        r.clone()
+                        (r.clone(), thawed)
                     };
+                    if let Some(key) = &marker {
+                        live.note(
+                            "recover",
+                            serde_json::json!({"frozen_for": key}),
+                            serde_json::json!({"thawed": thawed, "state": lifecycle::name(record.state)}),
+                        );
+                        let _ = self.store.set_frozen_for(&record.id, None);
+                    }
                     live.note("adopt", serde_json::json!({}), serde_json::json!({"pid": record.pid}));
                     let _ = self.store.sandbox_live(&record);
                     self.events.emit(&record.id, EventKind::Adopted, None, None);

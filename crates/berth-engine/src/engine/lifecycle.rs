@@ -110,7 +110,6 @@ impl Operation {
     }
 
     /// The operation a `frozen_for` marker names.
-    #[allow(dead_code)] // the adoption reads the marker in the change after this one
     pub(crate) fn from_frozen_key(key: &str) -> Option<Operation> {
         match key {
             "fork" => Some(FORK),

@@ -89,6 +89,8 @@ impl Engine {
             Some((Some(step), mut record)) if step.to == SandboxState::Stopped => {
                 step.end(&mut record);
                 let _ = self.store.sandbox_live(&record);
+                // Nothing of its runtime is left to be frozen.
+                let _ = self.store.set_frozen_for(id, None);
                 if let Ok(mut j) = Journal::open(&journal_path(&self.root, id)) {
                     let _ = j.append("local", "stopped", serde_json::json!({}), serde_json::json!({"reason": why}));
                 }
