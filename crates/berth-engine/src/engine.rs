@@ -30,8 +30,6 @@ mod fork;
 mod fork_processes;
 mod hibernate;
 mod images;
-// Not used yet: the engine's operations are routed through it next.
-#[allow(dead_code)]
 pub(crate) mod lifecycle;
 mod live;
 mod network;
@@ -75,8 +73,6 @@ pub struct Engine {
     /// The cluster's shared database, when the daemon has one (see `cluster`).
     cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
     events: Arc<Events>,
-    /// Sandboxes being torn down: not to be adopted back meanwhile.
-    removing: std::sync::Mutex<std::collections::HashSet<String>>,
     pub tokens: crate::tokens::Tokens,
     store: Arc<crate::store::Store>,
     /// The host's cgroup layout, for each exec's own cgroup (None: execs are killed by process group only).
@@ -87,8 +83,9 @@ pub struct Engine {
     storage: StorageOptions,
     /// Why sandboxes' files are not bounded, when they are not.
     storage_note: std::sync::RwLock<Option<String>>,
-    /// Sandboxes in the middle of an operation that must not overlap another (stop, snapshot, restore, …).
-    busy: std::sync::Mutex<HashMap<String, &'static str>>,
+    /// Sandboxes held by an operation that must not overlap another (stop, snapshot, restore, …), and those
+    /// whose runtime is being torn down (see `lifecycle`).
+    holds: lifecycle::Holds,
     /// Names of sandboxes being created: taken before the create, so two at once cannot both have one.
     reserved_names: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Held while a session token creates a child (see `create`).
@@ -167,14 +164,13 @@ impl Engine {
             idempotent: Mutex::new(()),
             pod_state: pods::PodState::default(),
             cluster: cluster.map(std::sync::OnceLock::from).unwrap_or_default(),
-            removing: std::sync::Mutex::new(std::collections::HashSet::new()),
             tokens: crate::tokens::Tokens::new(Arc::clone(&store)),
             store,
             cgroups: berth_runtime::cgroup::Hierarchy::detect().ok(),
             pool: std::sync::RwLock::new(Arc::new(pool)),
             storage,
             storage_note: std::sync::RwLock::new(storage_note),
-            busy: std::sync::Mutex::new(HashMap::new()),
+            holds: lifecycle::Holds::default(),
             this: std::sync::OnceLock::new(),
             reserved_names: std::sync::Mutex::new(std::collections::HashSet::new()),
             child_creates: Mutex::new(()),
@@ -223,8 +219,8 @@ impl Engine {
         while let Ok(Some(entry)) = dir.next_entry().await {
             let path = entry.path();
             let Some(id) = path.file_stem().and_then(|s| s.to_str()).map(str::to_string) else { continue };
-            let removing = self.removing.lock().map(|r| r.contains(&id)).unwrap_or(true);
-            if removing || self.warm_claiming(&id) || self.sandboxes.lock().await.contains_key(&id) {
+            if self.holds.tearing_down(&id) || self.warm_claiming(&id) || self.sandboxes.lock().await.contains_key(&id)
+            {
                 continue;
             }
             if let Some(age) = min_age {
@@ -249,23 +245,47 @@ impl Engine {
                     let decls = self.spec_secrets(&a.record.id);
                     let record = a.record.clone();
                     let kept = self.store.record(&record.id).ok().flatten();
+                    let state = kept.as_ref().map_or(record.state, |k| k.state);
                     let paused_at = kept.filter(|k| k.state == SandboxState::Paused).and_then(|k| k.paused_at_ms);
-                    // The freezer says whether it is paused (the record may not have been written yet).
+                    // The freezer says whether it is frozen (a pause's record may not have been written yet), and
+                    // the store whether a fork or a snapshot froze it for its own work (its daemon died before
+                    // the thaw).
                     let cg = self.cgroups.as_ref().map(|h| h.open(&record.id));
                     let frozen = cg.as_ref().is_some_and(|c| c.is_frozen().unwrap_or(false));
+                    let marker = self.store.frozen_for(&record.id).ok().flatten();
+                    let marked_by = marker.as_deref().and_then(lifecycle::Operation::from_frozen_key);
                     let Ok(live) = self.make_live(a, &decls) else { continue };
-                    let mut record = record;
-                    if frozen {
-                        // Paused by a client or its idle clock: it stays paused until something wakes it.
-                        let at = paused_at.unwrap_or_else(now_ms);
-                        live.pause.begin(at);
+                    let now = lifecycle::Now { state, busy: marked_by };
+                    let (record, thawed) = {
                         let mut r = live.record.lock().await;
-                        (r.state, r.paused_at_ms) = (SandboxState::Paused, Some(at));
-                        record = r.clone();
-                    } else if let Some(c) = &cg {
-                        // Not paused, whatever the record says; a freeze that a daemon which died left under
-                        // way is undone.
-                        let _ = c.thaw();
+                        let mut thawed = false;
+                        if let Ok(lifecycle::Admit::Go(step)) =
+                            lifecycle::admit(now, lifecycle::Operation::Recover { frozen })
+                        {
+                            // Not paused, whatever the record says: a freeze left by the operation that made it
+                            // (or half done) is undone.
+                            if step.effect == lifecycle::Effect::Thaw
+                                && let Some(c) = &cg
+                            {
+                                thawed = c.thaw().is_ok() && frozen;
+                            }
+                            step.end(&mut r);
+                            // Paused by a client or its idle clock: it stays paused until something wakes it.
+                            if step.to == SandboxState::Paused {
+                                let at = paused_at.unwrap_or_else(now_ms);
+                                live.pause.begin(at);
+                                r.paused_at_ms = Some(at);
+                            }
+                        }
+                        (r.clone(), thawed)
+                    };
+                    if let Some(key) = &marker {
+                        live.note(
+                            "recover",
+                            serde_json::json!({"frozen_for": key}),
+                            serde_json::json!({"thawed": thawed, "state": lifecycle::name(record.state)}),
+                        );
+                        let _ = self.store.set_frozen_for(&record.id, None);
                     }
                     live.note("adopt", serde_json::json!({}), serde_json::json!({"pid": record.pid}));
                     let _ = self.store.sandbox_live(&record);
@@ -281,26 +301,14 @@ impl Engine {
         young_left
     }
 
+    /// The live sandbox `id_or_name`, for a Change (anything asked of it that does not wake it), or why not.
     async fn live(&self, id_or_name: &str) -> Result<Arc<Live>, EngineError> {
-        let all = self.sandboxes.lock().await;
-        if let Some(l) = all.get(id_or_name) {
-            return Ok(Arc::clone(l));
+        match self.find(id_or_name).await? {
+            // The table lets a Change through in every state of a live sandbox (a test of it says so): it is
+            // handed out without a look at its record, which a pause holds across its freeze.
+            lifecycle::Found::Live(l) => Ok(l),
+            lifecycle::Found::Kept(s) => Err(lifecycle::refused(&s.id, s.state, lifecycle::Operation::Change)),
         }
-        for l in all.values() {
-            if l.record.lock().await.name == id_or_name {
-                return Ok(Arc::clone(l));
-            }
-        }
-        drop(all);
-        if let Ok(Some(s)) = self.stopped_record(id_or_name) {
-            let hibernated = s.state == SandboxState::Hibernated;
-            return Err(EngineError::WrongState {
-                id: s.id,
-                state: if hibernated { "hibernated" } else { "stopped" }.into(),
-                hint: if hibernated { "wake it first (berth wake)" } else { "start it first (berth start)" }.into(),
-            });
-        }
-        Err(EngineError::NoSandbox(id_or_name.to_string()))
     }
 
     pub async fn list(&self) -> Vec<Sandbox> {
@@ -320,10 +328,10 @@ impl Engine {
     }
 
     pub async fn get(&self, id: &str) -> Result<Sandbox, EngineError> {
-        match self.live(id).await {
-            Ok(l) => Ok(l.record.lock().await.clone()),
-            Err(e) => self.stopped_record(id)?.ok_or(e),
-        }
+        Ok(match self.find(id).await? {
+            lifecycle::Found::Live(l) => l.record.lock().await.clone(),
+            lifecycle::Found::Kept(s) => s,
+        })
     }
 
     /// Tear a sandbox down (in order, through its shim), remove its files, and report what was done.
@@ -332,16 +340,10 @@ impl Engine {
     }
 
     async fn remove_because(&self, id: &str, why: &str) -> Result<Teardown, EngineError> {
-        let sid = self.get(id).await?.id;
-        let _busy = self.busy(&sid, "being removed")?;
-        if let Ok(mut r) = self.removing.lock() {
-            r.insert(sid.clone());
-        }
-        let result = self.tear_down(&sid, why).await;
-        if let Ok(mut r) = self.removing.lock() {
-            r.remove(&sid);
-        }
-        result
+        let admitted = self.admit(id, lifecycle::Operation::Remove).await?;
+        admitted.step()?;
+        let _down = self.holds.tear_down(&admitted.sid);
+        self.tear_down(&admitted.sid, why).await
     }
 
     /// Tear down in order — outputs out, credentials revoked, records flushed, runtime and files destroyed —
@@ -387,7 +389,12 @@ impl Engine {
         receipt.usage = self.final_usage(sid).await;
         // 4: the sandbox itself.
         if let Some(live) = &live {
-            match self.halt(live, sid).await {
+            let state = live.record.lock().await.state;
+            let halted = match lifecycle::held_step(sid, state, lifecycle::Operation::Remove) {
+                Ok(step) => self.halt(live, sid, step).await,
+                Err(e) => Err(e),
+            };
+            match halted {
                 Ok(t) => {
                     receipt.steps.extend(t.steps);
                     receipt.leftovers.extend(t.leftovers);
@@ -417,11 +424,12 @@ impl Engine {
     }
 
     /// Destroy a live sandbox's runtime through its shim (its files stay) and forget it as live.
-    async fn halt(&self, live: &Arc<Live>, sid: &str) -> Result<Teardown, EngineError> {
+    /// `step`: its stop's or its removal's.
+    async fn halt(&self, live: &Arc<Live>, sid: &str, step: lifecycle::Step) -> Result<Teardown, EngineError> {
         self.thaw_to_end(live).await;
         let sid = sid.to_string();
         // Still listed (as stopping) until it is gone; the reaper leaves alone what is being removed or stopped.
-        live.record.lock().await.state = SandboxState::Stopping;
+        step.begin(&mut *live.record.lock().await);
         let path = shim::socket_path(&self.root, &sid);
         let teardown = tokio::task::spawn_blocking(move || -> Result<Teardown, EngineError> {
             let conn = berth_sys::fd::seqpacket_connect(&path).map_err(|_| EngineError::ShimGone)?;

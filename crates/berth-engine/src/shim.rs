@@ -272,7 +272,7 @@ impl Held {
         std::fs::rename(&self.socket, &to).map_err(|e| format!("move the shim's socket: {e}"))?;
         record.pid = Some(sandbox.pid());
         record.landlock = Some(sandbox.landlock().to_string());
-        record.state = berth_api::SandboxState::Running;
+        crate::engine::lifecycle::built(&mut record);
         (self.record, self.env, self.authority, self.socket, self.pooled) = (record, env, authority, to, false);
         Ok(self.record.clone())
     }
@@ -414,7 +414,7 @@ fn build(root: &Path, start: &ShimStart) -> Result<(Sandbox, berth_api::Sandbox)
     record.id = sandbox.id().to_string();
     record.pid = Some(sandbox.pid());
     record.landlock = Some(sandbox.landlock().to_string());
-    record.state = berth_api::SandboxState::Running;
+    crate::engine::lifecycle::built(&mut record);
     Ok((sandbox, record))
 }
 

@@ -293,3 +293,89 @@ fn leftovers(root: &Path, pool: &Path, seen: &BTreeSet<String>, shim_arg: &str) 
     }
     found
 }
+
+/// The lifecycle's crash case: a fork or a snapshot interrupted by a crash while it has its source frozen
+/// leaves the source as it found it, running (not listed as paused, with nobody having paused it), and a
+/// paused source is found paused.
+#[test]
+fn a_fork_or_snapshot_interrupted_by_a_crash_leaves_its_source_as_it_found_it() {
+    // Files copied one by one (no btrfs pool): the freeze lasts as long as the copy of the many files.
+    let mut d = Daemon::start_with(&["--storage", "none"]);
+    let (root, pool) = (d.root(), d.root().join("pool"));
+    let shim_arg = format!("--root {} shim", root.display());
+    let id = d.create(&["--persistent"]);
+    d.sh(&id, "mkdir /workspace/many && cd /workspace/many && seq 1 30000 | xargs touch");
+    let cg = berth_runtime::cgroup::Hierarchy::detect().unwrap().open(&id);
+    let frozen = || cg.is_frozen().unwrap_or(false);
+    let state = |d: &Daemon| ids(d).into_iter().find(|(i, _)| *i == id).map(|(_, s)| s);
+    let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let fork = args(&["fork", &id, "--count", "4"]);
+
+    for command in [fork.clone(), args(&["snapshot", &id])] {
+        let mut caught = false;
+        for attempt in 0..10 {
+            let mut client = start(&d, &command);
+            let until = Instant::now() + Duration::from_secs(30);
+            while !frozen() && client.try_wait().unwrap().is_none() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            d.kill();
+            let _ = (client.kill(), client.wait());
+            // Nothing can thaw it while no daemon runs: the crash case, established.
+            caught = frozen();
+            d.spawn();
+            if caught {
+                break;
+            }
+            eprintln!("{command:?}, attempt {attempt}: it finished before the kill; again");
+        }
+        assert!(caught, "{command:?}: no run was caught with its source frozen");
+        assert_eq!(state(&d).as_deref(), Some("running"), "{command:?}: nobody paused it");
+        assert!(!frozen(), "the restarted daemon thawed what {command:?} had frozen");
+        let journal = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "").1;
+        assert!(!journal.contains("\"pause\"") && journal.contains("\"recover\""), "{journal}");
+        assert_eq!(d.sh(&id, "echo alive"), "alive\n");
+        let out = d.berth(&["start", &id]);
+        let said = text(&out.stderr);
+        assert!(!out.status.success() && said.contains("is running: it is already started"), "{said}");
+    }
+
+    // A paused source is not frozen for the fork (it is already): found paused after the crash, and it stays so.
+    assert!(d.berth(&["pause", &id]).status.success());
+    let before = entries(&pool.join("sandboxes")).len();
+    let mut client = start(&d, &fork);
+    let until = Instant::now() + Duration::from_secs(30);
+    while entries(&pool.join("sandboxes")).len() == before
+        && client.try_wait().unwrap().is_none()
+        && Instant::now() < until
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    d.kill();
+    let _ = (client.kill(), client.wait());
+    d.spawn();
+    assert_eq!(state(&d).as_deref(), Some("paused"));
+    assert!(frozen(), "a paused sandbox stays frozen");
+
+    // Nothing of the interrupted operations is left.
+    let out = d.berth(&["rm", "--all"]);
+    assert!(out.status.success(), "rm --all: {}", text(&out.stderr));
+    for s in list(&d, &["snapshot", "ls", "--json"]) {
+        let snap = s["id"].as_str().unwrap();
+        assert!(d.berth(&["snapshot", "rm", snap]).status.success(), "snapshot rm {snap}");
+    }
+    let seen: BTreeSet<String> = entries(&root.join("journal"))
+        .iter()
+        .filter_map(|n| n.strip_suffix(".jsonl").map(String::from))
+        .chain([id.clone()])
+        .collect();
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = leftovers(&root, &pool, &seen, &shim_arg);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < until, "left behind: {left:#?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

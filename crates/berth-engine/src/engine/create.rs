@@ -1,6 +1,6 @@
 //! Making a sandbox: checking the request, preparing its files, and starting its runtime through a shim.
 
-use berth_api::{CreateSandbox, EventKind, Sandbox, SandboxState};
+use berth_api::{CreateSandbox, EventKind, Sandbox};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::{Adopted, Engine, actor, adopt, network, now_ms, receipt};
@@ -210,7 +210,7 @@ impl Engine {
             id: id.to_string(),
             name: req.name.clone().unwrap_or_default(),
             image: req.image.clone().unwrap_or_else(|| "host".into()),
-            state: SandboxState::Creating,
+            state: super::lifecycle::INITIAL,
             created_at_ms,
             expires_at_ms: req.ttl_seconds.map(|t| created_at_ms.saturating_add((t * 1000.0) as u64)),
             idle_timeout_seconds: req.idle_timeout_seconds,

@@ -1,6 +1,6 @@
 //! The file system of a running sandbox, as the files calls work on it.
 
-use berth_api::{FileEntry, MoveFile, SandboxState as S};
+use berth_api::{FileEntry, MoveFile};
 
 use super::Engine;
 use crate::EngineError;
@@ -13,13 +13,9 @@ impl Engine {
     /// and starts its idle clock again.
     pub async fn files(&self, id: &str, user: Option<&str>) -> Result<SandboxFs, EngineError> {
         let spec = user.map(super::users::parse).transpose()?;
-        let mut record = self.get(id).await?;
-        if matches!(record.state, S::Running | S::Paused | S::Hibernated) {
-            self.touch_id(id, "files").await?;
-            if record.state == S::Hibernated {
-                record = self.get(id).await?;
-            }
-        }
+        // Activity: refused for a sandbox without a runtime, as the table says.
+        self.touch_id(id, "files").await?;
+        let record = self.get(id).await?;
         let Some(pid) = record.pid else {
             return Err(EngineError::Conflict(format!("sandbox {} has no running init", record.id)));
         };

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use berth_api::{EventKind, Forked, Snapshot, Volume};
 
+use super::lifecycle::Operation;
 use super::projects::MAX_FORKS;
 use super::{Engine, now_ms};
 use crate::EngineError;
@@ -20,9 +21,11 @@ impl Engine {
         let parent = self.get(id).await?;
         let spec = self.spec_of(&parent.id)?;
         self.admit_record(&parent.id, "it is not forked").await?;
-        let _busy = self.busy(&parent.id, "forking")?;
+        let op = Operation::Fork { processes: with_processes };
+        let admitted = self.admit(&parent.id, op).await?;
+        admitted.step()?;
         let live = match with_processes {
-            true => Some(self.forkable(&parent.id, "be forked with its processes").await?),
+            true => Some(self.forkable(&parent.id, op, "be forked with its processes").await?),
             false => None,
         };
         let mut ids = Vec::new();
@@ -36,9 +39,9 @@ impl Engine {
         let all = dsts.clone();
         let clone = self.pool_op(move |pool| pool.clone_many(&src, &dsts));
         let (cloned, frozen) = match &live {
-            Some(l) => (self.checkpointed(l, &parent.id, self.fork_image_dir(&base), clone).await.map(Some), true),
+            Some(l) => (self.checkpointed(l, &parent.id, op, self.fork_image_dir(&base), clone).await.map(Some), true),
             None => {
-                let (cloned, frozen) = self.frozen(&parent.id, clone).await;
+                let (cloned, frozen) = self.frozen(&parent.id, op, clone).await;
                 (cloned.map(|()| None), frozen)
             }
         };

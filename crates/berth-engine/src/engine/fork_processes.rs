@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use super::Engine;
 use super::create::Restore;
+use super::lifecycle::{self, Found, Operation};
 use super::live::Live;
 use crate::EngineError;
 use crate::shim::{self, ShimReply, ShimRequest};
@@ -31,20 +32,11 @@ pub(super) struct Checkpoint {
 impl Engine {
     /// Sandbox `sid`, live, if its processes can be checkpointed (`doing`: what is refused otherwise); else
     /// why not (a conflict, a sentence).
-    pub(super) async fn forkable(&self, sid: &str, doing: &str) -> Result<Arc<Live>, EngineError> {
-        let live = match self.live(sid).await {
-            Ok(l) => l,
-            Err(EngineError::WrongState { id, state, .. }) => {
-                return Err(EngineError::WrongState {
-                    id,
-                    state,
-                    hint: format!(
-                        "it cannot {doing}: only a running sandbox's processes are checkpointed (without \
-                         with_processes only its files are copied)"
-                    ),
-                });
-            }
-            Err(e) => return Err(e),
+    pub(super) async fn forkable(&self, sid: &str, op: Operation, doing: &str) -> Result<Arc<Live>, EngineError> {
+        let live = match self.find(sid).await? {
+            Found::Live(l) => l,
+            // Stopped or hibernated: the table says why not.
+            Found::Kept(s) => return Err(lifecycle::refused(&s.id, s.state, op)),
         };
         self.criu_for(berth_runtime::backend(live.record.lock().await.isolation))?;
         self.check_hibernatable(&live, sid, doing, false).await?;
@@ -57,26 +49,29 @@ impl Engine {
         &self,
         live: &Arc<Live>,
         sid: &str,
+        op: Operation,
         dir: PathBuf,
         files: impl Future<Output = Result<(), EngineError>>,
     ) -> Result<Checkpoint, EngineError> {
         let criu = self.criu_for(berth_runtime::backend(live.record.lock().await.isolation))?;
-        let cg = self.cgroups.as_ref().map(|h| h.open(sid)).ok_or_else(|| {
-            EngineError::Unsupported("forks with processes need the sandbox's cgroup, and this host has none".into())
-        })?;
+        if self.cgroups.is_none() {
+            return Err(EngineError::Unsupported(
+                "forks with processes need the sandbox's cgroup, and this host has none".into(),
+            ));
+        }
         private_dir(&self.root.join("hibernate")).await?;
         let _ = tokio::fs::remove_dir_all(&dir).await;
         private_dir(&dir).await?;
-        // Frozen by a pause, it stays frozen; else frozen for the instant, and thawed after.
-        let was_paused = live.pause.is_paused();
-        if !was_paused {
-            cg.freeze().map_err(|e| {
+        // Frozen by a pause, it stays frozen; else frozen for the instant (with its marker), and thawed after.
+        let state = live.record.lock().await.state;
+        let frozen = match lifecycle::step(state, op).is_some_and(|s| s.effect == lifecycle::Effect::Freeze) {
+            true => Some(self.freeze_for(sid, op).map_err(|e| {
                 EngineError::Conflict(format!(
-                    "sandbox {sid} could not be frozen for its fork, and runs on as it was: {}",
-                    berth_runtime::error_chain(&e)
+                    "sandbox {sid} could not be frozen for its fork, and runs on as it was: {e}"
                 ))
-            })?;
-        }
+            })?),
+            false => None,
+        };
         let started = std::time::Instant::now();
         let req = ShimRequest::Checkpoint {
             dir: dir.clone(),
@@ -94,8 +89,8 @@ impl Engine {
             Ok(_) => Err(EngineError::ShimGone),
             Err(e) => Err(e),
         };
-        if !was_paused {
-            let _ = cg.thaw();
+        if let Some(f) = frozen {
+            f.thaw();
         }
         if made.is_err() {
             let _ = tokio::fs::remove_dir_all(&dir).await;
@@ -112,14 +107,15 @@ impl Engine {
         with_processes: bool,
         clone: impl Future<Output = Result<(), EngineError>>,
     ) -> (Result<(), EngineError>, bool) {
+        let op = Operation::Snapshot { processes: with_processes };
         if !with_processes {
-            return self.frozen(sid, clone).await;
+            return self.frozen(sid, op, clone).await;
         }
-        let live = match self.forkable(sid, "be snapshotted with its processes").await {
+        let live = match self.forkable(sid, op, "be snapshotted with its processes").await {
             Ok(l) => l,
             Err(e) => return (Err(e), false),
         };
-        (self.checkpointed(&live, sid, self.snapshot_image_dir(snapshot), clone).await.map(|_| ()), true)
+        (self.checkpointed(&live, sid, op, self.snapshot_image_dir(snapshot), clone).await.map(|_| ()), true)
     }
 
     /// Where a fork's checkpoint is while its children are made.

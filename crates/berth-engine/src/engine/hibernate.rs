@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use berth_api::{Sandbox, SandboxState};
 
+use super::lifecycle::{self, Admit, Admitted, Found, Now, Operation};
 use super::live::Live;
 use super::{Engine, now_ms};
 use crate::EngineError;
@@ -24,24 +25,19 @@ impl Engine {
 
     /// Write a running (or paused) sandbox's processes to disk and end them. `why`: `asked` or `idle`.
     pub async fn hibernate(&self, id: &str, why: &str) -> Result<Sandbox, EngineError> {
-        let live = match self.live(id).await {
-            Ok(l) => l,
-            Err(e) => match self.stopped_record(id)? {
-                Some(s) if s.state == SandboxState::Hibernated => return Ok(s),
-                _ => return Err(e),
-            },
+        let Admitted { found, sid, state, admit, hold: _held } = self.admit(id, Operation::Hibernate).await?;
+        let (step, live) = match (admit, found) {
+            (Admit::Go(step), Found::Live(live)) => (step, live),
+            (Admit::Already, Found::Kept(s)) => return Ok(s),
+            _ => return Err(lifecycle::cannot(&sid, state)),
         };
-        let (sid, isolation) = {
-            let r = live.record.lock().await;
-            (r.id.clone(), r.isolation)
-        };
+        let isolation = live.record.lock().await.isolation;
         // Its backend writes it: with the daemon's CRIU where it needs one (gVisor has its own checkpoint).
         let backend = berth_runtime::backend(isolation);
         if !backend.supports().hibernate {
             return Err(EngineError::Unsupported(format!("a {} sandbox cannot hibernate", backend.name())));
         }
         let criu = self.criu_for(backend)?;
-        let _busy = self.busy(&sid, "hibernating")?;
         let held = match backend.supports().hibernate_holds_execs {
             false => {
                 self.check_nothing_held(&live, &sid, backend.name()).await?;
@@ -55,9 +51,6 @@ impl Engine {
             }
         };
         let init_pid = live.record.lock().await.pid.unwrap_or(0);
-        // CRIU seizes the processes itself; frozen by a pause, they are thawed first.
-        let was_paused = live.pause.is_paused();
-        self.thaw_to_end(&live).await;
         let dir = self.hibernate_dir(&sid);
         let _ = tokio::fs::remove_dir_all(&dir).await;
         // Images are the sandboxes' memory: only host root enters the directory that holds them.
@@ -72,6 +65,10 @@ impl Engine {
             .map_err(EngineError::Log)?;
         // What its runtime burned, carried over to the next one (whose cgroup counts from zero).
         let cpu_ns = self.cgroups.as_ref().and_then(|h| h.open(&sid).usage().ok()).map(|u| u.cpu_ns);
+        // CRIU seizes the processes itself; frozen by a pause, they are thawed first (and paused again if the
+        // hibernation fails).
+        let was_paused = step.from == SandboxState::Paused;
+        self.thaw_to_end(&live).await;
         let started = std::time::Instant::now();
         let req = ShimRequest::Hibernate {
             dir: dir.clone(),
@@ -79,34 +76,31 @@ impl Engine {
             criu_version: criu.as_ref().map(|c| c.version.clone()),
         };
         // Its init ends with the dump: the reaper must not take that for a sandbox that died.
-        if let Ok(mut r) = self.removing.lock() {
-            r.insert(sid.clone());
-        }
+        let down = self.holds.tear_down(&sid);
         let reply = self.ask_shim(&sid, req).await;
         // No longer live before the reaper may look again; hibernated, as far as anyone asking can tell, from
         // the moment it is not live (a wake asked meanwhile is refused as busy until this call is done).
         let mut hibernated = None;
         if let Ok(ShimReply::Hibernated { .. }) = reply {
             let mut record = live.record.lock().await.clone();
-            record.state = SandboxState::Hibernated;
-            record.pid = None;
-            record.landlock = None;
-            record.paused_at_ms = None;
+            step.end(&mut record);
             record.hibernated_at_ms = Some(now_ms());
             let _ = self.store.sandbox_live(&record);
             self.sandboxes.lock().await.remove(&sid);
             hibernated = Some(record);
         }
-        if let Ok(mut r) = self.removing.lock() {
-            r.remove(&sid);
-        }
+        drop(down);
         let bytes = match reply {
             Ok(ShimReply::Hibernated { bytes, .. }) => bytes,
             Ok(ShimReply::Error { message }) => {
                 drop(held);
                 let _ = tokio::fs::remove_dir_all(&dir).await;
-                if was_paused {
-                    let _ = self.pause(&sid, "asked").await;
+                // Paused again under this call's own hold (a pause asked for now would find it held).
+                if was_paused && let Err(e) = self.pause_held(&live, "asked").await {
+                    crate::log::warn(
+                        "a sandbox that could not hibernate could not be paused again",
+                        serde_json::json!({"sandbox": sid, "error": e.to_string()}),
+                    );
                 }
                 return Err(EngineError::Conflict(format!(
                     "sandbox {sid} could not hibernate, and runs on as it was: {message}"
@@ -241,35 +235,26 @@ impl Engine {
 
     /// Bring a hibernated sandbox back; an awake one is returned as it is. `cause` becomes its last activity.
     pub async fn wake(&self, id: &str, cause: &str) -> Result<Sandbox, EngineError> {
-        if let Ok(l) = self.live(id).await {
-            return Ok(l.record.lock().await.clone());
-        }
-        let Some(hib) = self.stopped_record(id)?.filter(|s| s.state == SandboxState::Hibernated) else {
-            return Err(match self.stopped_record(id)? {
-                Some(s) => EngineError::WrongState {
-                    id: s.id,
-                    state: "stopped".into(),
-                    hint: "only a hibernated sandbox wakes; start a stopped one (berth start)".into(),
-                },
-                None => EngineError::NoSandbox(id.to_string()),
-            });
-        };
-        let criu = self.criu_for(berth_runtime::backend(hib.isolation))?;
         // A hibernation that has written the sandbox's state may still be finishing (its last files, its
-        // guard): a call that wakes the sandbox then waits for it rather than being refused.
+        // guard): a call that wakes the sandbox then waits for it rather than being refused. (Woken by someone
+        // else meanwhile, it is found awake.)
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let _busy = loop {
-            match self.busy(&hib.id, "waking") {
-                Err(EngineError::Busy { op: "hibernating", .. }) if std::time::Instant::now() < deadline => {
+        let Admitted { found, sid, state, admit, hold: _held } = loop {
+            match self.admit(id, Operation::Wake).await {
+                Err(EngineError::Busy { op, .. })
+                    if Some(op) == Operation::Hibernate.label() && std::time::Instant::now() < deadline =>
+                {
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                 }
                 other => break other?,
             }
         };
-        // Someone else woke it while this call waited for its turn.
-        if let Ok(l) = self.live(&hib.id).await {
-            return Ok(l.record.lock().await.clone());
-        }
+        let hib = match (admit, found) {
+            (Admit::Go(_), Found::Kept(hib)) => hib,
+            (Admit::Already, Found::Live(l)) => return Ok(l.record.lock().await.clone()),
+            _ => return Err(lifecycle::cannot(&sid, state)),
+        };
+        let criu = self.criu_for(berth_runtime::backend(hib.isolation))?;
         let spec = self.spec_of(&hib.id)?;
         let dir = self.hibernate_dir(&hib.id);
         let started = std::time::Instant::now();
@@ -332,15 +317,17 @@ impl Engine {
 
     /// The live sandbox `id`, woken first if it hibernates (activity of kind `cause`).
     pub(super) async fn live_or_wake(&self, id: &str, cause: &str) -> Result<Arc<Live>, EngineError> {
-        match self.live(id).await {
-            Ok(l) => Ok(l),
-            Err(e) => match self.stopped_record(id)? {
-                Some(s) if s.state == SandboxState::Hibernated => {
-                    self.wake(&s.id, cause).await?;
-                    self.live(&s.id).await
-                }
-                _ => Err(e),
-            },
+        let s = match self.find(id).await? {
+            Found::Live(l) => return Ok(l),
+            Found::Kept(s) => s,
+        };
+        match lifecycle::admit(Now { state: s.state, busy: None }, Operation::Activity) {
+            Ok(Admit::First(Operation::Wake)) => {
+                self.wake(&s.id, cause).await?;
+                self.live(&s.id).await
+            }
+            Ok(_) => self.live(&s.id).await,
+            Err(refusal) => Err(refusal.into_error(&s.id, s.state)),
         }
     }
 

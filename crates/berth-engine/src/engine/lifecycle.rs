@@ -1,15 +1,21 @@
-//! One lifecycle: which operation may be done to a sandbox in which state, and what state it leaves. [`admit`]
-//! is pure and the table below is the whole of it (the test that walks it keeps the human-readable
-//! `lifecycle.table` beside this file). It is the specification the engine's operations are to be admitted
-//! through, its sentences those the engine answers with today; the operations do not ask it yet (see
-//! docs/architecture.md, "Lifecycle").
+//! One lifecycle: which operation may be done to a sandbox in which state, what state it leaves, and the
+//! only code that writes `Sandbox::state`. [`admit`] is pure and the table below is the whole of it (the test
+//! that walks it keeps the human-readable `lifecycle.table` beside this file). Beside the state are the holds
+//! (`holds`): the operations that must not overlap another take one, under the same lock as their admission.
+//! The engine's side of it (find a sandbox, admit an operation on it, freeze it for an operation's own work
+//! with a marker a restarted daemon reads) is `door`.
 
 use berth_api::{Sandbox, SandboxState as S};
 
 use crate::EngineError;
 
+mod door;
+mod holds;
 #[cfg(test)]
 mod tests;
+
+pub(super) use door::{Admitted, Found};
+pub(crate) use holds::Holds;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Operation {
@@ -51,6 +57,7 @@ use Operation as O;
 
 impl Operation {
     /// Every operation, each variant of the ones with fields.
+    #[cfg(test)]
     pub(crate) const ALL: &'static [Operation] = &[
         O::Create,
         O::Start,
@@ -316,6 +323,14 @@ pub(crate) fn held_step(id: &str, state: S, op: Operation) -> Result<Step, Engin
         Ok(Admit::Go(s)) => Ok(s),
         Ok(_) => Err(Refusal::State(CANNOT).into_error(id, state)),
         Err(r) => Err(r.into_error(id, state)),
+    }
+}
+
+/// Why `op` is not done to a sandbox in `state` (for a state the table refuses it in).
+pub(crate) fn refused(id: &str, state: S, op: Operation) -> EngineError {
+    match admit(Now { state, busy: None }, op) {
+        Err(r) => r.into_error(id, state),
+        Ok(_) => cannot(id, state),
     }
 }
 

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use berth_api::{EventKind, Sandbox, SandboxState};
+use berth_api::{EventKind, Sandbox};
 
+use super::lifecycle::{self, Admit, Admitted, Found, Now, Operation as O};
 use super::{Engine, Live, now_ms};
 use crate::EngineError;
 
@@ -88,28 +89,30 @@ async fn freeze(cg: berth_runtime::cgroup::Cgroup, sid: &str) -> Result<(), Engi
 impl Engine {
     /// Freeze every process of a running sandbox. `why`: `asked` (a client) or `idle` (`idle_pause_seconds`).
     pub async fn pause(&self, id: &str, why: &str) -> Result<Sandbox, EngineError> {
-        let live = self.live(id).await?;
-        let sid = live.record.lock().await.id.clone();
-        let _busy = self.busy(&sid, "pausing")?;
-        let mut r = live.record.lock().await;
-        match r.state {
-            SandboxState::Running => {}
-            SandboxState::Paused => return Ok(r.clone()),
-            other => {
-                return Err(EngineError::WrongState {
-                    id: sid,
-                    state: format!("{other:?}").to_lowercase(),
-                    hint: "only a running sandbox can be paused".into(),
-                });
-            }
+        let Admitted { found, sid, state, admit, hold: _held } = self.admit(id, O::Pause).await?;
+        match (admit, found) {
+            (Admit::Go(_), Found::Live(live)) => self.pause_held(&live, why).await,
+            (Admit::Already, Found::Live(live)) => Ok(live.record.lock().await.clone()),
+            _ => Err(lifecycle::cannot(&sid, state)),
         }
+    }
+
+    /// Pause `live`, which its caller holds (for the pause, or for a hibernation that gave up).
+    pub(super) async fn pause_held(&self, live: &Arc<Live>, why: &str) -> Result<Sandbox, EngineError> {
+        let mut r = live.record.lock().await;
+        let sid = r.id.clone();
+        let step = match lifecycle::admit(Now { state: r.state, busy: None }, O::Pause) {
+            Ok(Admit::Go(step)) => step,
+            Ok(_) => return Ok(r.clone()),
+            Err(refusal) => return Err(refusal.into_error(&sid, r.state)),
+        };
         let Some(h) = &self.cgroups else {
             return Err(EngineError::Conflict("this host has no cgroup freezer that berth can use".into()));
         };
         freeze(h.open(&sid), &sid).await?;
         let at = now_ms();
         live.pause.begin(at);
-        r.state = SandboxState::Paused;
+        step.end(&mut r);
         r.paused_at_ms = Some(at);
         let record = r.clone();
         // Written after the answer, in order with every other write (queued while the record is held). The
@@ -118,7 +121,7 @@ impl Engine {
         drop(r);
         live.note("pause", serde_json::json!({"reason": why}), serde_json::json!({}));
         self.events.emit(&sid, EventKind::Paused, None, None);
-        self.after_pause_or_resume(&live, true);
+        self.after_pause_or_resume(live, true);
         Ok(record)
     }
 
@@ -138,16 +141,21 @@ impl Engine {
 
     /// Thaw a paused sandbox; a running one is left as it is. `cause` becomes its last activity.
     pub async fn resume(&self, id: &str, cause: &str) -> Result<Sandbox, EngineError> {
-        let live = self.live(id).await?;
-        self.resume_live(&live, cause).await
+        let Admitted { found, sid, state, .. } = self.admit(id, O::Resume).await?;
+        match found {
+            Found::Live(live) => self.resume_live(&live, cause).await,
+            Found::Kept(_) => Err(lifecycle::cannot(&sid, state)),
+        }
     }
 
     pub(super) async fn resume_live(&self, live: &Arc<Live>, cause: &str) -> Result<Sandbox, EngineError> {
         let mut r = live.record.lock().await;
         let now = now_ms();
-        if r.state != SandboxState::Paused {
-            return Ok(r.clone());
-        }
+        let step = match lifecycle::admit(Now { state: r.state, busy: None }, O::Resume) {
+            Ok(Admit::Go(step)) => step,
+            Ok(_) => return Ok(r.clone()),
+            Err(refusal) => return Err(refusal.into_error(&r.id, r.state)),
+        };
         if let Some(h) = &self.cgroups {
             // One write, which the kernel does at once: not worth a hop to a blocking thread.
             h.open(&r.id)
@@ -159,8 +167,7 @@ impl Engine {
             m.paused_ms += lasted;
             m.resumed(now);
         }
-        r.state = SandboxState::Running;
-        r.paused_at_ms = None;
+        step.end(&mut r);
         if r.ttl_active_only {
             r.expires_at_ms = r.expires_at_ms.map(|t| t.saturating_add(lasted));
         }
@@ -178,8 +185,16 @@ impl Engine {
 
     /// Activity on a sandbox: resumed first if it is paused, and its idle clock starts again, with `cause`.
     pub(super) async fn touch(&self, live: &Arc<Live>, cause: &str) -> Result<(), EngineError> {
-        if live.pause.is_paused() {
-            self.resume_live(live, cause).await?;
+        let (id, state) = {
+            let r = live.record.lock().await;
+            (r.id.clone(), r.state)
+        };
+        match lifecycle::admit(Now { state, busy: None }, O::Activity) {
+            Ok(Admit::First(O::Resume)) => {
+                self.resume_live(live, cause).await?;
+            }
+            Ok(_) => {}
+            Err(refusal) => return Err(refusal.into_error(&id, state)),
         }
         let mut r = live.record.lock().await;
         r.last_activity_ms = now_ms();
@@ -207,8 +222,8 @@ impl Engine {
         }
         let mut r = live.record.lock().await;
         r.paused_at_ms = None;
-        if r.state == SandboxState::Paused {
-            r.state = SandboxState::Running;
+        if let Some(step) = lifecycle::step(r.state, O::Resume) {
+            step.end(&mut r);
         }
     }
 }

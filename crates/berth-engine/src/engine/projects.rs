@@ -8,6 +8,7 @@ use std::sync::Arc;
 use berth_api::{CreateSandbox, EventKind, Sandbox, SandboxState, Snapshot, Teardown, VolumeMount};
 use berth_storage::Pool;
 
+use super::lifecycle::{self, Admit, Admitted, Found, Operation as O};
 use super::{Engine, Live, actor, journal_path, now_ms};
 use crate::EngineError;
 use crate::journal::Journal;
@@ -25,20 +26,6 @@ impl Drop for NameGuard<'_> {
     fn drop(&mut self) {
         if let Ok(mut r) = self.engine.reserved_names.lock() {
             r.remove(&self.name);
-        }
-    }
-}
-
-/// Marks a sandbox busy for as long as it lives.
-pub(crate) struct BusyGuard<'a> {
-    engine: &'a Engine,
-    id: String,
-}
-
-impl Drop for BusyGuard<'_> {
-    fn drop(&mut self) {
-        if let Ok(mut b) = self.engine.busy.lock() {
-            b.remove(&self.id);
         }
     }
 }
@@ -77,16 +64,6 @@ impl Engine {
 
     pub(crate) async fn pool_clone(&self, src: PathBuf, dst: PathBuf, readonly: bool) -> Result<(), EngineError> {
         self.pool_op(move |pool| pool.clone_volume(&src, &dst, readonly)).await
-    }
-
-    /// Mark `id` busy with `op`, or say what it is busy with.
-    pub(crate) fn busy(&self, id: &str, op: &'static str) -> Result<BusyGuard<'_>, EngineError> {
-        let mut b = self.busy.lock().map_err(|_| EngineError::Conflict("the engine's state was poisoned".into()))?;
-        if let Some(now) = b.get(id) {
-            return Err(EngineError::Busy { id: id.to_string(), op: now });
-        }
-        b.insert(id.to_string(), op);
-        Ok(BusyGuard { engine: self, id: id.to_string() })
     }
 
     pub(crate) fn check_quota(&self, disk: Option<u64>) -> Result<(), EngineError> {
@@ -224,27 +201,26 @@ impl Engine {
     }
 
     pub(crate) async fn stop_because(&self, id: &str, why: &str) -> Result<Sandbox, EngineError> {
-        // A hibernated sandbox stops by forgetting its processes: its image goes, its files stay.
-        if let Some(s) = self.stopped_record(id)?.filter(|s| s.state == SandboxState::Hibernated) {
-            let _busy = self.busy(&s.id, "stopping")?;
-            return self.discard_hibernation(s, why).await;
+        let admitted = self.admit(id, O::Stop).await?;
+        admitted.step()?;
+        let Admitted { found, sid, hold: _held, .. } = admitted;
+        match found {
+            // A hibernated sandbox stops by forgetting its processes: its image goes, its files stay.
+            Found::Kept(s) => self.discard_hibernation(s, why).await,
+            Found::Live(live) => {
+                let record = self.stop_live(&live, &sid).await?;
+                self.journal_note(&sid, "stop", serde_json::json!({}), serde_json::json!({"reason": why})).await;
+                Ok(record)
+            }
         }
-        let live = self.running(id, "stop").await?;
-        let sid = live.record.lock().await.id.clone();
-        let _busy = self.busy(&sid, "stopping")?;
-        let record = self.stop_live(&live, &sid).await?;
-        self.journal_note(&sid, "stop", serde_json::json!({}), serde_json::json!({"reason": why})).await;
-        Ok(record)
     }
 
     async fn stop_live(&self, live: &Arc<Live>, sid: &str) -> Result<Sandbox, EngineError> {
-        if let Ok(mut r) = self.removing.lock() {
-            r.insert(sid.to_string());
-        }
-        let halted = self.halt(live, sid).await;
-        if let Ok(mut r) = self.removing.lock() {
-            r.remove(sid);
-        }
+        let state = live.record.lock().await.state;
+        let step = lifecycle::held_step(sid, state, O::Stop)?;
+        let down = self.holds.tear_down(sid);
+        let halted = self.halt(live, sid, step).await;
+        drop(down);
         if let Err(e) = halted {
             // Its shim died, and its sandbox with it: no longer live, it is accounted for as the reaper would
             // (a persistent one is stopped, files kept), not left in neither list.
@@ -258,32 +234,10 @@ impl Engine {
             let _ = Box::pin(self.remove_because(&child, "owner removed")).await;
         }
         let mut record = live.record.lock().await.clone();
-        record.state = SandboxState::Stopped;
-        record.pid = None;
-        record.landlock = None;
+        step.end(&mut record);
         self.store.sandbox_live(&record)?;
         self.events.emit(sid, EventKind::Stopped, None, None);
         Ok(record)
-    }
-
-    /// The live sandbox `id`, or why `op` cannot be done to it.
-    async fn running(&self, id: &str, op: &str) -> Result<Arc<Live>, EngineError> {
-        match self.live(id).await {
-            Ok(l) => Ok(l),
-            Err(e) => match self.stopped_record(id)? {
-                Some(s) if s.state == SandboxState::Hibernated => Err(EngineError::WrongState {
-                    id: s.id,
-                    state: "hibernated".into(),
-                    hint: format!("wake it before you {op} it"),
-                }),
-                Some(s) => Err(EngineError::WrongState {
-                    id: s.id,
-                    state: "stopped".into(),
-                    hint: format!("start it before you {op} it"),
-                }),
-                None => Err(e),
-            },
-        }
     }
 
     /// A hibernated sandbox stopped (the caller holds it busy): its image and its reserved id block go, its
@@ -291,8 +245,7 @@ impl Engine {
     async fn discard_hibernation(&self, mut s: Sandbox, why: &str) -> Result<Sandbox, EngineError> {
         self.forget_hibernation(&s.id).await;
         let _ = self.tokens.revoke_session(&s.id);
-        s.state = SandboxState::Stopped;
-        s.hibernated_at_ms = None;
+        lifecycle::held_step(&s.id, s.state, O::Stop)?.end(&mut s);
         self.store.sandbox_live(&s)?;
         self.journal_note(&s.id, "stop", serde_json::json!({}), serde_json::json!({"reason": why})).await;
         self.events.emit(&s.id, EventKind::Stopped, None, None);
@@ -301,20 +254,14 @@ impl Engine {
 
     /// Start a stopped sandbox again on its kept files.
     pub async fn start(&self, id: &str) -> Result<Sandbox, EngineError> {
-        if let Ok(l) = self.live(id).await {
-            let sid = l.record.lock().await.id.clone();
-            return Err(EngineError::WrongState {
-                id: sid,
-                state: "running".into(),
-                hint: "it is already started".into(),
-            });
-        }
-        let stopped = self.stopped_record(id)?.ok_or_else(|| EngineError::NoSandbox(id.to_string()))?;
-        if stopped.state == SandboxState::Hibernated {
-            return self.wake(&stopped.id, "start").await;
-        }
+        let Admitted { found, sid, state, admit, hold: _held } = self.admit(id, O::Start).await?;
+        let stopped = match (admit, found) {
+            // A hibernated sandbox starts by waking.
+            (Admit::Instead(O::Wake), _) => return self.wake(&sid, "start").await,
+            (Admit::Go(_), Found::Kept(s)) => s,
+            _ => return Err(lifecycle::cannot(&sid, state)),
+        };
         self.admit_record(&stopped.id, "it is not started").await?;
-        let _busy = self.busy(&stopped.id, "starting")?;
         let record = self.start_stopped(&stopped).await?;
         self.journal_note(&record.id, "start", serde_json::json!({}), serde_json::json!({"pid": record.pid})).await;
         self.events.emit(&record.id, EventKind::Started, None, None);
@@ -337,12 +284,16 @@ impl Engine {
     pub async fn rebuild(&self, id: &str) -> Result<Sandbox, EngineError> {
         let record = self.get(id).await?;
         self.admit_record(&record.id, "it is not rebuilt").await?;
-        let _busy = self.busy(&record.id, "rebuilding")?;
-        let stopped = match self.live(&record.id).await {
-            Ok(live) => self.stop_live(&live, &record.id).await?,
+        let admitted = self.admit(&record.id, O::Rebuild).await?;
+        admitted.step()?;
+        let Admitted { found, hold: _held, .. } = admitted;
+        let stopped = match found {
+            Found::Live(live) => self.stop_live(&live, &record.id).await?,
             // Hibernated: its processes are given up, as a running sandbox's are.
-            Err(_) if record.state == SandboxState::Hibernated => self.discard_hibernation(record, "rebuild").await?,
-            Err(_) => record,
+            Found::Kept(kept) if kept.state == SandboxState::Hibernated => {
+                self.discard_hibernation(kept, "rebuild").await?
+            }
+            Found::Kept(kept) => kept,
         };
         let started = self.start_stopped(&stopped).await?;
         self.journal_note(&started.id, "rebuild", serde_json::json!({}), serde_json::json!({"pid": started.pid})).await;
@@ -350,21 +301,23 @@ impl Engine {
         Ok(started)
     }
 
-    /// Freeze a running sandbox for the instant of `op` (a consistent copy of its files), then thaw it.
-    /// Returns `op`'s result and whether the sandbox was frozen for it (a stopped one has nothing to freeze).
-    pub(super) async fn frozen<T>(&self, id: &str, op: impl Future<Output = T>) -> (T, bool) {
-        let live = self.live(id).await.ok();
-        if live.as_ref().is_some_and(|l| l.pause.is_paused()) {
-            // Paused: frozen already, and it stays so.
-            return (op.await, true);
+    /// Freeze a running sandbox for the instant of `work` (a consistent copy of its files), then thaw it, as
+    /// the table says of `op` (a fork's or a snapshot's). Returns `work`'s result and whether the sandbox was
+    /// frozen for it (a stopped one has nothing to freeze; a paused one is frozen already, and stays so).
+    pub(super) async fn frozen<T>(&self, id: &str, op: O, work: impl Future<Output = T>) -> (T, bool) {
+        let Ok(live) = self.live(id).await else { return (work.await, false) };
+        let state = live.record.lock().await.state;
+        if !lifecycle::step(state, op).is_some_and(|s| s.effect == lifecycle::Effect::Freeze) {
+            return (work.await, state == SandboxState::Paused);
         }
-        let cg = live.and_then(|_| self.cgroups.as_ref().map(|h| h.open(id)));
-        let frozen = cg.as_ref().is_some_and(|c| c.freeze().is_ok());
-        let out = op.await;
-        if let (true, Some(c)) = (frozen, cg) {
-            let _ = c.thaw();
+        // Without a freezer that works, the copy is taken without it.
+        let frozen = self.freeze_for(id, op).ok();
+        let out = work.await;
+        let was = frozen.is_some();
+        if let Some(f) = frozen {
+            f.thaw();
         }
-        (out, frozen)
+        (out, was)
     }
 
     /// Capture a sandbox's files (root changes and workspace) as a read-only snapshot.
@@ -383,7 +336,8 @@ impl Engine {
             }
         }
         self.admit_record(&record.id, "no snapshot is taken").await?;
-        let _busy = self.busy(&record.id, "taking a snapshot")?;
+        let admitted = self.admit(&record.id, O::Snapshot { processes: with_processes }).await?;
+        admitted.step()?;
         let (snap, frozen) = self.take_snapshot(&record, name, with_processes).await?;
         self.journal_note(
             &record.id,
@@ -470,7 +424,8 @@ impl Engine {
             )));
         }
         self.admit_record(&record.id, "no snapshot is restored").await?;
-        let _busy = self.busy(&record.id, "restoring a snapshot")?;
+        let admitted = self.admit(&record.id, O::Restore).await?;
+        admitted.step()?;
         let src = self.snapshot_dir(&snap.id);
         let out = self.replace_files(&record, false, move |pool, fresh| pool.clone_volume(&src, fresh, false)).await?;
         self.journal_note(&record.id, "restore", serde_json::json!({"snapshot": snap.id}), serde_json::json!({})).await;
@@ -482,7 +437,8 @@ impl Engine {
     pub async fn reset(&self, id: &str, keep_workspace: bool) -> Result<Sandbox, EngineError> {
         let record = self.get(id).await?;
         self.admit_record(&record.id, "it is not reset").await?;
-        let _busy = self.busy(&record.id, "resetting")?;
+        let admitted = self.admit(&record.id, O::Reset).await?;
+        admitted.step()?;
         let current = self.state_dir(&record.id);
         let out = self
             .replace_files(&record, keep_workspace, move |pool, fresh| {
@@ -599,13 +555,13 @@ mod tests {
     async fn a_second_operation_on_a_busy_sandbox_is_refused_until_the_first_ends() {
         let dir = tempfile::tempdir().unwrap();
         let e = Engine::open(dir.path()).await.unwrap();
-        let first = e.busy("0123456789ab", "taking a snapshot").unwrap();
-        let err = e.busy("0123456789ab", "restoring a snapshot").err().unwrap();
+        let first = e.holds.hold("0123456789ab", O::Snapshot { processes: false }).unwrap();
+        let err = e.holds.hold("0123456789ab", O::Restore).err().unwrap();
         assert_eq!(err.code(), berth_api::ErrorCode::Conflict);
         assert!(err.to_string().contains("busy (taking a snapshot)"), "{err}");
-        let other = e.busy("ba9876543210", "stopping").unwrap();
+        let other = e.holds.hold("ba9876543210", O::Stop).unwrap();
         drop(first);
-        assert!(e.busy("0123456789ab", "restoring a snapshot").is_ok());
+        assert!(e.holds.hold("0123456789ab", O::Restore).is_ok());
         drop(other);
     }
 }

@@ -13,6 +13,7 @@ use berth_api::SandboxState;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
+use super::lifecycle::{self, Operation as O};
 use super::{Engine, Live, now_ms};
 
 /// The least time between two passes: a burst of events makes one pass, not one each.
@@ -45,7 +46,7 @@ impl Engine {
     pub async fn settle(&self, limit: std::time::Duration) {
         let deadline = std::time::Instant::now() + limit;
         while std::time::Instant::now() < deadline {
-            let removing = self.removing.lock().is_ok_and(|r| !r.is_empty());
+            let removing = self.holds.any_tearing_down();
             let ended = self.sandboxes.lock().await.values().any(|l| l.session.is_closed());
             if !removing && !ended {
                 return;
@@ -146,10 +147,9 @@ impl Engine {
         let mut to_sleep = Vec::new();
         let mut next: Option<u64> = None;
         let mut soon = |t: u64| next = Some(next.map_or(t, |n| n.min(t)));
-        let removing: std::collections::HashSet<String> = self.removing.lock().map(|r| r.clone()).unwrap_or_default();
         for l in all {
             let r = l.record.lock().await;
-            if removing.contains(&r.id) || r.state == SandboxState::Stopping {
+            if self.holds.tearing_down(&r.id) || r.state == SandboxState::Stopping {
                 soon(now + BUSY_AGAIN_MS);
                 continue;
             }
@@ -173,16 +173,13 @@ impl Engine {
             let after_idle = |s: Option<f64>| s.map(|s| r.last_activity_ms.saturating_add((s * 1000.0) as u64));
             // Nothing counts as idle while something runs; its end is an event, which brings a pass.
             let idle_at = after_idle(r.idle_timeout_seconds).filter(|_| !running);
-            let pause_at = after_idle(r.idle_pause_seconds).filter(|_| !running && r.state == SandboxState::Running);
+            let pause_at = after_idle(r.idle_pause_seconds).filter(|_| !running && lifecycle::goes(r.state, O::Pause));
             let idle = idle_at.is_some_and(|t| now >= t);
             // Hibernation after a longer idle (a paused sandbox too); not again after it failed, until the next
             // activity. Idle code contexts sleep with it.
             let failed_at = l.hibernate_failed_at.load(std::sync::atomic::Ordering::Relaxed);
-            let hibernate_at = after_idle(r.idle_hibernate_seconds).filter(|_| {
-                !running
-                    && matches!(r.state, SandboxState::Running | SandboxState::Paused)
-                    && failed_at < r.last_activity_ms
-            });
+            let hibernate_at = after_idle(r.idle_hibernate_seconds)
+                .filter(|_| !running && lifecycle::goes(r.state, O::Hibernate) && failed_at < r.last_activity_ms);
             if expired && r.ttl_action != berth_api::TtlAction::Remove {
                 to_sleep.push((r.id.clone(), r.ttl_action));
             } else if expired {
@@ -239,15 +236,10 @@ impl Engine {
         // tore it down; what is left is to say so.
         for (id, live) in ended {
             // Held as being torn down until its files are gone: a daemon told to stop meanwhile waits for it.
-            if let Ok(mut r) = self.removing.lock() {
-                r.insert(id.clone());
-            }
+            let _down = self.holds.tear_down(&id);
             self.sandboxes.lock().await.remove(&id);
             drop(live);
             self.supervisor_gone(&id, "its init exited", "ended").await;
-            if let Ok(mut r) = self.removing.lock() {
-                r.remove(&id);
-            }
         }
         next
     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use berth_api::{CreateSandbox, EventKind, Sandbox, SandboxState, Teardown};
 
+use super::lifecycle::{self, Operation};
 use super::{Engine, journal_path, now_ms};
 use crate::journal::Journal;
 
@@ -81,12 +82,15 @@ impl Engine {
         let spec: Option<CreateSandbox> =
             self.store.spec(id).ok().flatten().and_then(|v| serde_json::from_value(v).ok());
         let record: Option<Sandbox> = self.store.record(id).ok().flatten();
-        match (spec, record) {
-            (spec, Some(mut record)) if record.persistent || spec.as_ref().is_some_and(|s| s.persistent) => {
-                record.state = SandboxState::Stopped;
-                record.pid = None;
-                record.landlock = None;
+        let persistent = record.as_ref().is_some_and(|r| r.persistent) || spec.is_some_and(|s| s.persistent);
+        // A persistent one is stopped, its files kept; any other is gone.
+        let lost = record.map(|r| (lifecycle::step(r.state, Operation::Lost { persistent }), r));
+        match lost {
+            Some((Some(step), mut record)) if step.to == SandboxState::Stopped => {
+                step.end(&mut record);
                 let _ = self.store.sandbox_live(&record);
+                // Nothing of its runtime is left to be frozen.
+                let _ = self.store.set_frozen_for(id, None);
                 if let Ok(mut j) = Journal::open(&journal_path(&self.root, id)) {
                     let _ = j.append("local", "stopped", serde_json::json!({}), serde_json::json!({"reason": why}));
                 }

@@ -17,12 +17,6 @@ impl Engine {
         }
         let live = self.live(id).await?;
         let mut r = live.record.lock().await;
-        if r.state == SandboxState::Hibernated {
-            return Err(EngineError::Conflict(format!(
-                "sandbox {} is hibernated: wake it (berth wake) before changing its TTL",
-                r.id
-            )));
-        }
         let before = r.expires_at_ms;
         r.expires_at_ms = seconds.map(|s| now_ms().saturating_add((s * 1000.0) as u64));
         // The TTL a sandbox that sleeps at its end gets again at each wake.
@@ -83,7 +77,7 @@ impl Engine {
                 let mut r = now.record.lock().await;
                 r.expires_at_ms = None;
                 let _ = self.store.sandbox_live(&r);
-            } else if let Ok(_held) = self.busy(id, "hibernating")
+            } else if let Ok(_held) = self.holds.hold(id, super::lifecycle::Operation::Hibernate)
                 && let Ok(Some(mut r)) = self.stopped_record(id)
                 && r.state == SandboxState::Hibernated
             {

@@ -203,7 +203,6 @@ impl Engine {
     /// resume integrates the time between).
     async fn metered(&self) -> Vec<(String, Arc<Live>)> {
         let all: Vec<Arc<Live>> = self.sandboxes.lock().await.values().cloned().collect();
-        let removing = self.removing.lock().map(|r| r.clone()).unwrap_or_default();
         let mut out = Vec::new();
         for l in all {
             if l.pause.is_paused() {
@@ -213,7 +212,7 @@ impl Engine {
                 let r = l.record.lock().await;
                 (r.id.clone(), r.state)
             };
-            if state == SandboxState::Running && !removing.contains(&id) {
+            if state == SandboxState::Running && !self.holds.tearing_down(&id) {
                 out.push((id, l));
             }
         }

@@ -51,6 +51,8 @@ const MIGRATIONS: &[&str] = &[
         record TEXT NOT NULL,
         removed_at_ms INTEGER
     );",
+    // The operation that froze a running sandbox for its own work (a fork, a snapshot), while it is frozen.
+    "ALTER TABLE sandboxes ADD COLUMN frozen_for TEXT;",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -230,10 +232,27 @@ impl Store {
     pub fn sandbox_gone(&self, id: &str, reason: &str, now_ms: u64) -> Result<(), StoreError> {
         self.with(|c| {
             c.execute(
-                "UPDATE sandboxes SET gone_at_ms = ?2, gone_reason = ?3, spec = NULL WHERE id = ?1 AND gone_at_ms IS NULL",
+                "UPDATE sandboxes SET gone_at_ms = ?2, gone_reason = ?3, spec = NULL, frozen_for = NULL \
+                 WHERE id = ?1 AND gone_at_ms IS NULL",
                 params![id, now_ms as i64, reason],
             )
             .map(|_| ())
+        })
+    }
+
+    /// Mark sandbox `id` as frozen by operation `op` for its own work (None: no longer). Written before the
+    /// freeze and cleared after the thaw, so that a daemon that died between the two leaves it for the next one,
+    /// which thaws the sandbox at its adoption (see `engine::lifecycle`).
+    pub fn set_frozen_for(&self, id: &str, op: Option<&str>) -> Result<(), StoreError> {
+        self.with(|c| c.execute("UPDATE sandboxes SET frozen_for = ?2 WHERE id = ?1", params![id, op]).map(|_| ()))
+    }
+
+    /// The operation that froze sandbox `id` for its own work and has not thawed it, if one did.
+    pub fn frozen_for(&self, id: &str) -> Result<Option<String>, StoreError> {
+        self.with(|c| {
+            c.query_row("SELECT frozen_for FROM sandboxes WHERE id = ?1", [id], |r| r.get::<_, Option<String>>(0))
+                .optional()
+                .map(Option::flatten)
         })
     }
 
@@ -326,12 +345,39 @@ mod tests {
     }
 
     #[test]
+    fn a_frozen_for_marker_survives_a_reopen_and_goes_with_its_sandbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rec = sample_record();
+        {
+            let s = Store::open(dir.path()).unwrap();
+            s.sandbox_live(&rec).unwrap();
+            assert_eq!(s.frozen_for("0123456789ab").unwrap(), None);
+            s.set_frozen_for("0123456789ab", Some("fork")).unwrap();
+        }
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.frozen_for("0123456789ab").unwrap().as_deref(), Some("fork"));
+        // A new record of it (the adoption writes one) leaves the marker alone.
+        rec.pid = Some(8);
+        s.sandbox_live(&rec).unwrap();
+        assert_eq!(s.frozen_for("0123456789ab").unwrap().as_deref(), Some("fork"));
+        s.set_frozen_for("0123456789ab", None).unwrap();
+        assert_eq!(s.frozen_for("0123456789ab").unwrap(), None);
+        // Gone, its marker goes too.
+        s.set_frozen_for("0123456789ab", Some("snapshot")).unwrap();
+        s.sandbox_gone("0123456789ab", "removed", 2).unwrap();
+        assert_eq!(s.frozen_for("0123456789ab").unwrap(), None);
+        assert_eq!(s.frozen_for("ba9876543210").unwrap(), None, "a sandbox the store does not know");
+    }
+
+    #[test]
     fn a_record_written_later_is_written_before_anything_after_it() {
         let dir = tempfile::tempdir().unwrap();
         let s = Store::open(dir.path()).unwrap();
-        let mut rec = sample_record();
+        let rec = sample_record();
         s.sandbox_live(&rec).unwrap();
-        rec.state = berth_api::SandboxState::Paused;
+        let mut paused = serde_json::to_value(&rec).unwrap();
+        paused["state"] = "paused".into();
+        let mut rec: berth_api::Sandbox = serde_json::from_value(paused).unwrap();
         s.sandbox_live_later(rec.clone());
         // A read sees it.
         assert_eq!(s.record("0123456789ab").unwrap().unwrap().state, berth_api::SandboxState::Paused);

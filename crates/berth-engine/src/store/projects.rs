@@ -34,7 +34,8 @@ impl Store {
         })
     }
 
-    /// Sandboxes not removed whose record says they are stopped.
+    /// Sandboxes not removed whose record says they are kept without a runtime (`lifecycle::KEPT`: stopped or
+    /// hibernated).
     pub fn stopped(&self) -> Result<Vec<berth_api::Sandbox>, StoreError> {
         let records: Vec<String> = self.with(|c| {
             // Filtered in SQL: the reaper asks twice a second, and running sandboxes are most rows.
@@ -48,7 +49,7 @@ impl Store {
         Ok(records
             .iter()
             .filter_map(|r| serde_json::from_str::<berth_api::Sandbox>(r).ok())
-            .filter(|r| matches!(r.state, berth_api::SandboxState::Stopped | berth_api::SandboxState::Hibernated))
+            .filter(|r| crate::engine::lifecycle::KEPT.contains(&r.state))
             .collect())
     }
 

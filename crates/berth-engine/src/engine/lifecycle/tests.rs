@@ -266,3 +266,34 @@ fn a_step_ends_with_the_fields_of_its_state() {
     stop.end(&mut r);
     assert_eq!((r.state, r.pid, r.landlock.as_deref()), (S::Stopped, None, None));
 }
+
+/// The writes of a sandbox's state are this module's only: no other file of the crate assigns it. (A
+/// heuristic: a line that assigns a state's field or names a state where a record is made.)
+#[test]
+fn the_state_is_written_here_only() {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let own = src.join("engine").join("lifecycle");
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    let mut writes = Vec::new();
+    for f in files.iter().filter(|f| !f.starts_with(&own) && **f != own.with_extension("rs")) {
+        for (i, line) in std::fs::read_to_string(f).unwrap().lines().enumerate() {
+            let names_state = line.contains("SandboxState::") || line.contains(" S::");
+            let assigns = line.contains(".state = ") || line.contains("state: ") || line.contains(") = (");
+            if (names_state && assigns) || line.contains("r.state = ") || line.contains("record.state = ") {
+                writes.push(format!("{}:{}: {}", f.strip_prefix(&src).unwrap().display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(writes.is_empty(), "a sandbox's state written outside the lifecycle:\n{}", writes.join("\n"));
+}
