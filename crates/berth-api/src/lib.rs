@@ -495,6 +495,7 @@ mod pods;
 mod previews;
 mod storage;
 mod usage;
+mod watch;
 pub use contexts::*;
 pub use exec::*;
 pub use isolation::*;
@@ -503,6 +504,7 @@ pub use pods::*;
 pub use previews::*;
 pub use storage::*;
 pub use usage::*;
+pub use watch::*;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -52,6 +52,7 @@ mod ttl;
 mod usage;
 pub mod users;
 mod warm;
+mod watch;
 
 pub use access::{Access, Caller, Op};
 pub(crate) use attach::AttachedExec;
@@ -61,6 +62,7 @@ use live::{ExecEntry, Live};
 pub use network::{ApiConnections, Counted, MAX_CONNECTIONS, SandboxApi};
 pub use storage::{DEFAULT_DISK, StorageChoice, StorageOptions};
 pub use terminal::{OpenTerminal, Terminal, TerminalEvent, TerminalInput, TerminalRequest};
+pub use watch::{DirWatch, MAX_WATCHES};
 
 pub struct Engine {
     root: PathBuf,

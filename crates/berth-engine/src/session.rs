@@ -124,7 +124,11 @@ impl Session {
                 continue;
             }
             let target = match &event {
-                Event::Started { id, .. } | Event::Failed { id, .. } | Event::Exited { id, .. } => Some(*id),
+                Event::Started { id, .. }
+                | Event::Failed { id, .. }
+                | Event::Exited { id, .. }
+                | Event::Watching { id }
+                | Event::Unwatched { id, .. } => Some(*id),
                 _ => None,
             };
             if let (Some(id), Ok(w)) = (target, self.waiters.lock()) {

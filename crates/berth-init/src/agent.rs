@@ -47,6 +47,8 @@ struct Init {
     copies: HashMap<i32, Vec<crate::streams::Copy>>,
     /// What init said when it came up, said again to a supervisor that asks (see [`Request::Hello`]).
     ready: Event,
+    /// Directories watched for the supervisor (request id → watch).
+    watches: HashMap<u64, crate::watch::Watch>,
 }
 
 /// Run as PID 1 until the supervisor hangs up. Returns the process exit code.
@@ -233,6 +235,7 @@ impl Init {
             own_pipes: false,
             copies: HashMap::new(),
             ready: ready.clone(),
+            watches: HashMap::new(),
         }
     }
 
@@ -296,7 +299,7 @@ impl Init {
     /// then connections and signals.
     fn serve(mut self, sigfd: &OwnedFd) -> i32 {
         loop {
-            let (control_ready, signal_ready, listeners_ready, copies_ready) = {
+            let (control_ready, signal_ready, listeners_ready, copies_ready, watches_ready) = {
                 let mut fds = vec![PollFd::new(&self.control, PollFlags::IN), PollFd::new(sigfd, PollFlags::IN)];
                 for (_, l) in &self.listeners {
                     fds.push(PollFd::new(l, PollFlags::IN));
@@ -310,6 +313,14 @@ impl Init {
                         copies.push((*pid, i));
                     }
                 }
+                let first_watch = fds.len();
+                let mut watches = Vec::new();
+                for (id, w) in &self.watches {
+                    for (fd, flags) in w.interest() {
+                        fds.push(PollFd::from_borrowed_fd(fd, flags));
+                        watches.push(*id);
+                    }
+                }
                 match rustix::event::poll(&mut fds, None) {
                     Ok(_) | Err(rustix::io::Errno::INTR) => {}
                     Err(_) => return 125,
@@ -317,9 +328,13 @@ impl Init {
                 let ready = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
                 let copies_ready: Vec<(i32, usize)> =
                     copies.into_iter().enumerate().filter(|(n, _)| ready(first_copy + n)).map(|(_, c)| c).collect();
-                (ready(0), ready(1), (2..first_copy).any(ready), copies_ready)
+                let mut watches_ready: Vec<u64> =
+                    watches.into_iter().enumerate().filter(|(n, _)| ready(first_watch + n)).map(|(_, w)| w).collect();
+                watches_ready.dedup();
+                (ready(0), ready(1), (2..first_copy).any(ready), copies_ready, watches_ready)
             };
             self.copy_streams(copies_ready);
+            self.step_watches(watches_ready);
             if control_ready {
                 match protocol::recv::<Request>(self.control.as_fd()) {
                     Ok((req, fds)) => self.handle(req, fds),
@@ -372,6 +387,34 @@ impl Init {
                 }
             }
         }
+    }
+
+    /// Step each watch with something ready; one that is over goes, and its end is reported.
+    fn step_watches(&mut self, ready: Vec<u64>) {
+        for id in ready {
+            let Some(reason) = self.watches.get_mut(&id).and_then(crate::watch::Watch::step) else { continue };
+            self.watches.remove(&id);
+            let _ = self.report(&Event::Unwatched { id, reason });
+        }
+    }
+
+    fn watch(&mut self, id: u64, path: &str, recursive: bool, fds: Vec<OwnedFd>) {
+        let started = match <[OwnedFd; 1]>::try_from(fds) {
+            _ if self.watches.contains_key(&id) => Err((22, format!("watch {id} is already in place"))),
+            _ if self.watches.len() >= crate::watch::MAX_WATCHES => {
+                Err((24, format!("the sandbox already has {} directories watched", crate::watch::MAX_WATCHES)))
+            }
+            Ok([outside]) => crate::watch::Watch::start(path, recursive, outside),
+            Err(fds) => Err((22, format!("a watch takes one socket, not {}", fds.len()))),
+        };
+        let ev = match started {
+            Ok(w) => {
+                self.watches.insert(id, w);
+                Event::Watching { id }
+            }
+            Err((code, message)) => Event::Failed { id, code, message },
+        };
+        let _ = self.report(&ev);
     }
 
     fn report(&self, ev: &Event) -> Result<(), ProtocolError> {
@@ -475,6 +518,12 @@ impl Init {
                 };
                 if let Err(message) = resized {
                     let _ = self.report(&Event::Rejected { message });
+                }
+            }
+            Request::Watch { id, path, recursive } => self.watch(id, &path, recursive, fds),
+            Request::Unwatch { id } => {
+                if self.watches.remove(&id).is_some() {
+                    let _ = self.report(&Event::Unwatched { id, reason: "asked".into() });
                 }
             }
             Request::Hello => {

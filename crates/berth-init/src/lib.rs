@@ -12,5 +12,6 @@ pub mod relay;
 mod streams;
 mod terminal;
 mod trees;
+pub mod watch;
 
 pub use agent::run as main;

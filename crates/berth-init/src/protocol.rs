@@ -98,6 +98,15 @@ pub enum Request {
     /// Say `ready` again, as at start: for a supervisor that has just been given init's control socket anew
     /// (a gVisor sandbox restored from its checkpoint, whose init knows nothing of it).
     Hello,
+    /// Watch the directory at `path` (absolute, inside the sandbox; with `recursive`, every directory
+    /// under it too) and write what changes in it, a line of JSON an event, to the stream socket that
+    /// travels with the request (see `berth_init::watch` for the lines). Answered with `watching` or
+    /// `failed`; the watch lasts until the supervisor closes its end or sends `unwatch`, or the directory
+    /// goes, and its end is reported with `unwatched`.
+    Watch { id: u64, path: String, recursive: bool },
+    /// End watch `id` now: when `unwatched` comes, init holds nothing of it (a checkpoint finds no inotify
+    /// instance and no socket from outside).
+    Unwatch { id: u64 },
     /// The other end of connection `relay` (see [`Event::Connection`]): one stream socket travels with it.
     /// Init copies between the two until both sides have finished, then closes both.
     Relay { relay: u64 },
@@ -112,10 +121,16 @@ pub enum Event {
     Ready { version: String, landlock: String },
     /// A command started; `pid` is its pid inside the sandbox.
     Started { id: u64, pid: i32 },
-    /// A command could not be started. `code` follows the shell: 127 not found, 126 not executable.
+    /// A command could not be started: `code` follows the shell, 127 not found, 126 not executable. Or a
+    /// watch could not: `code` is an errno (2 no such directory, 20 not a directory, 22 a bad request, 28
+    /// the kernel's watches used up, 7 too many directories, 24 too many watches).
     Failed { id: u64, code: i32, message: String },
     /// A command ended (its own process; children it left behind keep running until the sandbox ends).
     Exited { id: u64, code: Option<i32>, signal: Option<i32> },
+    /// Watch `id` is in place: every change from now on is reported.
+    Watching { id: u64 },
+    /// Watch `id` has ended, and why; init has closed its socket.
+    Unwatched { id: u64, reason: String },
     /// A request was malformed; nothing was done.
     Rejected { message: String },
     /// Sent by berth instead of `Ready` when building the sandbox failed before init could start.

@@ -81,6 +81,9 @@ pub enum Command {
     Cp(CpArgs),
     /// Move or rename a file or a directory tree inside a sandbox: berth mv ID FROM TO.
     Mv(MvArgs),
+    /// Print what changes under a directory of a sandbox as it happens, a line a change, until interrupted:
+    /// berth watch ID PATH [--recursive].
+    Watch(WatchArgs),
     /// Open an interactive shell (or run --cmd) on a terminal in a sandbox; exits with its exit code.
     Shell(ShellArgs),
     /// Live code contexts: interpreters whose variables and imports survive from one run to the next.

@@ -78,6 +78,16 @@ struct ArchiveQuery {
     user: Option<String>,
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WatchQuery {
+    path: String,
+    #[serde(default)]
+    recursive: bool,
+    /// Watch as this user of the sandbox, who must be able to list the directory.
+    user: Option<String>,
+}
+
 fn query<T>(q: std::result::Result<Query<T>, QueryRejection>) -> Result<T, Failure> {
     q.map(|Query(q)| q).map_err(|e| Failure::new(ErrorCode::InvalidRequest, e.body_text()))
 }
@@ -118,6 +128,7 @@ pub fn routes() -> Router<Arc<Engine>> {
         .route("/v1/sandboxes/{id}/stat", get(stat))
         .route("/v1/sandboxes/{id}/mkdir", post(mkdir))
         .route("/v1/sandboxes/{id}/move", post(move_file))
+        .route("/v1/sandboxes/{id}/watch", get(watch))
         .route("/v1/sandboxes/{id}/archive", get(get_archive).put(put_archive.layer(held)).layer(upload))
 }
 
@@ -224,6 +235,17 @@ async fn move_file(
     ApiJson(req): ApiJson<MoveFile>,
 ) -> Result<Response, Failure> {
     Ok(Json(e.move_file(&id, req).await?).into_response())
+}
+
+/// What changes under a directory, as NDJSON lines until the client hangs up (or the sandbox's side ends it).
+async fn watch(
+    State(e): Api,
+    UrlPath(id): UrlPath<String>,
+    q: std::result::Result<Query<WatchQuery>, QueryRejection>,
+) -> Result<Response, Failure> {
+    let q = query(q)?;
+    let watch = e.watch_dir(&id, &q.path, q.recursive, q.user.as_deref()).await?;
+    Ok(crate::http::ndjson(watch.events))
 }
 
 async fn get_archive(

@@ -130,6 +130,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/sandboxes/{id}/stat"),
     ("POST", "/v1/sandboxes/{id}/mkdir"),
     ("POST", "/v1/sandboxes/{id}/move"),
+    ("GET", "/v1/sandboxes/{id}/watch"),
     ("GET", "/v1/sandboxes/{id}/archive"),
     ("PUT", "/v1/sandboxes/{id}/archive"),
     ("GET", "/v1/events"),

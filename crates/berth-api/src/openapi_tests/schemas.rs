@@ -306,6 +306,16 @@ pub(super) fn full_samples() -> Vec<(&'static str, Value)> {
                 user: Some("user".into()),
             }),
         ),
+        (
+            "WatchEvent",
+            to_value(&WatchEvent {
+                kind: WatchKind::Rename,
+                path: Some("src/new.rs".into()),
+                from: Some("src/old.rs".into()),
+                dir: true,
+                reason: Some("shown in full".into()),
+            }),
+        ),
         ("MintToken", to_value(&MintToken { name: "ci".into() })),
         (
             "TokenInfo",
@@ -402,6 +412,7 @@ pub(super) fn sparse_samples() -> Vec<(&'static str, Value)> {
         ("FileEntry", to_value(&FileEntry { kind: FileKind::File, link_target: None, ..file_sample() })),
         ("Extracted", to_value(&Extracted { entries: 0 })),
         ("MoveFile", to_value(&MoveFile { from: "/a".into(), to: "/b".into(), ..MoveFile::default() })),
+        ("WatchEvent", to_value(&WatchEvent::of(WatchKind::Ready))),
         ("MintToken", to_value(&MintToken::default())),
         ("Budget", to_value(&Budget::default())),
         ("Usage", to_value(&Usage::default())),
@@ -475,6 +486,22 @@ fn string_enums_list_every_variant() {
         ("FileKind", all_file_kinds().iter().map(to_value).collect()),
         ("ChangeKind", all_change_kinds().iter().map(to_value).collect()),
         ("TtlAction", [TtlAction::Remove, TtlAction::Pause, TtlAction::Hibernate].iter().map(to_value).collect()),
+        (
+            "WatchKind",
+            [
+                WatchKind::Ready,
+                WatchKind::Create,
+                WatchKind::Write,
+                WatchKind::Remove,
+                WatchKind::Rename,
+                WatchKind::Chmod,
+                WatchKind::Overflow,
+                WatchKind::End,
+            ]
+            .iter()
+            .map(to_value)
+            .collect(),
+        ),
     ] {
         assert_eq!(schema(&spec, name)["enum"].as_array().unwrap(), &values, "{name}");
     }

@@ -83,6 +83,8 @@ pub enum Op<'a> {
     Mkdir,
     /// Move (rename) a file or tree.
     Move,
+    /// Watch a directory.
+    Watch,
     Archive,
     Shell,
     Journal,
@@ -128,6 +130,7 @@ impl<'a> Access<'a> {
                     (_, ["stat"]) => Some(Op::Stat),
                     (_, ["mkdir"]) => Some(Op::Mkdir),
                     (_, ["move"]) => Some(Op::Move),
+                    (_, ["watch"]) => Some(Op::Watch),
                     (_, ["archive"]) => Some(Op::Archive),
                     (_, ["shell"]) => Some(Op::Shell),
                     ("GET", ["journal"]) => Some(Op::Journal),
@@ -199,6 +202,7 @@ impl Op<'_> {
             Op::Stat => fixed("GET", "/stat"),
             Op::Mkdir => fixed("POST", "/mkdir"),
             Op::Move => fixed("POST", "/move"),
+            Op::Watch => fixed("GET", "/watch"),
             Op::Archive => fixed("GET", "/archive"),
             Op::Shell => fixed("GET", "/shell"),
             Op::Journal => fixed("GET", "/journal"),

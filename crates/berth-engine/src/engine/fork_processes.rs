@@ -62,6 +62,21 @@ impl Engine {
         private_dir(&self.root.join("hibernate")).await?;
         let _ = tokio::fs::remove_dir_all(&dir).await;
         private_dir(&dir).await?;
+        // Its watches hold sockets that lead out of it: lifted for the checkpoint, put back after.
+        self.lift_watches(live).await;
+        let made = self.checkpointed_unwatched(live, sid, op, (dir, criu), files).await;
+        self.restore_watches(live);
+        made
+    }
+
+    async fn checkpointed_unwatched(
+        &self,
+        live: &Arc<Live>,
+        sid: &str,
+        op: Operation,
+        (dir, criu): (PathBuf, Option<berth_runtime::checkpoint::Criu>),
+        files: impl Future<Output = Result<(), EngineError>>,
+    ) -> Result<Checkpoint, EngineError> {
         // Frozen by a pause, it stays frozen; else frozen for the instant (with its marker), and thawed after.
         let state = live.record.lock().await.state;
         let frozen = match lifecycle::step(state, op).is_some_and(|s| s.effect == lifecycle::Effect::Freeze) {

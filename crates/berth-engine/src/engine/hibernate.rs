@@ -69,6 +69,8 @@ impl Engine {
         // hibernation fails).
         let was_paused = step.from == SandboxState::Paused;
         self.thaw_to_end(&live).await;
+        // Its watches hold sockets that lead out of it: lifted first, and ended once it sleeps.
+        self.lift_watches(&live).await;
         let started = std::time::Instant::now();
         let req = ShimRequest::Hibernate {
             dir: dir.clone(),
@@ -90,6 +92,10 @@ impl Engine {
             hibernated = Some(record);
         }
         drop(down);
+        match &hibernated {
+            Some(_) => self.end_watches(&live, &format!("sandbox {sid} hibernated: watch again once it is woken")),
+            None => self.restore_watches(&live),
+        }
         let bytes = match reply {
             Ok(ShimReply::Hibernated { bytes, .. }) => bytes,
             Ok(ShimReply::Error { message }) => {

@@ -37,6 +37,8 @@ pub(super) struct Live {
     /// When its idle hibernation last failed (ms; 0: never), so that the reaper does not retry it until the
     /// next activity.
     pub(super) hibernate_failed_at: std::sync::atomic::AtomicU64,
+    /// Its directories being watched (see `watch`).
+    pub(super) watches: super::watch::Watches,
 }
 
 impl Drop for Live {
@@ -92,6 +94,7 @@ impl Live {
             tasks: std::sync::Mutex::new(Vec::new()),
             pause: Arc::default(),
             hibernate_failed_at: std::sync::atomic::AtomicU64::new(0),
+            watches: Default::default(),
         })
     }
 

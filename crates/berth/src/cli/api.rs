@@ -281,6 +281,26 @@ pub struct CpArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The sandbox's id or name.
+    #[arg(value_parser = parse_id, value_name = "ID")]
+    pub id: String,
+    /// The directory to watch inside the sandbox (a relative path is in /workspace).
+    #[arg(value_name = "PATH")]
+    pub path: String,
+    /// Watch every directory under PATH too, and those made later.
+    #[arg(long, short = 'r')]
+    pub recursive: bool,
+    /// Watch as this user of the sandbox's /etc/passwd (a name), or as these ids (UID or UID:GID), who must
+    /// be able to list PATH. Default: root.
+    #[arg(long, short = 'u', value_name = "USER")]
+    pub user: Option<String>,
+    /// Print each event as the API's JSON line (`ready` first, `end` last).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct MvArgs {
     /// The sandbox's id or name.
     #[arg(value_parser = parse_id, value_name = "ID")]

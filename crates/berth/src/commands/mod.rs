@@ -27,6 +27,7 @@ mod run;
 mod shell;
 mod storage;
 mod usage;
+mod watch;
 
 use crate::cli::{Cli, Command};
 
@@ -59,6 +60,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Events(args) => events::events(&cli.socket, args),
         Command::Cp(args) => cp::cp(&cli.socket, args),
         Command::Mv(args) => mv::mv(&cli.socket, args),
+        Command::Watch(args) => watch::watch(&cli.socket, args),
         Command::Shell(args) => shell::shell(&cli.socket, args),
         Command::Context(cmd) => context::context(&cli.socket, cmd),
         Command::Expose(args) => expose::expose(&cli.socket, args),
