@@ -521,6 +521,12 @@ impl Init {
                 }
             }
             Request::Watch { id, path, recursive } => self.watch(id, &path, recursive, fds),
+            Request::Flush { id } => {
+                if let Some(w) = self.watches.get_mut(&id) {
+                    w.mark_flushed();
+                }
+                self.step_watches(vec![id]);
+            }
             Request::Unwatch { id } => {
                 if self.watches.remove(&id).is_some() {
                     let _ = self.report(&Event::Unwatched { id, reason: "asked".into() });

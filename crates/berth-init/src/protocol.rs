@@ -104,6 +104,9 @@ pub enum Request {
     /// `failed`; the watch lasts until the supervisor closes its end or sends `unwatch`, or the directory
     /// goes, and its end is reported with `unwatched`.
     Watch { id: u64, path: String, recursive: bool },
+    /// Take what the kernel has queued for watch `id` now, and after those events write the line
+    /// `{"type":"flushed"}`: a supervisor that reads up to it has every change made before it asked.
+    Flush { id: u64 },
     /// End watch `id` now: when `unwatched` comes, init holds nothing of it (a checkpoint finds no inotify
     /// instance and no socket from outside).
     Unwatch { id: u64 },

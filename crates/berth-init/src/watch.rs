@@ -44,6 +44,8 @@ pub struct Watch {
     pending: Vec<u8>,
     /// The last line added to `pending`, for coalescing writes.
     last: Option<(&'static str, String)>,
+    /// Why it ended, found outside a step.
+    ended: Option<String>,
 }
 
 const DIR_EVENTS: WatchFlags = WatchFlags::CREATE
@@ -86,6 +88,7 @@ impl Watch {
             root_wd,
             pending: Vec::new(),
             last: None,
+            ended: None,
         };
         if recursive {
             w.add_tree(path, "", false)?;
@@ -110,9 +113,21 @@ impl Watch {
     /// the watch is over (the supervisor hung up, or the directory went).
     pub fn step(&mut self) -> Option<String> {
         // What was seen before the end is still handed on, as far as the socket takes it now.
-        let over = self.read_events();
+        let over = self.ended.take().or_else(|| self.read_events());
         let gone = self.flush();
         over.or(gone)
+    }
+
+    /// Take the kernel's queue now and mark its end with a `flushed` line (see `Request::Flush`); the line
+    /// goes out with the next step.
+    pub fn mark_flushed(&mut self) {
+        if let Some(reason) = self.read_events() {
+            // Over: the next step reports it (and the mark is not needed).
+            self.ended = Some(reason);
+            return;
+        }
+        self.pending.extend_from_slice(b"{\"type\":\"flushed\"}\n");
+        self.last = None;
     }
 
     /// Write what is pending; notice a supervisor that went away.
@@ -380,6 +395,21 @@ mod tests {
             }
         }
         assert_eq!(end.unwrap(), format!("{root} was removed"));
+    }
+
+    #[test]
+    fn a_flush_marks_the_end_of_what_was_queued() {
+        let dir = std::env::temp_dir().join(format!("berth-watch-flush-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut w = Watch::start(dir.to_str().unwrap(), false, ours.into()).unwrap();
+        std::fs::write(dir.join("a"), b"1").unwrap();
+        w.mark_flushed();
+        let seen = events(&mut w, &mut theirs);
+        let kinds: Vec<&str> = seen.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["create", "write", "flushed"], "{seen:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

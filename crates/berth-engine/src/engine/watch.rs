@@ -42,6 +42,8 @@ pub(super) enum Control {
     Restore,
     /// End it, for this reason.
     End(String),
+    /// Answer once every change made before this was asked is in the watch's events.
+    Flush(oneshot::Sender<()>),
 }
 
 /// A sandbox's running watches, by number.
@@ -50,6 +52,18 @@ pub(super) type Watches = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Control>>
 /// A watch's events. Dropping it ends the watch.
 pub struct DirWatch {
     pub events: mpsc::Receiver<WatchEvent>,
+    control: mpsc::UnboundedSender<Control>,
+}
+
+impl DirWatch {
+    /// Returns once every change made in the sandbox before this call is in `events` (init takes what the
+    /// kernel has queued and marks its end): for a caller that asks "what changed until now".
+    pub async fn flush(&self) {
+        let (ack, done) = oneshot::channel();
+        if self.control.send(Control::Flush(ack)).is_ok() {
+            let _ = tokio::time::timeout(ANSWER_WITHIN, done).await;
+        }
+    }
 }
 
 /// One watch in place in init: its request number, its events on the control socket, its lines.
@@ -93,7 +107,7 @@ impl Engine {
                     "sandbox {id} already has {MAX_WATCHES} directories watched: end one first"
                 )));
             }
-            held.insert(key, control_tx);
+            held.insert(key, control_tx.clone());
         }
         let armed = match arm(&live.session, &path, recursive).await {
             Ok(a) => a,
@@ -116,7 +130,7 @@ impl Engine {
                 let _ = tx.send(WatchEvent::end(reason)).await;
             }
         });
-        Ok(DirWatch { events })
+        Ok(DirWatch { events, control: control_tx })
     }
 
     /// Lift every watch of `live` (before a checkpoint): when this returns, init holds none of them.
@@ -201,6 +215,8 @@ async fn pump(
     }
     let mut armed = Some(armed);
     let mut line = Vec::new();
+    // Flushes asked of init, answered in order as its marks come.
+    let mut flushes: std::collections::VecDeque<oneshot::Sender<()>> = Default::default();
     loop {
         let Some(a) = armed.as_mut() else {
             // Lifted: wait to be put back, or ended.
@@ -210,7 +226,7 @@ async fn pump(
                     Err(e) => return Some(format!("the watch could not be put back after a checkpoint: {e}")),
                 },
                 Some(Control::End(reason)) => return Some(reason),
-                Some(Control::Lift(ack)) => {
+                Some(Control::Lift(ack) | Control::Flush(ack)) => {
                     let _ = ack.send(());
                 }
                 None => return None,
@@ -223,7 +239,12 @@ async fn pump(
                 return None;
             }
             got = read_line(&mut a.lines, &mut line) => match got {
-                Ok(Some(ev)) => {
+                Ok(Some(Line::Flushed)) => {
+                    if let Some(ack) = flushes.pop_front() {
+                        let _ = ack.send(());
+                    }
+                }
+                Ok(Some(Line::Event(ev))) => {
                     if tx.send(ev).await.is_err() {
                         unwatch(session, armed.take()?).await;
                         return None;
@@ -243,10 +264,12 @@ async fn pump(
                 // Init ended it: what it wrote before is still read, to its end.
                 Some(Event::Unwatched { .. }) | None => {
                     let mut a = armed.take()?;
-                    while let Ok(Ok(Some(ev))) =
+                    while let Ok(Ok(Some(got))) =
                         tokio::time::timeout(Duration::from_secs(1), read_line(&mut a.lines, &mut line)).await
                     {
-                        if tx.send(ev).await.is_err() {
+                        if let Line::Event(ev) = got
+                            && tx.send(ev).await.is_err()
+                        {
                             break;
                         }
                     }
@@ -261,6 +284,10 @@ async fn pump(
             c = control.recv() => match c {
                 Some(Control::Lift(ack)) => {
                     unwatch(session, armed.take()?).await;
+                    // Lifted, it holds nothing more from before: those who wait for a flush have it.
+                    flushes.drain(..).for_each(|f| {
+                        let _ = f.send(());
+                    });
                     let _ = ack.send(());
                 }
                 Some(Control::End(reason)) => {
@@ -268,6 +295,12 @@ async fn pump(
                     return Some(reason);
                 }
                 Some(Control::Restore) => {}
+                Some(Control::Flush(ack)) => match session.send(&Request::Flush { id: a.num }, &[]) {
+                    Ok(()) => flushes.push_back(ack),
+                    Err(_) => {
+                        let _ = ack.send(());
+                    }
+                },
                 None => {
                     unwatch(session, armed.take()?).await;
                     return None;
@@ -311,22 +344,32 @@ async fn ended(session: &Session, mut a: Armed) -> String {
     reason
 }
 
-/// The next event line, checked: `Ok(None)` at the socket's end.
-async fn read_line(lines: &mut BufReader<UnixStream>, line: &mut Vec<u8>) -> Result<Option<WatchEvent>, String> {
-    line.clear();
+/// A line init wrote on a watch's socket.
+enum Line {
+    Event(WatchEvent),
+    /// The end of what the kernel had queued when a flush was asked.
+    Flushed,
+}
+
+/// The next line, checked: `Ok(None)` at the socket's end. Safe to cancel (in a `select!`): what was read of
+/// a line stays in `line` for the next call.
+async fn read_line(lines: &mut BufReader<UnixStream>, line: &mut Vec<u8>) -> Result<Option<Line>, String> {
+    let room = MAX_LINE.saturating_sub(line.len()) as u64;
     let n = (&mut *lines)
-        .take(MAX_LINE as u64)
+        .take(room)
         .read_until(b'\n', line)
         .await
         .map_err(|e| format!("reading the watch's events: {e}"))?;
-    if n == 0 {
-        return Ok(None);
-    }
     let bad = || "init sent a malformed watch event, and the watch was ended".to_string();
     if line.last() != Some(&b'\n') {
-        return Err(bad());
+        // The end of the socket, or a line longer than any event.
+        return if n == 0 && line.is_empty() { Ok(None) } else { Err(bad()) };
     }
-    let ev: WatchEvent = serde_json::from_slice(line).map_err(|_| bad())?;
+    let text = std::mem::take(line);
+    if text == b"{\"type\":\"flushed\"}\n" {
+        return Ok(Some(Line::Flushed));
+    }
+    let ev: WatchEvent = serde_json::from_slice(&text).map_err(|_| bad())?;
     let relative = |p: &Option<String>| {
         p.as_deref().is_none_or(|p| {
             !p.is_empty()
@@ -344,5 +387,5 @@ async fn read_line(lines: &mut BufReader<UnixStream>, line: &mut Vec<u8>) -> Res
     if !fits || ev.reason.is_some() || !relative(&ev.path) || !relative(&ev.from) {
         return Err(bad());
     }
-    Ok(Some(ev))
+    Ok(Some(Line::Event(ev)))
 }

@@ -1,94 +1,59 @@
-//! envd's directory watching, on berth's files API: a watcher keeps what a directory (and, recursive, what
-//! under it) held when last looked at, and reports what was created, written, had its mode changed or was
-//! removed since. The sync SDK asks (`CreateWatcher`, then `GetWatcherEvents`); the async one holds a stream
-//! (`WatchDir`), looked at every quarter second. A change made and undone between two looks is not seen.
+//! envd's directory watching, on the engine's watch (inotify inside the sandbox, through its init): the sync
+//! SDK asks (`CreateWatcher`, then `GetWatcherEvents` for what came since), the async one holds a stream
+//! (`WatchDir`). berth's events map onto envd's: a rename within the watch is envd's pair, `RENAME` for the
+//! old name and `CREATE` for the new one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::response::Response;
-use berth_api::FileKind;
-use berth_engine::files::Got;
-use berth_engine::{Access, Caller, Op};
+use berth_api::{FileKind, WatchEvent, WatchKind};
+use berth_engine::{Access, Caller, DirWatch, Op};
 use serde_json::{Value, json};
 
 use super::connect::{self, code_of, err, ok};
 use super::{E2b, absolute};
 
-/// Most entries one watch follows.
-const MAX_ENTRIES: usize = 10_000;
-/// How often a `WatchDir` stream looks again.
-const EVERY: Duration = Duration::from_millis(250);
-
-/// What a watcher saw: each path under its root (relative), with its kind, size, modification time and mode.
-type Seen = BTreeMap<String, (FileKind, u64, i64, u32)>;
+/// Watchers one sandbox keeps for the sync SDK: past it the oldest goes.
+const MAX_WATCHERS: usize = 64;
+/// How long a `WatchDir` stream waits without events before it sends a keepalive, as envd does.
+const KEEPALIVE: Duration = Duration::from_secs(30);
 
 pub(crate) struct Watcher {
     sandbox: String,
-    key: Caller,
-    root: String,
-    recursive: bool,
-    seen: Seen,
+    /// When it was made, for dropping the oldest.
+    made: std::time::Instant,
+    watch: std::sync::Arc<tokio::sync::Mutex<Watched>>,
+}
+
+struct Watched {
+    watch: DirWatch,
+    /// Set once the engine's watch ended: the reason, answered to the next `GetWatcherEvents`.
+    ended: Option<String>,
 }
 
 #[derive(Default)]
 pub(crate) struct Watchers(std::sync::Mutex<HashMap<String, Watcher>>);
 
-/// What is under `root` now.
-async fn look(s: &E2b, key: &Caller, id: &str, root: &str, recursive: bool) -> Result<Seen, Response> {
-    let mut seen = Seen::new();
-    let mut todo = vec![String::new()];
-    while let Some(rel) = todo.pop() {
-        let dir = if rel.is_empty() { root.to_string() } else { format!("{}/{rel}", root.trim_end_matches('/')) };
-        let files = match s.run(key, Access::On(id, Op::ReadFile), s.engine.read_file(id, None, &dir)).await {
-            Ok(Got::Dir(files)) => files,
-            Ok(Got::File(_)) => Vec::new(),
-            // A directory removed between the listing above and this one: what was in it is gone.
-            Err(f) if f.status == 404 && !rel.is_empty() => continue,
-            Err(f) => return Err(err(code_of(f.status), f.message)),
-        };
-        for f in files {
-            let path = if rel.is_empty() { f.name.clone() } else { format!("{rel}/{}", f.name) };
-            if recursive && f.kind == FileKind::Directory {
-                todo.push(path.clone());
-            }
-            seen.insert(path, (f.kind, f.size, f.mtime_ms, f.mode));
-            if seen.len() > MAX_ENTRIES {
-                return Err(err(
-                    "resource_exhausted",
-                    format!("{root} holds more than {MAX_ENTRIES} entries to watch"),
-                ));
-            }
-        }
-    }
-    Ok(seen)
-}
-
-/// The events between two looks, in path order.
-fn changes(before: &Seen, now: &Seen) -> Vec<Value> {
+/// envd's events for one of berth's (none for `ready`, `overflow` and `end`).
+fn envd_events(ev: &WatchEvent) -> Vec<Value> {
     let event = |name: &str, kind: &str| json!({"name": name, "type": kind});
-    let mut out = Vec::new();
-    for (path, (kind, size, mtime, mode)) in now {
-        match before.get(path) {
-            None => out.push(event(path, "EVENT_TYPE_CREATE")),
-            Some((k, s, m, md)) => {
-                if *k != FileKind::Directory && (k != kind || s != size || m != mtime) {
-                    out.push(event(path, "EVENT_TYPE_WRITE"));
-                }
-                if md != mode {
-                    out.push(event(path, "EVENT_TYPE_CHMOD"));
-                }
-            }
+    let path = ev.path.as_deref().unwrap_or("");
+    match ev.kind {
+        WatchKind::Create => vec![event(path, "EVENT_TYPE_CREATE")],
+        WatchKind::Write => vec![event(path, "EVENT_TYPE_WRITE")],
+        WatchKind::Remove => vec![event(path, "EVENT_TYPE_REMOVE")],
+        WatchKind::Chmod => vec![event(path, "EVENT_TYPE_CHMOD")],
+        WatchKind::Rename => {
+            vec![event(ev.from.as_deref().unwrap_or(""), "EVENT_TYPE_RENAME"), event(path, "EVENT_TYPE_CREATE")]
         }
+        WatchKind::Ready | WatchKind::Overflow | WatchKind::End => Vec::new(),
     }
-    for path in before.keys().filter(|p| !now.contains_key(*p)) {
-        out.push(event(path, "EVENT_TYPE_REMOVE"));
-    }
-    out
 }
 
-async fn start_look(s: &E2b, key: &Caller, id: &str, m: &Value) -> Result<(String, bool, Seen), Response> {
+/// Start the engine's watch of the request's `path` (which must be a directory), `ready` taken.
+async fn start_watch(s: &E2b, key: &Caller, id: &str, m: &Value) -> Result<(String, DirWatch), Response> {
     let root = absolute(m["path"].as_str().unwrap_or(""));
     let recursive = m["recursive"].as_bool().unwrap_or(false);
     let entry = match s.run(key, Access::On(id, Op::Stat), s.engine.stat_file(id, None, &root)).await {
@@ -98,21 +63,27 @@ async fn start_look(s: &E2b, key: &Caller, id: &str, m: &Value) -> Result<(Strin
     if entry.kind != FileKind::Directory {
         return Err(err("invalid_argument", format!("{root} is not a directory")));
     }
-    let seen = look(s, key, id, &root, recursive).await?;
-    Ok((root, recursive, seen))
+    let started = s.engine.watch_dir(id, &root, recursive, None);
+    let mut watch = match s.run(key, Access::On(id, Op::Watch), started).await {
+        Ok(w) => w,
+        Err(f) => return Err(err(code_of(f.status), f.message)),
+    };
+    // `ready`: everything from here on is reported.
+    let _ = watch.events.recv().await;
+    Ok((root, watch))
 }
 
 pub(super) async fn create(s: &E2b, key: &Caller, id: &str, m: &Value) -> Response {
-    let (root, recursive, seen) = match start_look(s, key, id, m).await {
+    let (_, watch) = match start_watch(s, key, id, m).await {
         Ok(x) => x,
         Err(r) => return r,
     };
     let watcher_id = berth_engine::tokens::random_hex(8).unwrap_or_default();
-    let w = Watcher { sandbox: id.to_string(), key: key.clone(), root, recursive, seen };
+    let watch = std::sync::Arc::new(tokio::sync::Mutex::new(Watched { watch, ended: None }));
+    let w = Watcher { sandbox: id.to_string(), made: std::time::Instant::now(), watch };
     let mut all = s.watchers.0.lock().unwrap_or_else(|p| p.into_inner());
-    // At most 64 per sandbox: the oldest (by id order, which is random) is dropped first.
-    if all.values().filter(|w| w.sandbox == id).count() >= 64
-        && let Some(k) = all.iter().find(|(_, w)| w.sandbox == id).map(|(k, _)| k.clone())
+    if all.values().filter(|w| w.sandbox == id).count() >= MAX_WATCHERS
+        && let Some(k) = all.iter().filter(|(_, w)| w.sandbox == id).min_by_key(|(_, w)| w.made).map(|(k, _)| k.clone())
     {
         all.remove(&k);
     }
@@ -120,24 +91,34 @@ pub(super) async fn create(s: &E2b, key: &Caller, id: &str, m: &Value) -> Respon
     ok(json!({"watcherId": watcher_id}))
 }
 
+/// `GetWatcherEvents`: every change made before the call and not yet reported (the engine's watch is
+/// flushed first, so nothing already done is left for the next call). A watcher whose watch ended answers
+/// with the reason once its last events are taken.
 pub(super) async fn events(s: &E2b, id: &str, m: &Value) -> Response {
     let watcher_id = m["watcherId"].as_str().unwrap_or("").to_string();
     let found = {
         let all = s.watchers.0.lock().unwrap_or_else(|p| p.into_inner());
-        all.get(&watcher_id)
-            .filter(|w| w.sandbox == id)
-            .map(|w| (w.key.clone(), w.root.clone(), w.recursive, w.seen.clone()))
+        all.get(&watcher_id).filter(|w| w.sandbox == id).map(|w| std::sync::Arc::clone(&w.watch))
     };
-    let Some((key, root, recursive, before)) = found else {
+    let Some(watched) = found else {
         return err("not_found", format!("no watcher {watcher_id} in sandbox {id}"));
     };
-    let now = match look(s, &key, id, &root, recursive).await {
-        Ok(n) => n,
-        Err(r) => return r,
-    };
-    let out = changes(&before, &now);
-    if let Some(w) = s.watchers.0.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&watcher_id) {
-        w.seen = now;
+    let mut w = watched.lock().await;
+    w.watch.flush().await;
+    let mut out = Vec::new();
+    while w.ended.is_none() {
+        match w.watch.events.try_recv() {
+            Ok(ev) if ev.kind == WatchKind::End => w.ended = ev.reason,
+            Ok(ev) => out.extend(envd_events(&ev)),
+            Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+            Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => w.ended = Some("the watch ended".into()),
+        }
+    }
+    if out.is_empty()
+        && let Some(reason) = w.ended.clone()
+    {
+        s.watchers.0.lock().unwrap_or_else(|p| p.into_inner()).remove(&watcher_id);
+        return err("not_found", reason);
     }
     ok(json!({"events": out}))
 }
@@ -160,42 +141,38 @@ impl Watchers {
     }
 }
 
-/// `WatchDir`: a stream of events as they are seen, until the client goes away or the sandbox does.
+/// `WatchDir`: a stream of events as they happen, until the client goes away or the watch ends.
 pub(super) async fn stream(s: &std::sync::Arc<E2b>, key: &Caller, id: &str, m: &Value) -> Response {
-    let (root, recursive, mut before) = match start_look(s, key, id, m).await {
+    let (root, mut watch) = match start_watch(s, key, id, m).await {
         Ok(x) => x,
         Err(r) => return r,
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let _ = tx.send(connect::message(json!({"start": {}}))).await;
-    let looker = std::sync::Arc::clone(s);
-    let (key, id) = (key.clone(), id.to_string());
+    let id = id.to_string();
     tokio::spawn(async move {
-        let mut quiet = 0u32;
         loop {
-            tokio::time::sleep(EVERY).await;
-            if tx.is_closed() {
+            let ev = tokio::select! {
+                () = tx.closed() => return,
+                got = tokio::time::timeout(KEEPALIVE, watch.events.recv()) => got,
+            };
+            let ev = match ev {
+                Err(_quiet) => {
+                    if tx.send(connect::message(json!({"keepalive": {}}))).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                Ok(Some(ev)) => ev,
+                Ok(None) => WatchEvent::end(format!("the watch of {root} in sandbox {id} ended")),
+            };
+            if ev.kind == WatchKind::End {
+                let reason = ev.reason.unwrap_or_default();
+                let _ = tx.send(connect::end(Some(("not_found", reason)))).await;
                 return;
             }
-            let now = match look(&looker, &key, &id, &root, recursive).await {
-                Ok(n) => n,
-                Err(_) => {
-                    let _ = tx.send(connect::end(Some(("not_found", format!("{root} in sandbox {id} is gone"))))).await;
-                    return;
-                }
-            };
-            let out = changes(&before, &now);
-            before = now;
-            quiet = if out.is_empty() { quiet + 1 } else { 0 };
-            for e in out {
+            for e in envd_events(&ev) {
                 if tx.send(connect::message(json!({"filesystem": e}))).await.is_err() {
-                    return;
-                }
-            }
-            // A keepalive after a while without events, as envd sends.
-            if quiet >= 120 {
-                quiet = 0;
-                if tx.send(connect::message(json!({"keepalive": {}}))).await.is_err() {
                     return;
                 }
             }
@@ -209,26 +186,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn looks_are_compared_into_events() {
-        let mut before = Seen::new();
-        before.insert("a".into(), (FileKind::File, 1, 10, 0o644));
-        before.insert("gone".into(), (FileKind::File, 1, 10, 0o644));
-        before.insert("d".into(), (FileKind::Directory, 4096, 10, 0o755));
-        let mut now = before.clone();
-        now.remove("gone");
-        now.insert("a".into(), (FileKind::File, 2, 11, 0o600));
-        now.insert("d".into(), (FileKind::Directory, 4096, 12, 0o755));
-        now.insert("d/new".into(), (FileKind::File, 0, 12, 0o644));
-        let kinds: Vec<(String, String)> = changes(&before, &now)
-            .iter()
-            .map(|e| (e["name"].as_str().unwrap_or("").to_string(), e["type"].as_str().unwrap_or("").to_string()))
-            .collect();
-        let want = [
-            ("a", "EVENT_TYPE_WRITE"),
-            ("a", "EVENT_TYPE_CHMOD"),
-            ("d/new", "EVENT_TYPE_CREATE"),
-            ("gone", "EVENT_TYPE_REMOVE"),
-        ];
-        assert_eq!(kinds, want.map(|(a, b)| (a.to_string(), b.to_string())));
+    fn berths_events_map_onto_envds() {
+        let ev = |kind, path: &str| WatchEvent { path: Some(path.into()), ..WatchEvent::of(kind) };
+        let kinds = |e: &WatchEvent| -> Vec<(String, String)> {
+            envd_events(e)
+                .iter()
+                .map(|v| (v["name"].as_str().unwrap_or("").into(), v["type"].as_str().unwrap_or("").into()))
+                .collect()
+        };
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+        assert_eq!(kinds(&ev(WatchKind::Create, "d/new")), [pair("d/new", "EVENT_TYPE_CREATE")]);
+        assert_eq!(kinds(&ev(WatchKind::Write, "a")), [pair("a", "EVENT_TYPE_WRITE")]);
+        assert_eq!(kinds(&ev(WatchKind::Chmod, "a")), [pair("a", "EVENT_TYPE_CHMOD")]);
+        assert_eq!(kinds(&ev(WatchKind::Remove, "gone")), [pair("gone", "EVENT_TYPE_REMOVE")]);
+        let renamed = WatchEvent { from: Some("old".into()), ..ev(WatchKind::Rename, "new") };
+        assert_eq!(kinds(&renamed), [pair("old", "EVENT_TYPE_RENAME"), pair("new", "EVENT_TYPE_CREATE")]);
+        assert!(kinds(&WatchEvent::of(WatchKind::Overflow)).is_empty());
     }
 }
