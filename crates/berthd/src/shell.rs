@@ -86,6 +86,8 @@ async fn shell(
         cols: q.cols.unwrap_or(DEFAULT_COLS),
         term: q.term.unwrap_or_else(|| DEFAULT_TERM.to_string()),
         env: BTreeMap::new(),
+        user: None,
+        workdir: None,
     };
     if req.rows == 0 || req.cols == 0 {
         return Err(invalid("rows and cols must be positive"));

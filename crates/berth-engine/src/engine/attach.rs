@@ -42,9 +42,36 @@ pub(crate) struct AttachedExec {
     pub redactor: Option<berth_secrets::Redactor>,
 }
 
+/// Who an attached exec runs as, and where: root in /workspace unless told.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Who {
+    account: Option<super::users::Account>,
+    workdir: Option<String>,
+}
+
+impl Who {
+    pub(crate) fn new(account: Option<super::users::Account>, workdir: Option<String>) -> Who {
+        Who { account, workdir }
+    }
+
+    fn ids(&self) -> (u32, u32) {
+        self.account.as_ref().map_or((0, 0), |a| (a.uid, a.gid))
+    }
+
+    /// Its working directory: the one asked for, else the user's home, else /workspace.
+    fn workdir(&self) -> String {
+        match (&self.workdir, self.account.as_ref().and_then(|a| a.home.clone())) {
+            (Some(w), _) => w.clone(),
+            (None, Some(home)) => home,
+            (None, None) => "/workspace".to_string(),
+        }
+    }
+}
+
 impl Engine {
     /// Start `argv` in sandbox `id` with `stdio` as its stdin, stdout and stderr (`tty`: a terminal, which
-    /// becomes its controlling terminal), in /workspace, with the sandbox's environment and `env` on top.
+    /// becomes its controlling terminal), as and where `who` says, with the sandbox's environment and `env`
+    /// on top.
     /// With `pty`, init opens the terminal inside, of that size, and `stdio` is one stream socket it copies
     /// the terminal to.
     pub(crate) async fn exec_attached(
@@ -52,6 +79,7 @@ impl Engine {
         id: &str,
         argv: Vec<String>,
         env: BTreeMap<String, String>,
+        who: &Who,
         stdio: &[BorrowedFd<'_>],
         tty: bool,
         pty: Option<berth_init::protocol::Winsize>,
@@ -66,8 +94,14 @@ impl Engine {
             (r.id.clone(), r.isolation)
         };
         let starting = self.admit_exec(&live, &sid).await?;
-        let workdir = "/workspace".to_string();
+        let workdir = who.workdir();
         let mut full: BTreeMap<String, String> = BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        for (k, v) in who.account.iter().flat_map(super::users::Account::env) {
+            match v {
+                Some(v) => full.insert(k.to_string(), v),
+                None => full.remove(k),
+            };
+        }
         full.insert("PWD".into(), workdir.clone());
         for (k, v) in live.env.iter().chain(env.iter()) {
             berth_runtime::spec::check_env(k, v).map_err(|e| EngineError::invalid(e.to_string()))?;
@@ -83,7 +117,7 @@ impl Engine {
         let oom = self.oom_count(&sid, cgroup.as_ref(), isolation);
         let started_at = std::time::Instant::now();
         let started_at_ms = now_ms();
-        let cmd = launch::Command { argv: &argv, env: &env_list, cwd: &workdir, ids: (0, 0), tty, pty };
+        let cmd = launch::Command { argv: &argv, env: &env_list, cwd: &workdir, ids: who.ids(), tty, pty };
         let attached = Attached { stdin: true, stdout: pty.is_none(), stderr: pty.is_none() };
         let launched = launch::launch(&live.session, &cmd, attached, stdio, cgroup.as_ref()).await?;
         let env_names: Vec<&String> = live.env.keys().chain(env.keys()).collect();

@@ -31,6 +31,8 @@ use crate::launch::{self, Outcome};
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
 /// How long a command whose caller went away has to end after the hangup before it is killed.
 const HANGUP_GRACE: Duration = Duration::from_secs(2);
+/// The most one read of the terminal takes.
+const READ_CHUNK: usize = 16 * 1024;
 /// Keystrokes held for a command that is not reading them before the caller's input waits.
 const MAX_PENDING: usize = 64 * 1024;
 
@@ -45,6 +47,10 @@ pub struct TerminalRequest {
     pub term: String,
     /// More of the command's environment.
     pub env: BTreeMap<String, String>,
+    /// Run as this user of the sandbox (see `ExecRequest::user`); root when none.
+    pub user: Option<String>,
+    /// Where it starts; the user's home (or /workspace) when none.
+    pub workdir: Option<String>,
 }
 
 /// What a caller sends a terminal.
@@ -80,6 +86,8 @@ pub struct OpenTerminal {
     sandbox: String,
     argv: Vec<String>,
     env: BTreeMap<String, String>,
+    /// Who it runs as, and where.
+    who: super::attach::Who,
     pty: berth_sys::pty::Pty,
     /// The size init opens the terminal with, when it is init's.
     inside: Option<Winsize>,
@@ -104,9 +112,21 @@ impl Engine {
         if req.argv.as_ref().is_some_and(|a| a.first().is_none_or(String::is_empty)) {
             return Err(EngineError::invalid("argv must name a command"));
         }
+        let workdir = req
+            .workdir
+            .as_deref()
+            .map(berth_runtime::spec::sandbox_path)
+            .transpose()
+            .map_err(|e| EngineError::invalid(e.to_string()))?;
+        let user = req.user.as_deref().map(super::users::parse).transpose()?;
         let Some(pid) = record.pid else {
             return Err(EngineError::Conflict(format!("sandbox {} has no running init", record.id)));
         };
+        let account = match &user {
+            Some(spec) => Some(super::users::account(pid, record.isolation, spec).await?),
+            None => None,
+        };
+        let who = super::attach::Who::new(account, workdir);
         let isolation = record.isolation;
         let (rows, cols) = (req.rows, req.cols);
         // A terminal opened outside is no terminal to a kernel of the sandbox's own (gVisor's): there init opens
@@ -137,7 +157,7 @@ impl Engine {
         .map_err(|_| FileError::Internal("opening a terminal failed".into()))??;
         let mut env = req.env;
         env.insert("TERM".to_string(), req.term);
-        Ok(OpenTerminal { sandbox: record.id, argv, env, pty, inside })
+        Ok(OpenTerminal { sandbox: record.id, argv, env, who, pty, inside })
     }
 }
 
@@ -159,11 +179,14 @@ async fn run(
     mut input: mpsc::Receiver<TerminalInput>,
     events: mpsc::Sender<TerminalEvent>,
 ) {
-    let OpenTerminal { sandbox, argv, env, pty, inside } = t;
+    let OpenTerminal { sandbox, argv, env, who, pty, inside } = t;
     let berth_sys::pty::Pty { master, slave } = pty;
     let started = match inside {
-        None => e.exec_attached(&sandbox, argv, env, &[slave.as_fd(), slave.as_fd(), slave.as_fd()], true, None).await,
-        Some(size) => e.exec_attached(&sandbox, argv, env, &[slave.as_fd()], false, Some(size)).await,
+        None => {
+            let stdio = [slave.as_fd(), slave.as_fd(), slave.as_fd()];
+            e.exec_attached(&sandbox, argv, env, &who, &stdio, true, None).await
+        }
+        Some(size) => e.exec_attached(&sandbox, argv, env, &who, &[slave.as_fd()], false, Some(size)).await,
     };
     // Only the command holds the terminal now: when it and its children are done with it, reads of the
     // master end fail, and that is the end of its output.
@@ -288,7 +311,7 @@ impl Pump {
         events: &mpsc::Sender<TerminalEvent>,
         log: &mut Option<ExecLog>,
     ) {
-        let mut buf = vec![0u8; 16 * 1024];
+        let mut buf = vec![0u8; READ_CHUNK];
         // Keystrokes not yet written: the terminal's input queue is full while the command does not read.
         let mut pending: Vec<u8> = Vec::new();
         let mut master_open = true;
@@ -367,8 +390,11 @@ impl Pump {
 
     /// Terminal output to the log and (while it is there) the caller.
     async fn emit(&mut self, bytes: Vec<u8>, events: &mpsc::Sender<TerminalEvent>, log: &mut Option<ExecLog>) {
+        // Less than a full read means the command paused: the log is made current (for `logs` and followers,
+        // such as a client that connects to the terminal again); output flat out is written in big blocks.
         if let Some(f) = log.as_mut()
-            && f.write(berth_api::Stream::Stdout, &bytes).await.is_err()
+            && (f.write(berth_api::Stream::Stdout, &bytes).await.is_err()
+                || (bytes.len() < READ_CHUNK && f.flush().await.is_err()))
         {
             *log = None;
         }

@@ -397,3 +397,26 @@ def test_a_pty(sandbox):
     finally:
         if reader.is_alive():
             term.kill()
+
+    # Disconnected, a terminal runs on; connected again, what it shows (from its log) comes to the new handle.
+    other = sandbox.pty.create(PtySize(rows=24, cols=80))
+    other.disconnect()
+    sandbox.pty.send_stdin(other.pid, b"echo again=$((7*7))\n")
+    back, again = sandbox.pty.connect(other.pid), []
+
+    def reread():
+        try:
+            ended["again"] = back.wait(on_pty=again.append)
+        except CommandExitException as e:
+            ended["again"] = e
+
+    reader = threading.Thread(target=reread, daemon=True)
+    reader.start()
+    try:
+        wait_for("the output after connecting again", lambda: b"again=49" in b"".join(again))
+        sandbox.pty.send_stdin(other.pid, b"exit 3\n")
+        reader.join(30)
+        assert ended["again"].exit_code == 3
+    finally:
+        if reader.is_alive():
+            back.kill()

@@ -21,13 +21,19 @@ pub(crate) struct Proc {
     exec_id: String,
     config: Value,
     tag: Option<String>,
-    /// Who it runs as (what a resize of its terminal runs as too).
-    user: Option<String>,
+    /// A PTY's terminal: where its keystrokes and resizes go.
+    terminal: Option<tokio::sync::mpsc::Sender<berth_engine::TerminalInput>>,
 }
 
-/// A shell word, quoted for `sh`.
-fn quoted(word: &str) -> String {
-    format!("'{}'", word.replace('\'', "'\\''"))
+impl Proc {
+    pub(super) fn on_terminal(
+        exec_id: String,
+        config: Value,
+        tag: Option<String>,
+        terminal: tokio::sync::mpsc::Sender<berth_engine::TerminalInput>,
+    ) -> Proc {
+        Proc { exec_id, config, tag, terminal: Some(terminal) }
+    }
 }
 
 pub(super) async fn serve(s: &std::sync::Arc<E2b>, id: &str, req: Request) -> Response {
@@ -118,11 +124,16 @@ fn strings(v: &Value) -> Vec<String> {
 
 /// An exec's end as envd reports it.
 fn end_event(r: &berth_api::ExecResult) -> Value {
-    if r.killed || r.signal.is_some() {
+    end_of(r.exit_code, r.killed || r.signal.is_some(), r.error.as_deref())
+}
+
+/// A command's end as envd reports it: its exit code, or that a signal ended it.
+pub(super) fn end_of(exit_code: i32, killed: bool, error: Option<&str>) -> Value {
+    if killed {
         return json!({"event": {"end": {"exitCode": -1, "exited": false, "status": "signal: killed", "error": "signal: killed"}}});
     }
-    let mut end = json!({"exitCode": r.exit_code, "exited": true, "status": format!("exit status {}", r.exit_code)});
-    if let Some(e) = &r.error {
+    let mut end = json!({"exitCode": exit_code, "exited": true, "status": format!("exit status {exit_code}")});
+    if let Some(e) = error {
         end["error"] = json!(e);
     }
     json!({"event": {"end": end}})
@@ -135,18 +146,14 @@ async fn start(s: &E2b, key: &Caller, id: &str, m: &Value, timeout_ms: Option<u6
     };
     let mut argv = vec![cmd.to_string()];
     argv.extend(strings(&p["args"]));
-    // A terminal: the command runs on a pseudo-terminal of the sandbox's own that `script` opens inside, its
-    // input and output the terminal's (the size set before the command starts; `Update` changes it).
-    let pty = !m["pty"].is_null();
-    if pty {
-        let size = |k: &str| m["pty"]["size"][k].as_u64().filter(|n| *n > 0 && *n < 10_000);
-        let (Some(rows), Some(cols)) = (size("rows"), size("cols")) else {
-            return err("invalid_argument", "pty.size needs rows and cols between 1 and 9999");
-        };
-        let line: Vec<String> = argv.iter().map(|w| quoted(w)).collect();
-        let inner = format!("stty rows {rows} cols {cols} 2>/dev/null; exec {}", line.join(" "));
-        argv = vec!["script".into(), "-qfec".into(), inner, "/dev/null".into()];
-    }
+    // A terminal: the command runs on a pseudo-terminal of the sandbox's own (see `pty`).
+    let pty = match &m["pty"] {
+        Value::Null => None,
+        asked => match size_of(asked) {
+            Some(size) => Some(size),
+            None => return err("invalid_argument", "pty.size needs rows and cols between 1 and 9999"),
+        },
+    };
     let envs = p["envs"].as_object().cloned().unwrap_or_default();
     let cwd = p["cwd"].as_str().map(|c| who.absolute(c)).unwrap_or_else(|| who.home.clone());
     let Some(mut env) = envs
@@ -159,13 +166,19 @@ async fn start(s: &E2b, key: &Caller, id: &str, m: &Value, timeout_ms: Option<u6
     if who.user.is_none() {
         env.entry("HOME".into()).or_insert_with(|| who.home.clone());
     }
+    let config = json!({"cmd": cmd, "args": strings(&p["args"]), "envs": envs, "cwd": cwd});
+    let tag = m["tag"].as_str().map(str::to_string);
+    if let Some((rows, cols)) = pty {
+        let asked = super::pty::Asked { argv, env, cwd, user: who.user.clone(), rows, cols, config, tag };
+        return super::pty::start(s, key, id, asked, timeout_ms).await;
+    }
     let req = ExecRequest {
         argv,
         env,
         workdir: Some(cwd.clone()),
         max_output_bytes: Some(1u64 << 40),
         user: who.user.clone(),
-        stdin_open: pty || m["stdin"].as_bool() == Some(true),
+        stdin_open: m["stdin"].as_bool() == Some(true),
         timeout_seconds: timeout_ms.filter(|ms| *ms > 0).map(|ms| ms as f64 / 1000.0),
         ..ExecRequest::default()
     };
@@ -173,9 +186,6 @@ async fn start(s: &E2b, key: &Caller, id: &str, m: &Value, timeout_ms: Option<u6
         Ok(frames) => frames,
         Err(f) => return err(code_of(f.status), f.message),
     };
-    let config = json!({"cmd": cmd, "args": strings(&p["args"]), "envs": envs, "cwd": cwd});
-    let tag = m["tag"].as_str().map(str::to_string);
-    let user = who.user.clone();
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let procs = s.procs_handle();
     let sandbox = id.to_string();
@@ -187,13 +197,12 @@ async fn start(s: &E2b, key: &Caller, id: &str, m: &Value, timeout_ms: Option<u6
                 let out = match frame {
                     ExecFrame::Started { exec_id, pid: p } => {
                         pid = Some(p);
-                        let proc = Proc { exec_id, config: config.clone(), tag: tag.clone(), user: user.clone() };
+                        let proc = Proc { exec_id, config: config.clone(), tag: tag.clone(), terminal: None };
                         procs.lock().unwrap_or_else(|e| e.into_inner()).insert((sandbox.clone(), p), proc);
                         connect::message(json!({"event": {"start": {"pid": p}}}))
                     }
                     ExecFrame::Output { stream, data, .. } => {
                         let which = match stream {
-                            _ if pty => "pty",
                             berth_api::Stream::Stderr => "stderr",
                             _ => "stdout",
                         };
@@ -250,7 +259,9 @@ async fn exec(
 }
 
 impl E2b {
-    fn procs_handle(&self) -> std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(String, i32), Proc>>> {
+    pub(super) fn procs_handle(
+        &self,
+    ) -> std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(String, i32), Proc>>> {
         std::sync::Arc::clone(&self.procs)
     }
 
@@ -278,8 +289,9 @@ async fn attach(s: &E2b, key: &Caller, id: &str, m: &Value) -> Response {
     tokio::spawn(async move {
         let b64 = base64::engine::general_purpose::STANDARD;
         let _ = tx.send(connect::message(json!({"event": {"start": {"pid": pid}}}))).await;
+        let which = if proc.terminal.is_some() { "pty" } else { "stdout" };
         while let Some(Ok(chunk)) = log.recv().await {
-            if tx.send(connect::message(json!({"event": {"data": {"stdout": b64.encode(&chunk)}}}))).await.is_err() {
+            if tx.send(connect::message(json!({"event": {"data": {which: b64.encode(&chunk)}}}))).await.is_err() {
                 return;
             }
         }
@@ -331,28 +343,28 @@ async fn signal(s: &E2b, key: &Caller, id: &str, m: &Value) -> Response {
     }
 }
 
+/// A PTY's size as `Start` and `Update` give it.
+fn size_of(pty: &Value) -> Option<(u16, u16)> {
+    let size = |k: &str| pty["size"][k].as_u64().filter(|n| *n > 0 && *n < 10_000).map(|n| n as u16);
+    Some((size("rows")?, size("cols")?))
+}
+
 /// `Update`: a terminal's new size, set on the terminal the command's processes hold (they get SIGWINCH).
 async fn resize(s: &E2b, key: &Caller, id: &str, m: &Value) -> Response {
     let Some((pid, proc)) = s.proc_of(id, &m["process"]) else {
         return err("not_found", format!("no running process {} in sandbox {id}", m["process"]));
     };
-    let size = |k: &str| m["pty"]["size"][k].as_u64().filter(|n| *n > 0 && *n < 10_000);
-    let (Some(rows), Some(cols)) = (size("rows"), size("cols")) else {
+    let Some((rows, cols)) = size_of(&m["pty"]) else {
         return err("invalid_argument", "pty.size needs rows and cols between 1 and 9999");
     };
-    let script = format!(
-        "for c in $(cat /proc/{pid}/task/*/children); do t=$(readlink /proc/$c/fd/0) && stty -F \"$t\" rows {rows} cols {cols} && exit 0; done; exit 1"
-    );
-    let req = ExecRequest { argv: vec!["sh".into(), "-c".into(), script], user: proc.user, ..ExecRequest::default() };
-    let mut done = false;
-    if let Ok(mut frames) = exec(s, key, id, req).await {
-        while let Some(frame) = frames.recv().await {
-            if let ExecFrame::Exit(r) = frame {
-                done = r.exit_code == 0;
-            }
-        }
+    let Some(terminal) = &proc.terminal else {
+        return err("failed_precondition", format!("process {pid} has no terminal to resize"));
+    };
+    // As the caller could: a resize is a use of the process, as input is.
+    if let Err(f) = s.run(key, Access::On(id, Op::Stdin(&proc.exec_id)), async { Ok(()) }).await {
+        return err(code_of(f.status), f.message);
     }
-    if done { ok(json!({})) } else { err("failed_precondition", format!("process {pid} has no terminal to resize")) }
+    super::pty::resize(terminal, rows, cols).await
 }
 
 /// `SendInput` (and, with `close`, `CloseStdin`): bytes for a running process's stdin, which it must have been
@@ -368,6 +380,16 @@ async fn input(s: &E2b, key: &Caller, id: &str, selector: &Value, input: &Value,
         },
         None => Vec::new(),
     };
+    if let Some(terminal) = &proc.terminal {
+        if let Err(f) = s.run(key, Access::On(id, Op::Stdin(&proc.exec_id)), async { Ok(()) }).await {
+            return err(code_of(f.status), f.message);
+        }
+        // A terminal's input is never closed: its end of file is a keystroke (^D).
+        return match close {
+            true => ok(json!({})),
+            false => super::pty::keys(terminal, data).await,
+        };
+    }
     let sent = s.engine.send_stdin(id, &proc.exec_id, data, close);
     match s.run(key, Access::On(id, Op::Stdin(&proc.exec_id)), sent).await {
         Ok(()) => ok(json!({})),

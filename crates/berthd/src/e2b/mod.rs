@@ -22,6 +22,7 @@ mod envd;
 mod files;
 mod interpreter;
 mod lifecycle;
+mod pty;
 pub(crate) mod tls;
 mod users;
 mod watch;
