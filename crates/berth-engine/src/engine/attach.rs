@@ -42,6 +42,15 @@ pub(crate) struct AttachedExec {
     pub redactor: Option<berth_secrets::Redactor>,
 }
 
+/// Whose terminal an attached exec runs on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TerminalOn {
+    /// The one the caller gives (a pseudo-terminal of the sandbox's devpts).
+    Given,
+    /// One init opens inside, of this size.
+    Init(berth_init::protocol::Winsize),
+}
+
 /// Who an attached exec runs as, and where: root in /workspace unless told.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Who {
@@ -69,11 +78,10 @@ impl Who {
 }
 
 impl Engine {
-    /// Start `argv` in sandbox `id` with `stdio` as its stdin, stdout and stderr (`tty`: a terminal, which
-    /// becomes its controlling terminal), as and where `who` says, with the sandbox's environment and `env`
-    /// on top.
-    /// With `pty`, init opens the terminal inside, of that size, and `stdio` is one stream socket it copies
-    /// the terminal to.
+    /// Start `argv` in sandbox `id` on a terminal, as and where `who` says, with the sandbox's environment
+    /// and `env` on top. On [`TerminalOn::Given`], `stdio` is the terminal (its stdin, stdout and stderr, and
+    /// its controlling terminal); on [`TerminalOn::Init`], init opens the terminal inside, of that size, and
+    /// `stdio` is one stream socket it copies the terminal to.
     pub(crate) async fn exec_attached(
         &self,
         id: &str,
@@ -81,9 +89,12 @@ impl Engine {
         env: BTreeMap<String, String>,
         who: &Who,
         stdio: &[BorrowedFd<'_>],
-        tty: bool,
-        pty: Option<berth_init::protocol::Winsize>,
+        on: TerminalOn,
     ) -> Result<AttachedExec, EngineError> {
+        let (tty, pty) = match on {
+            TerminalOn::Given => (true, None),
+            TerminalOn::Init(size) => (false, Some(size)),
+        };
         if argv.first().is_none_or(String::is_empty) {
             return Err(EngineError::invalid("argv must name a command"));
         }

@@ -20,6 +20,7 @@ use berth_init::protocol::{Event, Request, Winsize};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
+use super::attach::TerminalOn;
 use super::{AttachedExec, Engine};
 use crate::EngineError;
 use crate::exec_log::ExecLog;
@@ -184,9 +185,9 @@ async fn run(
     let started = match inside {
         None => {
             let stdio = [slave.as_fd(), slave.as_fd(), slave.as_fd()];
-            e.exec_attached(&sandbox, argv, env, &who, &stdio, true, None).await
+            e.exec_attached(&sandbox, argv, env, &who, &stdio, TerminalOn::Given).await
         }
-        Some(size) => e.exec_attached(&sandbox, argv, env, &who, &[slave.as_fd()], false, Some(size)).await,
+        Some(size) => e.exec_attached(&sandbox, argv, env, &who, &[slave.as_fd()], TerminalOn::Init(size)).await,
     };
     // Only the command holds the terminal now: when it and its children are done with it, reads of the
     // master end fail, and that is the end of its output.
