@@ -284,6 +284,14 @@ class Files(_Namespace):
         body = drop_none({"from": src, "to": dst, "overwrite": overwrite, "user": user})
         return self._do(Op("POST", f"{self._base}/move", json=body, parse=model(m.FileEntry)))
 
+    def watch(self, path: str, *, recursive: bool = False, user: str | None = None) -> Any:
+        """Watch the directory ``path`` (and with ``recursive`` every directory under it): returns once the watch
+        is in place, an iterator (``async for`` on an ``AsyncSandbox``) of :class:`berth.models.WatchEvent`, each
+        change as it happens. Use it in a ``with`` (``async with``) block or ``close()`` it to end the watch;
+        the iteration ends by itself when the sandbox's side ends it (``ended`` then says why)."""
+        params = {"path": path, "recursive": flag(True) if recursive else None, "user": user}
+        return self._c._watch(Op("GET", f"{self._base}/watch", params=params, timeout=None))
+
     def upload_tar(self, path: str, data: bytes, *, parents: bool = False) -> m.Extracted:
         """Unpack a tar into the directory ``path`` (made when missing)."""
         params = {"path": path, "parents": flag(True) if parents else None}

@@ -104,6 +104,14 @@ class AsyncClient(ClientAPI):
             check(r)
         return r
 
+    async def _watch(self, op: Op) -> "AsyncDirWatch":
+        w = AsyncDirWatch(await self._stream(op))
+        first = await w._next_event()
+        if first is None or first.type != "ready":
+            await w.aclose()
+            raise errors.TransportError("the watch's stream ended before the watch was in place")
+        return w
+
     async def events(self, *, follow: bool = True) -> AsyncIterator[m.LifecycleEvent]:
         """Lifecycle events: the recent ones, then (``follow``) each new one as it happens."""
         if not follow:
@@ -122,6 +130,45 @@ class AsyncClient(ClientAPI):
                     data.append(line[5:].lstrip(" "))
         finally:
             await r.aclose()
+
+
+class AsyncDirWatch:
+    """``await sb.files.watch(...)``: ``async for`` each change as it happens; ``aclose()`` or leaving
+    ``async with`` ends the watch."""
+
+    def __init__(self, r: httpx.Response):
+        self._r = r
+        self._lines = r.aiter_lines()
+        self.ended: str | None = None
+
+    async def _next_event(self) -> m.WatchEvent | None:
+        try:
+            async for line in self._lines:
+                if line.strip():
+                    return m.WatchEvent.from_dict(json.loads(line))
+        except httpx.TransportError:
+            pass
+        return None
+
+    def __aiter__(self) -> "AsyncDirWatch":
+        return self
+
+    async def __anext__(self) -> m.WatchEvent:
+        ev = await self._next_event()
+        if ev is None or ev.type == "end":
+            self.ended = ev.reason if ev else "the watch's stream was closed"
+            await self.aclose()
+            raise StopAsyncIteration
+        return ev
+
+    async def aclose(self) -> None:
+        await self._r.aclose()
+
+    async def __aenter__(self) -> "AsyncDirWatch":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
 
 
 class _Creating:

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator
 import httpx
 
 from . import models as m
+from .errors import TransportError
 from ._api import ClientAPI
 from ._core import (
     DEFAULT_RETRIES,
@@ -95,6 +96,9 @@ class Client(ClientAPI):
 
     # ---- streams ----
 
+    def _watch(self, op: Op) -> "DirWatch":
+        return DirWatch(self._stream(op))
+
     def events(self, *, follow: bool = True) -> Iterator[m.LifecycleEvent]:
         """Lifecycle events: the recent ones, then (``follow``) each new one as it happens. Break to stop."""
         if not follow:
@@ -106,6 +110,48 @@ class Client(ClientAPI):
                 yield m.LifecycleEvent.from_dict(json.loads(data))
         finally:
             r.close()
+
+
+class DirWatch:
+    """``files.watch``: each change as it happens (iterate); ``close()`` or leaving ``with`` ends the watch."""
+
+    def __init__(self, r: httpx.Response):
+        self._r = r
+        self._lines = r.iter_lines()
+        self.ended: str | None = None
+        first = self._next_event()
+        if first is None or first.type != "ready":
+            self.close()
+            raise TransportError("the watch's stream ended before the watch was in place")
+
+    def _next_event(self) -> m.WatchEvent | None:
+        try:
+            for line in self._lines:
+                if line.strip():
+                    return m.WatchEvent.from_dict(json.loads(line))
+        except httpx.TransportError:
+            pass
+        return None
+
+    def __iter__(self) -> "DirWatch":
+        return self
+
+    def __next__(self) -> m.WatchEvent:
+        ev = self._next_event()
+        if ev is None or ev.type == "end":
+            self.ended = ev.reason if ev else "the watch's stream was closed"
+            self.close()
+            raise StopIteration
+        return ev
+
+    def close(self) -> None:
+        self._r.close()
+
+    def __enter__(self) -> "DirWatch":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def sse_data(lines: Any) -> Iterator[str]:

@@ -404,6 +404,23 @@ class Extracted(Model):
     entries: int
 
 
+@dataclass
+class WatchEvent:
+    """One change ``files.watch`` reports. ``type`` is ``create``, ``write``, ``remove``, ``rename`` (``from_``
+    is the old path), ``chmod`` or ``overflow`` (changes were missed: look again); ``path`` is relative to the
+    watched directory, and ``dir`` says it names a directory. (The API's ``from`` is ``from_`` here.)"""
+
+    type: str
+    path: Optional[str] = None
+    from_: Optional[str] = None
+    dir: bool = False
+    reason: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "WatchEvent":
+        return cls(data["type"], data.get("path"), data.get("from"), bool(data.get("dir")), data.get("reason"))
+
+
 # ---- Durable projects ----
 
 

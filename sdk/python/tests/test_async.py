@@ -108,6 +108,21 @@ def test_async_files_projects_and_daemon_calls(daemon):
     run(main())
 
 
+def test_async_watch(daemon):
+    async def main():
+        async with berth.AsyncClient(socket=daemon.socket) as client:
+            async with berth.AsyncSandbox.create(client=client, ttl=300) as sb:
+                await sb.files.mkdir("/workspace/w", parents=True)
+                async with await sb.files.watch("/workspace/w") as w:
+                    await sb.files.write("/workspace/w/a.txt", "a")
+                    async for ev in w:
+                        if (ev.type, ev.path) == ("create", "a.txt"):
+                            return ev
+        return None
+
+    assert run(asyncio.wait_for(main(), 60)) is not None
+
+
 def test_async_events_follow(daemon):
     async def main():
         async with berth.AsyncClient(socket=daemon.socket) as client:

@@ -77,6 +77,30 @@ def test_move_renames_files_and_trees(sandbox):
         sandbox.files.move("/", "/workspace/root")
 
 
+def test_watch_reports_changes_as_they_happen(sandbox):
+    sandbox.files.mkdir("/workspace/w/old", parents=True)
+    with sandbox.files.watch("/workspace/w", recursive=True) as w:
+        sandbox.exec("cd /workspace/w && echo 1 > a.txt && mv old new && echo 2 > new/b && rm a.txt", timeout=30)
+        seen = []
+        for ev in w:
+            seen.append(ev)
+            if (ev.type, ev.path) == ("remove", "a.txt"):
+                break
+    kinds = [(e.type, e.path) for e in seen]
+    assert kinds.index(("create", "a.txt")) < kinds.index(("remove", "a.txt"))
+    rename = next(e for e in seen if e.type == "rename")
+    assert (rename.from_, rename.path, rename.dir) == ("old", "new", True)
+    assert ("create", "new/b") in kinds
+    # The directory removed ends the iteration, with the reason.
+    w = sandbox.files.watch("/workspace/w")
+    sandbox.exec("rm -r /workspace/w", timeout=30)
+    assert [e.type for e in w] and "was removed" in w.ended
+    with pytest.raises(berth.Conflict):
+        sandbox.files.watch("/etc/hostname")
+    with pytest.raises(berth.NotFound):
+        sandbox.files.watch("/workspace/none")
+
+
 def test_upload_and_download_trees(sandbox, tmp_path):
     src = tmp_path / "src"
     (src / "pkg").mkdir(parents=True)

@@ -39,6 +39,7 @@ NOT_MODELLED = {
     "PodEvent": "berth-oci's (pods)", "PodFork": "berth-oci's (pods)", "PodReceipt": "berth-oci's (pods)",
     "ClusterInfo": "the node agent's (pods)", "ClusterVolume": "the node agent's (pods)",
     "ClusterPod": "the node agent's (pods)",
+    "WatchEvent": "models.WatchEvent, read by files.watch (its from is from_)", "WatchKind": "a string field",
 }  # fmt: skip
 # Each frame of a code run is gathered into an Execution (results.RunGather), whatever its schema is named.
 NOT_MODELLED_PREFIXES = ("RunFrame",)
