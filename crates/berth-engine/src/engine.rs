@@ -62,7 +62,7 @@ use live::{ExecEntry, Live};
 pub use network::{ApiConnections, Counted, MAX_CONNECTIONS, SandboxApi};
 pub use storage::{DEFAULT_DISK, StorageChoice, StorageOptions};
 pub use terminal::{OpenTerminal, Terminal, TerminalEvent, TerminalInput, TerminalRequest};
-pub use watch::{DirWatch, MAX_WATCHES};
+pub use watch::{DirWatch, MAX_WATCHES, WatchLimits};
 
 pub struct Engine {
     root: PathBuf,

@@ -20,6 +20,7 @@ use crate::exec_log::ExecLog;
 use crate::launch::{self, Outcome, kill_tree};
 use crate::output_budget::OutputBudget;
 use crate::session::Session;
+use crate::sleep_until;
 
 /// Default bytes of output sent to a client.
 pub const DEFAULT_MAX_OUTPUT: u64 = 64 * 1024;
@@ -508,13 +509,6 @@ impl Utf8Carry {
     /// What is still held for `stream`.
     fn flush(&mut self, stream: Stream) -> Vec<u8> {
         std::mem::take(&mut self.pending[Self::slot(stream)])
-    }
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -36,3 +36,11 @@ pub mod tokens;
 pub use bounds::Bounds;
 pub use engine::*;
 pub use error::EngineError;
+
+/// Sleep until `at`; forever when there is no `at` (a `select!` branch that is off until a time is set).
+pub(crate) async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

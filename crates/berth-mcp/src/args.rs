@@ -165,6 +165,23 @@ pub struct FileMoveArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct FileWatchArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// Absolute path of the directory to watch. Default: /workspace.
+    pub path: Option<String>,
+    /// Watch every directory under it too. Default: true.
+    pub recursive: Option<bool>,
+    /// Give up after this many seconds (at most 600). Default: 30.
+    pub timeout_seconds: Option<f64>,
+    /// Return this many seconds after the last change, once there was one. Default: 1.
+    pub quiet_seconds: Option<f64>,
+    /// Return once this many changes were seen. Default: 200.
+    pub max_events: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SnapshotArgs {
     /// The sandbox's id or name.
     pub sandbox: String,

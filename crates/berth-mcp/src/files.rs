@@ -1,5 +1,5 @@
 //! The file and diff tools: a stat first, so a directory is listed and a file read, whatever they hold; a
-//! move is one call of the API's.
+//! move is one call of the API's, and so is a watch (bounded, so that it answers).
 
 use base64::Engine as _;
 use rmcp::RoleServer;
@@ -8,7 +8,7 @@ use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, Body, query_value, segment};
-use crate::args::{DiffArgs, FileListArgs, FileMoveArgs, FileReadArgs, FileWriteArgs};
+use crate::args::{DiffArgs, FileListArgs, FileMoveArgs, FileReadArgs, FileWatchArgs, FileWriteArgs};
 use crate::server::{Berth, json_result};
 
 const DEFAULT_READ_BYTES: u64 = 256 * 1024;
@@ -111,6 +111,60 @@ pub(crate) async fn move_to(b: &Berth, a: FileMoveArgs, ctx: &RequestContext<Rol
     let path = format!("/v1/sandboxes/{}/move", segment(&a.sandbox));
     let entry = b.call(ctx, "POST", path, Body::Json(body)).await?.json()?;
     Ok(json_result(entry, None))
+}
+
+/// Longest a watch tool call waits.
+const MAX_WATCH_SECONDS: f64 = 600.0;
+
+pub(crate) async fn watch(b: &Berth, a: FileWatchArgs, ctx: &RequestContext<RoleServer>) -> Outcome {
+    let path = a.path.unwrap_or_else(|| "/workspace".into());
+    let timeout = a.timeout_seconds.unwrap_or(30.0);
+    if !(timeout > 0.0 && timeout <= MAX_WATCH_SECONDS) {
+        return Err(ApiError {
+            status: 400,
+            code: Some("invalid_request".into()),
+            message: format!("timeout_seconds must be more than 0 and at most {MAX_WATCH_SECONDS}, not {timeout}"),
+        });
+    }
+    let mut query = format!(
+        "{}&timeout_seconds={timeout}&quiet_seconds={}&max_events={}",
+        route(&a.sandbox, "watch", &path),
+        a.quiet_seconds.unwrap_or(1.0),
+        a.max_events.unwrap_or(200)
+    );
+    if a.recursive.unwrap_or(true) {
+        query.push_str("&recursive=true");
+    }
+    let reply = b.call(ctx, "GET", query, Body::None).await?;
+    let (mut events, mut ended) = (Vec::new(), None);
+    for line in reply.body.split(|c| *c == b'\n').filter(|l| !l.is_empty()) {
+        let ev: Value = serde_json::from_slice(line)
+            .map_err(|e| ApiError::transport(format!("the daemon's watch sent a line that is not JSON: {e}")))?;
+        match ev["type"].as_str() {
+            Some("ready") => {}
+            Some("end") => ended = ev["reason"].as_str().map(String::from),
+            _ => events.push(ev),
+        }
+    }
+    let lines: Vec<String> = events
+        .iter()
+        .map(|e| {
+            let slash = if e["dir"] == true { "/" } else { "" };
+            let p = e["path"].as_str().unwrap_or_default();
+            match e["from"].as_str() {
+                Some(from) => format!("{:<8} {from}{slash} -> {p}{slash}", "rename"),
+                None => format!("{:<8} {p}{slash}", e["type"].as_str().unwrap_or_default()),
+            }
+        })
+        .collect();
+    let ended = ended.unwrap_or_else(|| "the watch's stream ended".into());
+    let text = match lines.is_empty() {
+        true => format!("no changes under {path} ({ended})"),
+        false => format!("{} change(s) under {path} ({ended}):\n{}", lines.len(), lines.join("\n")),
+    };
+    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+    r.structured_content = Some(json!({"path": path, "events": events, "ended": ended}));
+    Ok(r)
 }
 
 pub(crate) async fn list(b: &Berth, a: FileListArgs, ctx: &RequestContext<RoleServer>) -> Outcome {

@@ -247,6 +247,23 @@ impl Berth {
     }
 
     #[tool(
+        description = "Wait for changes under a directory of a sandbox (default /workspace, recursive) and \
+                       return them: what was created, written, renamed, had its mode changed or was removed, \
+                       as they happened (inotify inside the sandbox). Returns once the changes stop for \
+                       quiet_seconds (default 1) after the first, or at timeout_seconds (default 30) with \
+                       whatever came. Use it to wait for a build's output, a server's file or another agent's \
+                       edits instead of polling with exec.",
+        annotations(read_only_hint = true)
+    )]
+    async fn file_watch(
+        &self,
+        Parameters(a): Parameters<FileWatchArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        files::watch(self, a, &ctx).await.unwrap_or_else(failed)
+    }
+
+    #[tool(
         description = "Snapshot a sandbox's files (its root file system's changes and /workspace) at this \
                        instant, to restore later or to start new sandboxes from. Returns the snapshot's record.",
         annotations(read_only_hint = false, destructive_hint = false)

@@ -147,6 +147,31 @@ fn a_watch_reports_what_the_sandbox_changes_as_it_happens(d, iso) {
     assert_eq!(out.status.code(), Some(125));
     assert!(text(&out.stderr).contains("not a directory"), "{}", text(&out.stderr));
 
+    // Bounded, a watch answers by itself: after its time, or its first change.
+    let (status, body) = d.http("GET", &format!("/v1/sandboxes/{id}/watch?path=/workspace/w&timeout_seconds=0.3"), "");
+    let lines: Vec<Value> = body.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!((lines[0]["type"].as_str(), lines.len()), (Some("ready"), 2), "{body}");
+    assert_eq!(lines[1]["reason"], "timeout_seconds passed");
+    let first = std::thread::scope(|s| {
+        let waiting = s.spawn(|| d.http("GET", &format!("/v1/sandboxes/{id}/watch?path=/workspace/w&max_events=1&timeout_seconds=60"), ""));
+        for n in 0..50 {
+            if waiting.is_finished() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            d.sh(&id, &format!("touch /workspace/w/t{n}"));
+        }
+        waiting.join().unwrap()
+    });
+    let lines: Vec<Value> = first.1.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!((lines[1]["type"].as_str(), lines[2]["reason"].as_str()), (Some("create"), Some("max_events changes were reported")));
+    for bad in ["timeout_seconds=0", "timeout_seconds=-1", "quiet_seconds=100000", "max_events=0"] {
+        let (status, e) = watch(&format!("path=/workspace/w&{bad}"));
+        assert_eq!(status, 400, "{bad}: {e}");
+    }
+
     // At most 64 at once; a client that hangs up frees its watch.
     let path = format!("/v1/sandboxes/{id}/watch?path=/workspace/w");
     let mut held = Vec::new();

@@ -86,6 +86,36 @@ struct WatchQuery {
     recursive: bool,
     /// Watch as this user of the sandbox, who must be able to list the directory.
     user: Option<String>,
+    /// End the stream after this long.
+    timeout_seconds: Option<f64>,
+    /// End it once this many changes were reported.
+    max_events: Option<u64>,
+    /// End it this long after the last change, once there was one.
+    quiet_seconds: Option<f64>,
+}
+
+impl WatchQuery {
+    /// The bounds the query asks for: each positive, the times at most a day.
+    fn limits(&self) -> Result<berth_engine::WatchLimits, Failure> {
+        let seconds = |name: &str, v: Option<f64>| -> Result<Option<std::time::Duration>, Failure> {
+            match v {
+                None => Ok(None),
+                Some(t) if t > 0.0 && t <= 86_400.0 => Ok(Some(std::time::Duration::from_secs_f64(t))),
+                Some(t) => Err(Failure::new(
+                    ErrorCode::InvalidRequest,
+                    format!("{name} must be more than 0 and at most 86400 (a day), not {t}"),
+                )),
+            }
+        };
+        if self.max_events == Some(0) {
+            return Err(Failure::new(ErrorCode::InvalidRequest, "max_events must be at least 1".to_string()));
+        }
+        Ok(berth_engine::WatchLimits {
+            timeout: seconds("timeout_seconds", self.timeout_seconds)?,
+            max_events: self.max_events,
+            quiet: seconds("quiet_seconds", self.quiet_seconds)?,
+        })
+    }
 }
 
 fn query<T>(q: std::result::Result<Query<T>, QueryRejection>) -> Result<T, Failure> {
@@ -244,8 +274,9 @@ async fn watch(
     q: std::result::Result<Query<WatchQuery>, QueryRejection>,
 ) -> Result<Response, Failure> {
     let q = query(q)?;
+    let limits = q.limits()?;
     let watch = e.watch_dir(&id, &q.path, q.recursive, q.user.as_deref()).await?;
-    Ok(crate::http::ndjson(watch.events))
+    Ok(crate::http::ndjson(watch.bounded(limits).events))
 }
 
 async fn get_archive(

@@ -13,6 +13,7 @@ use super::{Engine, Live, now_ms};
 use crate::EngineError;
 use crate::exec_log::ExecLog;
 use crate::output_budget::OutputBudget;
+use crate::sleep_until;
 
 /// Largest frame an interpreter may send (a result with a big image, say).
 const MAX_FRAME: u64 = 16 << 20;
@@ -287,12 +288,5 @@ impl Run {
             serde_json::json!({"result": result, "log": log_path, "log_sha256": digest, "log_bytes_dropped": log_bytes_dropped}),
         );
         self.send(RunFrame::End(result)).await;
-    }
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

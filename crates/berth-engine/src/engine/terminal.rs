@@ -26,6 +26,7 @@ use crate::EngineError;
 use crate::exec_log::ExecLog;
 use crate::files::{FileError, SandboxFs};
 use crate::launch::{self, Outcome};
+use crate::sleep_until;
 
 /// How long the terminal's output keeps being read after the command ended (its background children may
 /// still hold the terminal; what the command wrote last may still be on its way).
@@ -400,12 +401,5 @@ impl Pump {
             *log = None;
         }
         self.caller = self.caller && events.send(TerminalEvent::Output(bytes)).await.is_ok();
-    }
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

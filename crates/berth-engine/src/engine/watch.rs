@@ -389,3 +389,61 @@ async fn read_line(lines: &mut BufReader<UnixStream>, line: &mut Vec<u8>) -> Res
     }
     Ok(Some(Line::Event(ev)))
 }
+
+/// Where a bounded watch (see [`DirWatch::bounded`]) stops by itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WatchLimits {
+    /// After this long, whatever came.
+    pub timeout: Option<Duration>,
+    /// Once this many changes were reported.
+    pub max_events: Option<u64>,
+    /// This long after the last change, once there was one.
+    pub quiet: Option<Duration>,
+}
+
+impl DirWatch {
+    /// The same watch, ended (with an `end` saying which) at the first of `limits`: for a caller that makes
+    /// one bounded call ("tell me what changes in the next minute", "wait for the first change").
+    pub fn bounded(self, limits: WatchLimits) -> DirWatch {
+        let DirWatch { mut events, control } = self;
+        let (tx, bounded) = mpsc::channel(256);
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            let deadline = limits.timeout.map(|t| started + t);
+            let (mut changes, mut last) = (0u64, None);
+            loop {
+                let quiet_at = last.zip(limits.quiet).map(|(l, q)| l + q);
+                let wake = match (deadline, quiet_at) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                let ev = tokio::select! {
+                    () = tx.closed() => return,
+                    ev = events.recv() => ev,
+                    () = crate::sleep_until(wake) => {
+                        let reason = match quiet_at.filter(|q| deadline.is_none_or(|d| *q < d)) {
+                            Some(_) => "quiet_seconds passed without a change",
+                            None => "timeout_seconds passed",
+                        };
+                        let _ = tx.send(WatchEvent::end(reason)).await;
+                        return;
+                    }
+                };
+                let Some(ev) = ev else { return };
+                let kind = ev.kind;
+                if tx.send(ev).await.is_err() || kind == WatchKind::End {
+                    return;
+                }
+                if !matches!(kind, WatchKind::Ready | WatchKind::Overflow) {
+                    changes += 1;
+                    last = Some(tokio::time::Instant::now());
+                }
+                if limits.max_events.is_some_and(|m| changes >= m) {
+                    let _ = tx.send(WatchEvent::end("max_events changes were reported")).await;
+                    return;
+                }
+            }
+        });
+        DirWatch { events: bounded, control }
+    }
+}

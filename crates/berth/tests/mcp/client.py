@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 ALL_TOOLS = {
     "sandbox_create", "sandbox_list", "sandbox_inspect", "sandbox_remove", "exec", "run_code", "file_read",
-    "file_write", "file_list", "file_move", "snapshot", "restore", "fork", "diff", "net_allow", "net_deny", "net_log",
+    "file_write", "file_list", "file_move", "file_watch", "snapshot", "restore", "fork", "diff", "net_allow", "net_deny", "net_log",
     "net_suggest", "sandbox_pause", "sandbox_resume", "sandbox_expose",
 }
 BEYOND_A_SESSION = {"snapshot", "restore", "fork", "net_allow", "net_deny", "net_suggest", "sandbox_expose"}
@@ -47,8 +47,8 @@ async def session(client, report):
         assert t.description and len(t.description) > 40, f"{t.name} has no real description"
         assert t.input_schema.get("type") == "object", f"{t.name}: {t.input_schema}"
     read_only = {t.name for t in tools if t.annotations and t.annotations.read_only_hint}
-    assert read_only == {"sandbox_list", "sandbox_inspect", "file_read", "file_list", "diff", "net_log",
-                         "net_suggest"}, read_only
+    assert read_only == {"sandbox_list", "sandbox_inspect", "file_read", "file_list", "file_watch", "diff",
+                         "net_log", "net_suggest"}, read_only
     exec_props = next(t for t in tools if t.name == "exec").input_schema["properties"]
     assert {"sandbox", "argv", "command", "timeout_seconds", "max_output_bytes"} <= set(exec_props), exec_props
 
@@ -99,6 +99,21 @@ async def session(client, report):
     })
     back = (await call(client, "file_read", {"sandbox": sid, "path": "/workspace/src/hello.txt"}))
     assert back.structured_content["content"] == content, back
+    # Waiting for changes: the tool answers once a burst of them is over.
+    async def change_soon():
+        await asyncio.sleep(1)
+        await call(client, "exec", {"sandbox": sid, "command": "for i in 1 2 3; do echo $i > /workspace/src/w$i; done"})
+    watched, _ = await asyncio.gather(
+        call(client, "file_watch", {"sandbox": sid, "path": "/workspace/src", "quiet_seconds": 1, "timeout_seconds": 60}),
+        change_soon(),
+    )
+    w = watched.structured_content
+    created = {e["path"] for e in w["events"] if e["type"] == "create"}
+    assert {"w1", "w2", "w3"} <= created and "quiet_seconds" in w["ended"], w
+    assert "create   w1" in text(watched), text(watched)
+    quiet = (await call(client, "file_watch", {"sandbox": sid, "path": "/workspace/src", "timeout_seconds": 0.5}))
+    assert quiet.structured_content["events"] == [] and "timeout_seconds" in quiet.structured_content["ended"], quiet
+    await call(client, "file_watch", {"sandbox": sid, "path": "/workspace/src/hello.txt"}, ok=False)
 
     # Snapshot, break, restore.
     # Snapshots outlive their sandboxes, and a test runs this session more than once on one daemon.
