@@ -34,10 +34,11 @@ impl std::fmt::Display for Isolation {
 impl std::str::FromStr for Isolation {
     type Err = String;
     fn from_str(s: &str) -> Result<Isolation, String> {
-        Isolation::ALL
-            .into_iter()
-            .find(|i| i.as_str() == s)
-            .ok_or_else(|| format!("{s:?} is not an isolation: use namespaces (the default) or gvisor"))
+        Isolation::ALL.into_iter().find(|i| i.as_str() == s).ok_or_else(|| {
+            let others: Vec<&str> =
+                Isolation::ALL.iter().filter(|i| **i != Isolation::default()).map(|i| i.as_str()).collect();
+            format!("{s:?} is not an isolation: use {} (the default) or {}", Isolation::default(), others.join(" or "))
+        })
     }
 }
 
@@ -48,4 +49,20 @@ pub struct IsolationInfo {
     pub available: bool,
     /// What provides it (`runsc 0.0~20240729.0`), or why this host cannot offer it.
     pub detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_isolation_parses_by_its_name_and_a_typo_lists_them() {
+        for i in Isolation::ALL {
+            assert_eq!(i.as_str().parse::<Isolation>(), Ok(i));
+        }
+        assert_eq!(
+            "gviser".parse::<Isolation>().unwrap_err(),
+            "\"gviser\" is not an isolation: use namespaces (the default) or gvisor"
+        );
+    }
 }

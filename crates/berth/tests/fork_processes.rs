@@ -159,6 +159,34 @@ fn what_cannot_be_forked_with_processes_is_named_and_the_parent_runs_on() {
 }
 
 #[test]
+fn a_backend_that_cannot_checkpoint_running_processes_refuses_before_anything_is_frozen() {
+    let d = Daemon::start_with(&["--isolation", "gvisor"]);
+    let id = d.create(&[]);
+    d.sh(&id, "echo 9 > /tmp/n");
+    let journal_before = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "").1;
+    for (route, body) in [("fork", r#"{"with_processes": true}"#), ("snapshots", r#"{"with_processes": true}"#)] {
+        let (status, answer) = d.http("POST", &format!("/v1/sandboxes/{id}/{route}"), body);
+        assert_eq!(status, 503, "{route}: {answer}");
+        assert!(answer.contains("a gVisor sandbox's running processes cannot be checkpointed"), "{answer}");
+        assert!(answer.contains("leave out --with-processes"), "{answer}");
+    }
+    // Nothing was frozen, nothing made: it runs on, and neither a fork nor a snapshot was recorded.
+    assert_eq!(record(&d, &id)["state"], "running");
+    assert_eq!(d.sh(&id, "cat /tmp/n"), "9\n");
+    assert_eq!(d.ids(), vec![id.clone()]);
+    let (_, snapshots) = d.http("GET", "/v1/snapshots", "");
+    assert_eq!(snapshots.trim(), "[]", "{snapshots}");
+    let journal_after = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "").1;
+    let added: Vec<Value> = serde_json::from_str::<Vec<Value>>(&journal_after).unwrap()
+        [serde_json::from_str::<Vec<Value>>(&journal_before).unwrap().len()..]
+        .to_vec();
+    assert!(added.iter().all(|r| r["action"] == "exec" || r["action"] == "exec_finished"), "{added:?}");
+    // Its files alone fork.
+    let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/fork"), r#"{"count": 1}"#);
+    assert_eq!(status, 201, "{body}");
+}
+
+#[test]
 fn a_snapshot_with_processes_starts_sandboxes_that_continue_them() {
     let d = Daemon::start();
     let id = serving(&d, &[], 8, "/workspace/served");

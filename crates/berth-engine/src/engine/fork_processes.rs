@@ -38,7 +38,16 @@ impl Engine {
             // Stopped or hibernated: the table says why not.
             Found::Kept(s) => return Err(lifecycle::refused(&s.id, s.state, op)),
         };
-        self.criu_for(berth_runtime::backend(live.record.lock().await.isolation))?;
+        let backend = berth_runtime::backend(live.record.lock().await.isolation);
+        // Refused before anything is frozen or written.
+        if !backend.supports().checkpoint_running {
+            return Err(EngineError::Unsupported(format!(
+                "sandbox {sid} cannot {doing}: a {} sandbox's running processes cannot be checkpointed (its files \
+                 can: leave out --with-processes)",
+                backend.name()
+            )));
+        }
+        self.criu_for(backend)?;
         self.check_hibernatable(&live, sid, doing, false).await?;
         Ok(live)
     }
