@@ -52,6 +52,7 @@ pub struct IsolationInfo {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
