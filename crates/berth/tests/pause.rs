@@ -177,3 +177,48 @@ fn time_paused_does_not_count_against_an_exec_timeout_or_an_active_only_ttl() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("idle_pause_seconds"), "{body}");
 }
+
+/// A paused sandbox being forked with its processes stays frozen until the fork is done: an exec that comes
+/// meanwhile waits for the fork, then resumes it (never thaws it in the middle of the checkpoint).
+#[test]
+fn activity_on_a_paused_sandbox_mid_fork_waits_for_the_fork() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    d.sh(&id, "echo 5 > /tmp/n");
+    assert!(d.berth(&["pause", &id]).status.success());
+    let images = d.root().join("hibernate");
+    let fork_and_exec = std::thread::scope(|s| {
+        let fork = s.spawn(|| d.berth(&["fork", &id, "--with-processes"]));
+        // The fork's image directory appears once it holds the sandbox.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut caught = false;
+        while Instant::now() < deadline && !fork.is_finished() {
+            let made =
+                std::fs::read_dir(&images).map(|dir| dir.flatten().any(|e| e.file_name() != ".init")).unwrap_or(false);
+            if made {
+                caught = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let exec = d.berth(&["exec", &id, "--", "cat", "/tmp/n"]);
+        (fork.join().unwrap(), exec, caught)
+    });
+    let (fork, exec, caught) = fork_and_exec;
+    assert!(fork.status.success(), "{}", text(&fork.stderr));
+    assert!(exec.status.success(), "{}", text(&exec.stderr));
+    assert_eq!(text(&exec.stdout), "5\n");
+    assert_eq!(record(&d, &id)["state"], "running", "the exec resumed it");
+    let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
+    let actions: Vec<String> = serde_json::from_str::<Vec<Value>>(&journal)
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let at = |a: &str| actions.iter().rposition(|x| x == a).unwrap_or_else(|| panic!("no {a} in {actions:?}"));
+    if caught {
+        assert!(at("fork") < at("resume"), "resumed in the middle of the fork: {actions:?}");
+    }
+    let child = text(&fork.stdout).trim().to_string();
+    assert_eq!(d.sh(&child, "cat /tmp/n"), "5\n");
+}

@@ -96,7 +96,8 @@ impl Operation {
             O::Restore => "restoring a snapshot",
             O::Reset => "resetting",
             O::Remove => "being removed",
-            O::Create | O::Resume | O::Activity | O::Change | O::Lost { .. } | O::Recover { .. } => return None,
+            O::Resume => "resuming",
+            O::Create | O::Activity | O::Change | O::Lost { .. } | O::Recover { .. } => return None,
         })
     }
 

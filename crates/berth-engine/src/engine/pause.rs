@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use berth_api::{EventKind, Sandbox};
+use berth_api::{EventKind, Sandbox, SandboxState};
 
 use super::lifecycle::{self, Admit, Admitted, Found, Now, Operation as O};
 use super::{Engine, Live, now_ms};
@@ -69,6 +69,9 @@ pub(crate) fn remaining(
     let left = limit.saturating_sub(active);
     (!left.is_zero()).then_some(left)
 }
+
+/// Longest a resume (or an activity) waits for an operation that holds the sandbox to end.
+const HELD_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// How long a pause looks at the freezer on the daemon's own thread, without sleeping, before it hands the
 /// wait to a blocking thread: a freeze of a few tasks settles well within it.
@@ -149,13 +152,24 @@ impl Engine {
     }
 
     pub(super) async fn resume_live(&self, live: &Arc<Live>, cause: &str) -> Result<Sandbox, EngineError> {
-        let mut r = live.record.lock().await;
-        let now = now_ms();
-        let step = match lifecycle::admit(Now { state: r.state, busy: None }, O::Resume) {
-            Ok(Admit::Go(step)) => step,
-            Ok(_) => return Ok(r.clone()),
-            Err(refusal) => return Err(refusal.into_error(&r.id, r.state)),
+        // Held by an operation that keeps it frozen for its own work (a fork or snapshot of it paused), it is
+        // resumed once that is done, never in the middle of it: the resume waits, and holds it in its turn.
+        let (mut r, step, _hold) = loop {
+            let r = live.record.lock().await;
+            match self.holds.admit(&r.id, r.state, O::Resume) {
+                Ok((Admit::Go(step), hold)) => break (r, step, hold),
+                Ok(_) => return Ok(r.clone()),
+                Err(lifecycle::Refusal::Busy(_)) => {
+                    let id = r.id.clone();
+                    drop(r);
+                    if let Err(op) = self.holds.until_free(&id, HELD_WAIT).await {
+                        return Err(lifecycle::Refusal::Busy(op).into_error(&id, SandboxState::Paused));
+                    }
+                }
+                Err(refusal) => return Err(refusal.into_error(&r.id, r.state)),
+            }
         };
+        let now = now_ms();
         if let Some(h) = &self.cgroups {
             // One write, which the kernel does at once: not worth a hop to a blocking thread.
             h.open(&r.id)

@@ -17,6 +17,8 @@ pub(crate) struct Holds {
     /// being accounted for): not to be adopted back, reaped or metered meanwhile. Counted, as the parts of one
     /// operation may each mark it.
     down: Mutex<HashMap<String, usize>>,
+    /// Told whenever a hold ends, for those who wait for one (see [`Holds::until_free`]).
+    freed: tokio::sync::Notify,
 }
 
 /// A poisoned lock is taken as it is: each change to these maps is one insert or removal.
@@ -34,6 +36,7 @@ pub(crate) struct Hold<'a> {
 impl Drop for Hold<'_> {
     fn drop(&mut self) {
         lock(&self.holds.busy).remove(&self.id);
+        self.holds.freed.notify_waiters();
     }
 }
 
@@ -82,6 +85,23 @@ impl Holds {
         Ok(Hold { holds: self, id: id.to_string() })
     }
 
+    /// Wait until nothing holds `id`, for at most `within`; what still holds it then.
+    pub(crate) async fn until_free(&self, id: &str, within: std::time::Duration) -> Result<(), Operation> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Listening before looking: a hold that ends between the two is not missed.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            match lock(&self.busy).get(id) {
+                None => return Ok(()),
+                Some(op) if tokio::time::Instant::now() >= deadline => return Err(*op),
+                Some(_) => {}
+            }
+            let _ = tokio::time::timeout_at(deadline, freed).await;
+        }
+    }
+
     /// Mark `id`'s runtime as being torn down until the mark drops.
     pub(crate) fn tear_down(&self, id: &str) -> TearingDown<'_> {
         *lock(&self.down).entry(id.to_string()).or_default() += 1;
@@ -123,6 +143,23 @@ mod tests {
         drop(first);
         assert!(h.admit("0123456789ab", S::Running, Operation::Restore).unwrap().1.is_some());
         drop(other);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_goes_on_once_the_hold_ends() {
+        let h = std::sync::Arc::new(Holds::default());
+        let (_, fork) = h.admit("0123456789ab", S::Paused, Operation::Fork { processes: false }).unwrap();
+        let short = std::time::Duration::from_millis(20);
+        assert_eq!(h.until_free("0123456789ab", short).await, Err(Operation::Fork { processes: false }));
+        assert_eq!(h.until_free("ba9876543210", short).await, Ok(()), "another sandbox is free");
+        let waiter = {
+            let h = std::sync::Arc::clone(&h);
+            tokio::spawn(async move { h.until_free("0123456789ab", std::time::Duration::from_secs(30)).await })
+        };
+        tokio::time::sleep(short).await;
+        assert!(!waiter.is_finished());
+        drop(fork);
+        assert_eq!(waiter.await.unwrap(), Ok(()));
     }
 
     #[test]
