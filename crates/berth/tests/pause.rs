@@ -222,3 +222,52 @@ fn activity_on_a_paused_sandbox_mid_fork_waits_for_the_fork() {
     let child = text(&fork.stdout).trim().to_string();
     assert_eq!(d.sh(&child, "cat /tmp/n"), "5\n");
 }
+
+/// A paused sandbox whose hibernation fails after it was thawed for the dump is paused again, still frozen
+/// where it was: CRIU here is a wrapper that refuses every dump and passes everything else to the real one.
+#[test]
+fn a_paused_sandbox_whose_hibernation_fails_is_paused_again() {
+    let Some(real) = ["/usr/local/sbin/criu", "/usr/sbin/criu", "/sbin/criu"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+    else {
+        panic!("CRIU is not installed: run scripts/setup");
+    };
+    let bin = tempfile::Builder::new().prefix("berth-criu-").tempdir().unwrap();
+    let wrapper = bin.path().join("criu");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ncase \" $* \" in *\" dump \"*)\n  while [ $# -gt 0 ]; do [ \"$1\" = -D ] && d=\"$2\"; shift; done\n  \
+             echo '(00.001) Error (criu/test.c:1): dump refused by the test' > \"$d/dump.log\"; exit 1;;\nesac\n\
+             exec {real} \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
+    let d = Daemon::start_with_env(&[("PATH", &path)]);
+    let id = counting(&d);
+    assert!(d.berth(&["pause", &id]).status.success());
+    // Thawed for the attempt, it runs while CRIU tries; refused, it is frozen again.
+    let (status, body) = d.http("POST", &format!("/v1/sandboxes/{id}/hibernate"), "");
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("could not hibernate, and runs on as it was"), "{body}");
+    assert!(body.contains("dump refused by the test"), "CRIU's own words are passed on: {body}");
+    // Its log is kept where the message says, though the image directory is gone.
+    let log = body.split("(log: ").nth(1).and_then(|r| r.split(')').next()).unwrap();
+    assert!(log.starts_with(&d.root().join("logs").join(&id).display().to_string()), "{log}");
+    assert!(std::fs::read_to_string(log).unwrap().contains("dump refused by the test"));
+    let r = record(&d, &id);
+    assert_eq!(r["state"], "paused", "{r}");
+    let still = count(&d, &id);
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(count(&d, &id), still, "a sandbox paused again does not run");
+    let (_, journal) = d.http("GET", &format!("/v1/sandboxes/{id}/journal"), "");
+    let pauses =
+        serde_json::from_str::<Vec<Value>>(&journal).unwrap().iter().filter(|r| r["action"] == "pause").count();
+    assert_eq!(pauses, 2, "the pause asked, and the one after the failed hibernation: {journal}");
+    // And it resumes as any paused one.
+    assert!(d.berth(&["resume", &id]).status.success());
+    wait_for("the counter to go on", Duration::from_secs(10), || count(&d, &id) > still + 2);
+}

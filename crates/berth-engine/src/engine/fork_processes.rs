@@ -107,9 +107,12 @@ impl Engine {
                 let ms = started.elapsed().as_millis() as u64;
                 files.await.map(|()| Checkpoint { dir: dir.clone(), criu: criu.clone(), bytes, ms })
             }
-            Ok(ShimReply::Error { message }) => Err(EngineError::Conflict(format!(
-                "sandbox {sid} could not be forked with its processes, and runs on as it was: {message}"
-            ))),
+            Ok(ShimReply::Error { message }) => {
+                let message = self.keep_criu_log(sid, &dir, "dump.log", message).await;
+                Err(EngineError::Conflict(format!(
+                    "sandbox {sid} could not be forked with its processes, and runs on as it was: {message}"
+                )))
+            }
             Ok(_) => Err(EngineError::ShimGone),
             Err(e) => Err(e),
         };

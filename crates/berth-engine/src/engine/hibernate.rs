@@ -100,6 +100,7 @@ impl Engine {
             Ok(ShimReply::Hibernated { bytes, .. }) => bytes,
             Ok(ShimReply::Error { message }) => {
                 drop(held);
+                let message = self.keep_criu_log(&sid, &dir, "dump.log", message).await;
                 let _ = tokio::fs::remove_dir_all(&dir).await;
                 // Paused again under this call's own hold (a pause asked for now would find it held).
                 if was_paused && let Err(e) = self.pause_held(&live, "asked").await {
@@ -142,6 +143,22 @@ impl Engine {
         );
         self.events.emit(&sid, EventKind::Hibernated, None, None);
         Ok(record)
+    }
+
+    /// A failed checkpoint's CRIU log, kept beside the sandbox's exec logs before its image directory goes
+    /// (`<root>/logs/<id>/criu-failed.log`: the last failure's only, removed with the sandbox), and `message`
+    /// naming it there.
+    pub(super) async fn keep_criu_log(&self, sid: &str, dir: &std::path::Path, log: &str, message: String) -> String {
+        let from = dir.join(log);
+        let to = self.root.join("logs").join(sid).join("criu-failed.log");
+        let kept = match tokio::fs::create_dir_all(self.root.join("logs").join(sid)).await {
+            Ok(()) => tokio::fs::rename(&from, &to).await.is_ok(),
+            Err(_) => false,
+        };
+        match kept {
+            true => message.replace(&from.display().to_string(), &to.display().to_string()),
+            false => message,
+        }
     }
 
     /// Connections open through its previews lead out of the sandbox: neither CRIU nor gVisor can write them.
