@@ -111,6 +111,11 @@ pub struct BenchArgs {
     /// page (a new connection each), and --bytes of one file.
     #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause", "density", "first_exec", "gvisor"])]
     pub preview: bool,
+    /// Instead: how long a change in a sandbox's directory takes to reach a client of the API's watch, against
+    /// an inotify watch the host holds itself on the same directory (a namespaces sandbox of the daemon at
+    /// --socket).
+    #[arg(long, conflicts_with_all = ["exec", "storage", "egress", "soak", "contexts", "pause", "density", "first_exec", "gvisor", "preview"])]
+    pub watch: bool,
     /// With --soak: clients looping at once, each on its own connections.
     #[arg(long, default_value = "20", value_parser = parse_count_usize, value_name = "N")]
     pub clients: usize,

@@ -35,6 +35,7 @@ mod soak;
 mod soak_check;
 mod startup;
 mod storage;
+mod watch;
 
 pub use args::{BenchArgs, BenchClientArgs};
 
@@ -55,6 +56,7 @@ pub fn run(root: &Path, socket: &Path, args: BenchArgs) -> anyhow::Result<i32> {
         args if args.exec => exec::bench_exec(socket, args),
         args if args.gvisor => gvisor::bench_gvisor(root, args),
         args if args.preview => preview::bench_preview(socket, args),
+        args if args.watch => watch::bench_watch(root, socket, args),
         args => startup::bench(root, args),
     }
 }
