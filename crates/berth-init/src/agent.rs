@@ -61,9 +61,10 @@ pub fn run() -> i32 {
     if on_stdin && !control_from_stdin() {
         return 125;
     }
-    // Started so (by gVisor's runsc), init is on a kernel that lets its own namespace's processes stop or
-    // kill PID 1: the filter refuses them that, for every command init starts (no_new_privs is set already).
-    if on_stdin && let Err(e) = berth_sys::seccomp::SeccompPolicy::protect_init().install() {
+    // Started so (by gVisor's runsc), init installs the sandbox's filter itself, for every command it starts
+    // (no_new_privs is set already): the same policy as under namespaces, and rules that keep its own
+    // namespace's processes from stopping or killing PID 1, which gVisor's kernel would let them do.
+    if on_stdin && let Err(e) = berth_sys::seccomp::SeccompPolicy::gvisor_default().install() {
         eprintln!("berth init: {e}");
         return 125;
     }

@@ -166,6 +166,16 @@ impl SeccompPolicy {
         SeccompPolicy { rules }
     }
 
+    /// What berth's init installs on itself under gVisor (and so on every command it starts): the sandbox's
+    /// policy, as under namespaces, and [`SeccompPolicy::protect_init`]'s rules on top. gVisor's kernel runs
+    /// the filter itself: one bug in it is then not the whole game, as Docker and Kubernetes keep their
+    /// profile inside `runsc` too.
+    pub fn gvisor_default() -> SeccompPolicy {
+        let mut policy = SeccompPolicy::sandbox_default();
+        policy.rules.extend(SeccompPolicy::protect_init().rules);
+        policy
+    }
+
     /// The policy berth installs in every sandbox.
     ///
     /// The rules with argument tests come first: the kernel caches an "allowed" verdict per syscall

@@ -85,7 +85,8 @@ pub fn probe(args: ProbeArgs) -> anyhow::Result<i32> {
         "mounts": mounts,
         "cap_eff": field("CapEff"),
         "cap_bnd": field("CapBnd"),
-        "no_new_privs": field("NoNewPrivs") == "1",
+        // Asked of the kernel (gVisor's /proc/self/status has no NoNewPrivs line).
+        "no_new_privs": rustix::thread::no_new_privs().unwrap_or(field("NoNewPrivs") == "1"),
         "seccomp": field("Seccomp"),
         "cgroup": read_trim("/proc/self/cgroup"),
         "connect": connect,
