@@ -389,8 +389,10 @@ impl Engine {
         }
         self.count_flushed(sid, &mut receipt);
         receipt.usage = self.final_usage(sid).await;
-        // 4: the sandbox itself.
+        // 4: the sandbox itself; the commands still running in it first, so that their results say they
+        // were killed (by a budget, a TTL, a removal).
         if let Some(live) = &live {
+            kill_running(live).await;
             let state = live.record.lock().await.state;
             let halted = match lifecycle::held_step(sid, state, lifecycle::Operation::Remove) {
                 Ok(step) => self.halt(live, sid, step).await,
@@ -528,4 +530,23 @@ async fn adopt(path: &Path) -> Result<Adopted, EngineError> {
     .await
     .map_err(|_| EngineError::ShimGone)??;
     Ok(Adopted { record, env, authority, session: Session::start(control)? })
+}
+
+/// Kill the execs still running in `live` (the sandbox is being removed), and give each a moment to record
+/// its end: killed, as it was.
+async fn kill_running(live: &Live) {
+    let ending: Vec<tokio::sync::watch::Receiver<Option<berth_api::ExecResult>>> = {
+        let execs = live.execs.lock().await;
+        execs
+            .values()
+            .filter(|e| e.done.borrow().is_none())
+            .map(|e| {
+                let _ = e.kill.send(true);
+                e.done.clone()
+            })
+            .collect()
+    };
+    for mut done in ending {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), done.wait_for(Option::is_some)).await;
+    }
 }

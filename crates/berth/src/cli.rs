@@ -40,7 +40,7 @@ pub enum Command {
     /// Report what this process can see and do, as JSON (run it inside a sandbox to inspect one).
     Probe(ProbeArgs),
     /// Show what berth would use on this host: cgroup version, kernel features.
-    Info,
+    Info(InfoArgs),
     /// Time `berth run -- true` against bubblewrap and unshare doing the same, in one run.
     Bench(BenchArgs),
     /// Serve the HTTP API on the unix socket (`--socket`) and own every sandbox's lifecycle.
@@ -149,6 +149,14 @@ pub enum Command {
     /// The in-sandbox side of `berth bench --egress` (started by it only).
     #[command(hide = true)]
     BenchClient(BenchClientArgs),
+}
+
+/// `berth info`: always JSON; `--json` asks for it on one line, as every reading command takes it.
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    /// Print the JSON object on one line (it is printed indented otherwise).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

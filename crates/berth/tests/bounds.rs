@@ -328,6 +328,11 @@ fn berth_info_lists_the_daemons_bounds() {
         }
     }
     assert!(info["bounds_from"].as_str().unwrap().contains("the daemon at"));
+    // --json: the same object, on one line.
+    let out = d.berth(&["info", "--json"]);
+    assert_eq!(text(&out.stdout).trim().lines().count(), 1, "{}", text(&out.stdout));
+    let one: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((one["bounds"].clone(), one["version"].clone()), (info["bounds"].clone(), info["version"].clone()));
     // A bound that cannot work is refused at start, naming its flag.
     let dir = tempfile::tempdir().unwrap();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))

@@ -289,15 +289,20 @@ fn a_cpu_budget_ends_the_sandbox_with_the_reason_in_its_receipt() {
     let d = Daemon::start();
     let id = d.create(&["--budget", "cpu=1s"]);
     assert_eq!(usage(&d, &id)["budget"]["cpu_seconds"], 1.0);
-    // It burns without end; the daemon ends it.
-    let out = d.berth(&["exec", &id, "--", "python3", "-c", "while True: pass"]);
-    assert!(!out.status.success());
+    // It burns without end; the daemon ends it, and the command's result says it was killed.
+    let (_, frames) =
+        d.http("POST", &format!("/v1/sandboxes/{id}/execs"), r#"{"argv": ["python3", "-c", "while True: pass"]}"#);
+    let exit: Value = serde_json::from_str(frames.lines().last().unwrap()).unwrap();
+    assert_eq!((exit["type"].as_str(), exit["killed"].as_bool()), (Some("exit"), Some(true)), "{frames}");
     let r = receipt(&d, &id);
     let reason = r["reason"].as_str().unwrap();
     assert!(reason.starts_with("budget: cpu ") && reason.ends_with(" s of 1 s"), "{reason}");
     assert!(r["usage"]["cpu_seconds"].as_f64().unwrap() >= 1.0, "{r}");
     assert!(r["clean"].as_bool().unwrap(), "{r}");
     assert!(!d.ids().contains(&id));
+    // berth receipt says why it ended.
+    let shown = text(&d.berth(&["receipt", &id]).stdout);
+    assert!(shown.lines().nth(1).is_some_and(|l| l.trim() == format!("reason: {reason}")), "{shown}");
 }
 
 #[test]

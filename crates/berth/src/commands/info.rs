@@ -5,7 +5,7 @@ use std::path::Path;
 use berth_runtime::Runtime;
 use berth_runtime::cgroup::Version;
 
-pub fn info(root: &Path, socket: &Path) -> anyhow::Result<i32> {
+pub fn info(root: &Path, socket: &Path, one_line: bool) -> anyhow::Result<i32> {
     let runtime = Runtime::open(root)?;
     let cgroups = match runtime.hierarchy().version() {
         Version::V1 => "v1",
@@ -41,7 +41,10 @@ pub fn info(root: &Path, socket: &Path) -> anyhow::Result<i32> {
         "bounds_from": bounds_from,
         "bounds": bounds,
     });
-    println!("{}", serde_json::to_string_pretty(&info)?);
+    match one_line {
+        true => println!("{}", serde_json::to_string(&info)?),
+        false => println!("{}", serde_json::to_string_pretty(&info)?),
+    }
     Ok(0)
 }
 

@@ -36,7 +36,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Run(args) => run::run(&cli.root, args),
         Command::Probe(args) => probe::probe(args),
-        Command::Info => info::info(&cli.root, &cli.socket),
+        Command::Info(args) => info::info(&cli.root, &cli.socket, args.json),
         Command::Bench(args) => berth_bench::run(&cli.root, &cli.socket, args),
         Command::Daemon(args) => daemon::daemon(&cli.root, &cli.socket, args),
         Command::Token(crate::cli::TokenCommand::Create { name, json }) => {

@@ -55,6 +55,9 @@ pub fn rm(socket: &Path, args: RmArgs) -> anyhow::Result<i32> {
 /// A receipt, for people: what each step did, the outputs with their digests, the leak check.
 fn print_receipt(r: &Teardown) {
     println!("removed {}{}", r.id, if r.name.is_empty() { String::new() } else { format!(" ({})", r.name) });
+    if !r.reason.is_empty() {
+        println!("  reason: {}", r.reason);
+    }
     for step in &r.steps {
         println!("  {step}");
     }
