@@ -357,7 +357,11 @@ fn what_gvisor_sandboxes_do_not_do_yet_says_so_in_one_sentence() {
     // A fork with its processes (a checkpoint of them).
     let out = d.berth(&["fork", &id, "--with-processes"]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("a gVisor sandbox cannot"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("a gVisor sandbox's running processes cannot be checkpointed"),
+        "{}",
+        text(&out.stderr)
+    );
     // The sandbox is untouched by all of it.
     assert_eq!(d.sh(&id, "echo fine"), "fine\n");
     assert_eq!(inspect(&d, &id)["state"], "running");

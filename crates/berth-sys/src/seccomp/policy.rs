@@ -80,8 +80,13 @@ const DENIED: &[(&str, libc::c_long)] = &[
     ("sysfs", libc::SYS_sysfs),
     #[cfg(target_arch = "x86_64")]
     ("ustat", libc::SYS_ustat),
-    // Sandboxed processes must not join namespaces they were not put in.
+    // Sandboxed processes must not join namespaces they were not put in, nor make new ones, nor rename
+    // theirs (Docker allows these only with CAP_SYS_ADMIN, which a sandbox lacks: the kernel would refuse
+    // them too).
     ("setns", libc::SYS_setns),
+    ("unshare", libc::SYS_unshare),
+    ("sethostname", libc::SYS_sethostname),
+    ("setdomainname", libc::SYS_setdomainname),
     // NUMA placement: memory policy and moving pages between nodes act on the host's physical memory
     // layout. Docker refuses these without CAP_SYS_NICE; libnuma reads a refusal as "no NUMA".
     ("get_mempolicy", libc::SYS_get_mempolicy),
@@ -163,7 +168,7 @@ impl SeccompPolicy {
             rule("rt_tgsigqueueinfo", libc::SYS_rt_tgsigqueueinfo, EPERM, pid_1()),
             rule("pidfd_open", libc::SYS_pidfd_open, EPERM, pid_1()),
         ];
-        SeccompPolicy { rules }
+        SeccompPolicy { rules, ..SeccompPolicy::default() }
     }
 
     /// What berth's init installs on itself under gVisor (and so on every command it starts): the sandbox's
@@ -225,7 +230,6 @@ impl SeccompPolicy {
             // where much of the kernel's privilege-escalation surface lives. clone's flags are arg0 on both
             // x86_64 and aarch64.
             rule("clone", libc::SYS_clone, EPERM, vec![(Arg::A0, ArgTest::AnyBitSet(newuser))]),
-            rule("unshare", libc::SYS_unshare, EPERM, vec![(Arg::A0, ArgTest::AnyBitSet(newuser))]),
             rule(
                 "personality",
                 libc::SYS_personality,
@@ -244,6 +248,16 @@ impl SeccompPolicy {
             rule("file_getattr", SYS_FILE_GETATTR, ENOSYS, vec![]),
             rule("file_setattr", SYS_FILE_SETATTR, ENOSYS, vec![]),
         ]);
-        SeccompPolicy { rules }
+        // Past the rules, an allowlist: what Docker's default profile allows for a sandbox's capabilities,
+        // less what the rules refuse, and the newer forms of its calls (see `allowed`). Anything else fails
+        // with ENOSYS, as on a kernel that lacks it.
+        let denied: std::collections::BTreeSet<u32> =
+            rules.iter().filter(|r| r.when.is_empty()).map(|r| r.nr).collect();
+        let allowed = super::allowed::all()
+            .into_iter()
+            .filter(|(_, nr)| !denied.contains(nr))
+            .map(|(name, nr)| (name.to_string(), nr))
+            .collect();
+        SeccompPolicy { rules, allowed, otherwise: Some(ENOSYS) }
     }
 }
