@@ -2,7 +2,7 @@
 //!
 //! Other crates forbid `unsafe`; what they need from the kernel they ask of this crate through small, safe
 //! functions whose names say what they do. Which mounts and which limits is decided elsewhere and handed
-//! down as data; the two filters that are policy by nature, the seccomp denylist and the landlock rule set,
+//! down as data; the two filters that are policy by nature, the seccomp policy and the landlock rule set,
 //! live here as data beside the code that installs them.
 
 pub mod btrfs;
