@@ -65,6 +65,7 @@ const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
 const ALU_AND_K: u16 = (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16;
 const JMP_JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
 const JMP_JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const JMP_JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
 const JMP_JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
 const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 
@@ -153,23 +154,28 @@ impl SeccompPolicy {
         #[cfg(target_arch = "x86_64")]
         p.extend([jump(JMP_JSET_K, X32_SYSCALL_BIT, 0, 1), stmt(RET_K, ret_errno(EPERM))]);
         // Invariant between blocks: the accumulator holds the syscall number.
-        for r in &self.rules {
+        let rule = |p: &mut Vec<libc::sock_filter>, r: &SeccompRule| {
             let body = rule_body(r);
-            skip_unless_equal(&mut p, r.nr, body.len());
+            skip_unless_equal(p, r.nr, body.len());
             p.extend(body);
-        }
+        };
         let Some(errno) = self.otherwise else {
+            self.rules.iter().for_each(|r| rule(&mut p, r));
             p.push(stmt(RET_K, RET_ALLOW));
             return p;
         };
-        // The allowlist: one comparison each. The calls the rules look at come first (they run the filter
-        // on every call); for the others the kernel caches the verdict per number, and never runs it again.
-        let ruled: std::collections::BTreeSet<u32> = self.rules.iter().map(|r| r.nr).collect();
-        let (first, rest): (Vec<u32>, Vec<u32>) =
-            self.allowed.iter().map(|(_, nr)| *nr).partition(|nr| ruled.contains(nr));
-        for nr in first.into_iter().chain(rest) {
-            p.extend([jump(JMP_JEQ_K, nr, 0, 1), stmt(RET_K, RET_ALLOW)]);
-        }
+        // An allowlist: the rules that look at arguments first, then a search tree over the allowed numbers
+        // (a few comparisons, where a list would be hundreds: the kernel runs the filter once per number when
+        // it is installed, to cache the verdicts that do not depend on arguments), then the rules that deny
+        // a number outright, then the default.
+        let (conditional, outright): (Vec<&SeccompRule>, Vec<&SeccompRule>) =
+            self.rules.iter().partition(|r| !r.when.is_empty());
+        conditional.into_iter().for_each(|r| rule(&mut p, r));
+        let mut allowed: Vec<u32> = self.allowed.iter().map(|(_, nr)| *nr).collect();
+        allowed.sort_unstable();
+        allowed.dedup();
+        p.extend(allow_tree(&allowed));
+        outright.into_iter().for_each(|r| rule(&mut p, r));
         p.push(stmt(RET_K, ret_errno(errno)));
         p
     }
@@ -225,6 +231,22 @@ impl SeccompPolicy {
 /// binaries stop granting privileges, and an unprivileged process may install a seccomp filter.
 pub fn set_no_new_privs() -> SysResult<()> {
     rustix::thread::set_no_new_privs(true).ctx(|| "set no_new_privs")
+}
+
+/// Allow the numbers in `nrs` (sorted): a binary search, falling through at its end for any other number.
+/// A node is `jge mid`, a long jump over its upper half to its lower one, the upper half, and a long jump
+/// over the lower half to the end; four numbers or fewer are compared one by one.
+fn allow_tree(nrs: &[u32]) -> Vec<libc::sock_filter> {
+    if nrs.len() <= 4 {
+        return nrs.iter().flat_map(|nr| [jump(JMP_JEQ_K, *nr, 0, 1), stmt(RET_K, RET_ALLOW)]).collect();
+    }
+    let mid = nrs.len() / 2;
+    let (lower, upper) = (allow_tree(&nrs[..mid]), allow_tree(&nrs[mid..]));
+    let mut p = vec![jump(JMP_JGE_K, nrs[mid], 1, 0), stmt(JMP_JA, (upper.len() + 1) as u32)];
+    p.extend(upper);
+    p.push(stmt(JMP_JA, lower.len() as u32));
+    p.extend(lower);
+    p
 }
 
 fn stmt(code: u16, k: u32) -> libc::sock_filter {
@@ -332,9 +354,29 @@ mod tests {
                 ALU_AND_K => a &= ins.k,
                 JMP_JA => pc += ins.k as usize,
                 JMP_JEQ_K => pc += usize::from(if a == ins.k { ins.jt } else { ins.jf }),
+                JMP_JGE_K => pc += usize::from(if a >= ins.k { ins.jt } else { ins.jf }),
                 JMP_JSET_K => pc += usize::from(if a & ins.k != 0 { ins.jt } else { ins.jf }),
                 RET_K => return ins.k,
                 other => panic!("unexpected opcode {other:#x}"),
+            }
+        }
+    }
+
+    /// How many instructions `prog` runs for `data`.
+    fn steps(prog: &[libc::sock_filter], data: &[u8; 64]) -> usize {
+        let (mut a, mut pc, mut n) = (0u32, 0usize, 0usize);
+        loop {
+            let ins = prog[pc];
+            pc += 1;
+            n += 1;
+            match ins.code {
+                LD_W_ABS => a = u32::from_ne_bytes(data[ins.k as usize..][..4].try_into().unwrap()),
+                ALU_AND_K => a &= ins.k,
+                JMP_JA => pc += ins.k as usize,
+                JMP_JEQ_K => pc += usize::from(if a == ins.k { ins.jt } else { ins.jf }),
+                JMP_JGE_K => pc += usize::from(if a >= ins.k { ins.jt } else { ins.jf }),
+                JMP_JSET_K => pc += usize::from(if a & ins.k != 0 { ins.jt } else { ins.jf }),
+                _ => return n,
             }
         }
     }
@@ -360,7 +402,7 @@ mod tests {
         for (pc, ins) in prog.iter().enumerate() {
             let targets = match ins.code {
                 JMP_JA => vec![ins.k as usize],
-                JMP_JEQ_K | JMP_JSET_K => vec![usize::from(ins.jt), usize::from(ins.jf)],
+                JMP_JEQ_K | JMP_JSET_K | JMP_JGE_K => vec![usize::from(ins.jt), usize::from(ins.jf)],
                 _ => vec![],
             };
             for off in targets {
@@ -515,6 +557,37 @@ mod tests {
         let names = policy.allowed_names();
         assert!(names.contains(&"read") && names.contains(&"inotify_add_watch") && names.contains(&"mseal"));
         assert!(!names.contains(&"io_uring_setup") && !names.contains(&"statmount"));
+    }
+
+    #[test]
+    fn every_number_gets_the_verdict_the_policy_says() {
+        for policy in [SeccompPolicy::sandbox_default(), SeccompPolicy::gvisor_default()] {
+            let p = policy.compile();
+            assert_well_formed(&p);
+            // A few dozen instructions to any verdict: a search tree, not a list of every allowed number.
+            let longest = (0..1024u32).map(|nr| steps(&p, &data(AUDIT_ARCH_NATIVE, nr, [0; 6]))).max().unwrap();
+            assert!(longest < 250, "{longest} instructions run for one number");
+            for nr in 0..1024u32 {
+                let outright = policy.rules.iter().find(|r| r.nr == nr && r.when.is_empty());
+                let want = match outright {
+                    Some(r) => libc::SECCOMP_RET_ERRNO | u32::from(r.errno),
+                    None if policy.allowed.iter().any(|(_, a)| *a == nr) => RET_ALLOW,
+                    None => libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+                };
+                // Arguments no conditional rule refuses (zeros: no flag, family or request they test).
+                let args = if policy.rules.iter().any(|r| r.nr == nr && !r.when.is_empty()) {
+                    [libc::AF_UNIX as u64, 0, 0, 0, 0, 0]
+                } else {
+                    [0; 6]
+                };
+                if policy.rules.iter().any(|r| r.nr == nr && !r.when.is_empty()) && outright.is_none() {
+                    // Its conditional rules are tested in `verdicts`; here only that it is not ENOSYS.
+                    assert_ne!(run(&p, &data(AUDIT_ARCH_NATIVE, nr, args)) & 0xffff, libc::ENOSYS as u32, "{nr}");
+                    continue;
+                }
+                assert_eq!(run(&p, &data(AUDIT_ARCH_NATIVE, nr, args)), want, "syscall {nr}");
+            }
+        }
     }
 
     #[test]
