@@ -48,7 +48,7 @@ struct Init {
     /// What init said when it came up, said again to a supervisor that asks (see [`Request::Hello`]).
     ready: Event,
     /// Directories watched for the supervisor (request id → watch).
-    watches: HashMap<u64, crate::watch::Watch>,
+    watches: crate::watch::Watches,
 }
 
 /// Run as PID 1 until the supervisor hangs up. Returns the process exit code.
@@ -236,7 +236,7 @@ impl Init {
             own_pipes: false,
             copies: HashMap::new(),
             ready: ready.clone(),
-            watches: HashMap::new(),
+            watches: Default::default(),
         }
     }
 
@@ -316,11 +316,9 @@ impl Init {
                 }
                 let first_watch = fds.len();
                 let mut watches = Vec::new();
-                for (id, w) in &self.watches {
-                    for (fd, flags) in w.interest() {
-                        fds.push(PollFd::from_borrowed_fd(fd, flags));
-                        watches.push(*id);
-                    }
+                for (id, fd, flags) in self.watches.interest() {
+                    fds.push(PollFd::from_borrowed_fd(fd, flags));
+                    watches.push(id);
                 }
                 match rustix::event::poll(&mut fds, None) {
                     Ok(_) | Err(rustix::io::Errno::INTR) => {}
@@ -390,32 +388,13 @@ impl Init {
         }
     }
 
-    /// Step each watch with something ready; one that is over goes, and its end is reported.
+    /// Step each watch with something ready; the end of one that is over is reported.
     fn step_watches(&mut self, ready: Vec<u64>) {
         for id in ready {
-            let Some(reason) = self.watches.get_mut(&id).and_then(crate::watch::Watch::step) else { continue };
-            self.watches.remove(&id);
-            let _ = self.report(&Event::Unwatched { id, reason });
+            if let Some(ended) = self.watches.step(id) {
+                let _ = self.report(&ended);
+            }
         }
-    }
-
-    fn watch(&mut self, id: u64, path: &str, recursive: bool, fds: Vec<OwnedFd>) {
-        let started = match <[OwnedFd; 1]>::try_from(fds) {
-            _ if self.watches.contains_key(&id) => Err((22, format!("watch {id} is already in place"))),
-            _ if self.watches.len() >= crate::watch::MAX_WATCHES => {
-                Err((24, format!("the sandbox already has {} directories watched", crate::watch::MAX_WATCHES)))
-            }
-            Ok([outside]) => crate::watch::Watch::start(path, recursive, outside),
-            Err(fds) => Err((22, format!("a watch takes one socket, not {}", fds.len()))),
-        };
-        let ev = match started {
-            Ok(w) => {
-                self.watches.insert(id, w);
-                Event::Watching { id }
-            }
-            Err((code, message)) => Event::Failed { id, code, message },
-        };
-        let _ = self.report(&ev);
     }
 
     fn report(&self, ev: &Event) -> Result<(), ProtocolError> {
@@ -521,16 +500,17 @@ impl Init {
                     let _ = self.report(&Event::Rejected { message });
                 }
             }
-            Request::Watch { id, path, recursive } => self.watch(id, &path, recursive, fds),
+            Request::Watch { id, path, recursive } => {
+                let started = self.watches.start(id, &path, recursive, fds);
+                let _ = self.report(&started);
+            }
             Request::Flush { id } => {
-                if let Some(w) = self.watches.get_mut(&id) {
-                    w.mark_flushed();
-                }
+                self.watches.mark_flushed(id);
                 self.step_watches(vec![id]);
             }
             Request::Unwatch { id } => {
-                if self.watches.remove(&id).is_some() {
-                    let _ = self.report(&Event::Unwatched { id, reason: "asked".into() });
+                if let Some(ended) = self.watches.end(id) {
+                    let _ = self.report(&ended);
                 }
             }
             Request::Hello => {

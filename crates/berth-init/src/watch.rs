@@ -21,6 +21,8 @@ use rustix::event::PollFlags;
 use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
 use rustix::io::Errno;
 
+use crate::protocol::Event;
+
 /// Most directories one recursive watch follows.
 pub const MAX_DIRS: usize = 10_000;
 /// Most watches one init holds at once.
@@ -334,6 +336,55 @@ impl Watch {
             self.pending.extend_from_slice(&text);
         }
         self.last = Some((kind, path.to_string()));
+    }
+}
+
+/// The watches init holds, by request id.
+#[derive(Default)]
+pub struct Watches(HashMap<u64, Watch>);
+
+impl Watches {
+    /// Start watch `id` (see `Request::Watch`): `watching`, or `failed` with an errno and why.
+    pub fn start(&mut self, id: u64, path: &str, recursive: bool, fds: Vec<OwnedFd>) -> Event {
+        let started = match <[OwnedFd; 1]>::try_from(fds) {
+            _ if self.0.contains_key(&id) => Err((22, format!("watch {id} is already in place"))),
+            _ if self.0.len() >= MAX_WATCHES => {
+                Err((24, format!("the sandbox already has {MAX_WATCHES} directories watched")))
+            }
+            Ok([outside]) => Watch::start(path, recursive, outside),
+            Err(fds) => Err((22, format!("a watch takes one socket, not {}", fds.len()))),
+        };
+        match started {
+            Ok(w) => {
+                self.0.insert(id, w);
+                Event::Watching { id }
+            }
+            Err((code, message)) => Event::Failed { id, code, message },
+        }
+    }
+
+    /// Every watch's descriptors to poll, with its id.
+    pub fn interest(&self) -> Vec<(u64, BorrowedFd<'_>, PollFlags)> {
+        self.0.iter().flat_map(|(id, w)| w.interest().into_iter().map(|(fd, f)| (*id, fd, f))).collect()
+    }
+
+    /// Step watch `id`; its `unwatched` when it is over (it is then gone).
+    pub fn step(&mut self, id: u64) -> Option<Event> {
+        let reason = self.0.get_mut(&id)?.step()?;
+        self.0.remove(&id);
+        Some(Event::Unwatched { id, reason })
+    }
+
+    /// See [`Watch::mark_flushed`].
+    pub fn mark_flushed(&mut self, id: u64) {
+        if let Some(w) = self.0.get_mut(&id) {
+            w.mark_flushed();
+        }
+    }
+
+    /// End watch `id` as asked: its `unwatched`, if it was there.
+    pub fn end(&mut self, id: u64) -> Option<Event> {
+        self.0.remove(&id).map(|_| Event::Unwatched { id, reason: "asked".into() })
     }
 }
 
