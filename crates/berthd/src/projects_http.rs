@@ -228,7 +228,13 @@ async fn fork(
 }
 
 async fn snapshots(axum::extract::State(e): Api) -> Result<Response, Failure> {
-    Ok(Json(e.snapshots()?).into_response())
+    let mut seen = Vec::new();
+    for s in e.snapshots()? {
+        if e.sees_snapshot(&s).await {
+            seen.push(s);
+        }
+    }
+    Ok(Json(seen).into_response())
 }
 
 async fn get_snapshot(axum::extract::State(e): Api, UrlPath(s): UrlPath<String>) -> Result<Response, Failure> {
@@ -279,22 +285,47 @@ async fn init_storage(
     Ok((StatusCode::CREATED, Json(storage_info(&e, &info))).into_response())
 }
 
-async fn secrets(axum::extract::State(e): Api) -> Result<Response, Failure> {
-    Ok(Json(e.secrets()?).into_response())
+/// `?tenant=NAME`: the secrets of that tenant's sandboxes (an operator's choice; a tenant's token always
+/// means its own).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantQuery {
+    tenant: Option<String>,
+}
+
+impl TenantQuery {
+    fn tenant(self) -> Option<String> {
+        match berth_engine::current_caller().filter(|c| !c.grant.is_full() || c.session.is_some()) {
+            Some(c) => c.grant.tenant,
+            None => self.tenant,
+        }
+    }
+}
+
+async fn secrets(
+    axum::extract::State(e): Api,
+    crate::http::ApiQuery(q): crate::http::ApiQuery<TenantQuery>,
+) -> Result<Response, Failure> {
+    Ok(Json(e.secrets(q.tenant().as_deref())?).into_response())
 }
 
 /// The value is the raw body; it is sealed at once and never returned.
 async fn set_secret(
     axum::extract::State(e): Api,
     UrlPath(name): UrlPath<String>,
+    crate::http::ApiQuery(q): crate::http::ApiQuery<TenantQuery>,
     body: axum::body::Bytes,
 ) -> Result<Response, Failure> {
     local_only("setting a secret")?;
-    Ok(Json(e.set_secret(&name, &body)?).into_response())
+    Ok(Json(e.set_secret(&name, &body, q.tenant().as_deref())?).into_response())
 }
 
-async fn remove_secret(axum::extract::State(e): Api, UrlPath(name): UrlPath<String>) -> Result<Response, Failure> {
+async fn remove_secret(
+    axum::extract::State(e): Api,
+    UrlPath(name): UrlPath<String>,
+    crate::http::ApiQuery(q): crate::http::ApiQuery<TenantQuery>,
+) -> Result<Response, Failure> {
     local_only("removing a secret")?;
-    e.remove_secret(&name)?;
+    e.remove_secret(&name, q.tenant().as_deref())?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
