@@ -309,14 +309,7 @@ impl Engine {
             Access::Info | Access::Mcp | Access::Create | Access::List => true,
             Access::Snapshots | Access::Snapshot(_) | Access::RemoveSnapshot(_) | Access::Route(..) => false,
             Access::On(target, op) => {
-                // Removed children keep their records (for their journal and receipt).
-                let record = match self.get(target).await {
-                    Ok(r) => r,
-                    Err(_) => match self.store.record(target) {
-                        Ok(Some(r)) => r,
-                        _ => return false,
-                    },
-                };
+                let Some(record) = self.any_record(target).await else { return false };
                 if record.id == owner { op.looks() } else { record.owner.as_deref() == Some(owner) && op.uses() }
             }
         }

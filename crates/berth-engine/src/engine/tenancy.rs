@@ -72,12 +72,7 @@ impl Engine {
     }
 
     async fn grant_reaches_sandbox(&self, grant: &Grant, target: &str) -> Result<(), EngineError> {
-        // Removed sandboxes keep their records (for their journal and receipt).
-        let record = match self.get(target).await {
-            Ok(r) => Some(r),
-            Err(_) => self.store.record(target).ok().flatten(),
-        };
-        match record {
+        match self.any_record(target).await {
             Some(r) if reaches(grant, &r) => Ok(()),
             _ => Err(EngineError::NoSandbox(target.to_string())),
         }
@@ -122,11 +117,7 @@ impl Engine {
         if caller.is_none() {
             return true;
         }
-        let record = match self.get(id).await {
-            Ok(r) => Some(r),
-            Err(_) => self.store.record(id).ok().flatten(),
-        };
-        record.is_some_and(|r| self.sees_as(caller, &r))
+        self.any_record(id).await.is_some_and(|r| self.sees_as(caller, &r))
     }
 
     /// Whether the caller being served may see snapshot `s`.
@@ -242,8 +233,13 @@ impl Engine {
 
     /// What tenant `name`'s sandboxes hold now.
     async fn tenant_use(&self, name: &str, egress_gone: u64) -> TenantUse {
+        self.tenant_use_of(&self.list().await, name, egress_gone).await
+    }
+
+    /// The same, from a list of sandboxes already taken.
+    async fn tenant_use_of(&self, all: &[Sandbox], name: &str, egress_gone: u64) -> TenantUse {
         let mut used = TenantUse { egress_bytes: egress_gone, ..TenantUse::default() };
-        for s in self.list().await.into_iter().filter(|s| s.tenant.as_deref() == Some(name)) {
+        for s in all.iter().filter(|s| s.tenant.as_deref() == Some(name)) {
             used.sandboxes += 1;
             used.cpus += s.cpus.unwrap_or(0.0);
             used.memory_bytes += s.memory_bytes.unwrap_or(0);
@@ -355,9 +351,15 @@ impl Engine {
     pub(super) async fn police_egress(&self) {
         let Ok(rows) = self.store.tenants() else { return };
         let mut closed = std::collections::HashMap::new();
-        for row in rows {
+        let policed: Vec<_> = rows.into_iter().filter(|r| r.quota.egress_bytes.is_some()).collect();
+        let none_closed = self.egress_closed.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
+        if policed.is_empty() && none_closed {
+            return;
+        }
+        let all = if policed.is_empty() { Vec::new() } else { self.list().await };
+        for row in policed {
             let Some(limit) = row.quota.egress_bytes else { continue };
-            let used = self.tenant_use(&row.name, row.egress_gone).await.egress_bytes;
+            let used = self.tenant_use_of(&all, &row.name, row.egress_gone).await.egress_bytes;
             if used >= limit {
                 let why = format!(
                     "tenant {}'s egress quota is used up ({used} of {limit} bytes): an operator can raise it with \

@@ -150,14 +150,9 @@ impl Store {
         self.with(|_| Ok(()))
     }
 
+    /// Add an operator's token (one no grant narrows).
     pub fn add_token(&self, id: &str, name: &str, sha256: &str, now_ms: u64) -> Result<(), StoreError> {
-        self.with(|c| {
-            c.execute(
-                "INSERT INTO tokens (id, name, sha256, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
-                params![id, name, sha256, now_ms as i64],
-            )
-            .map(|_| ())
-        })
+        self.add_granted_token(id, name, sha256, now_ms, &berth_api::Grant::default())
     }
 
     /// Every token: id, name, creation time and grant (never the digest).
