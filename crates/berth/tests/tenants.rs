@@ -259,6 +259,25 @@ fn a_tenants_token_reaches_its_own_tenant_and_nothing_of_another() {
     let (status, body) = d.http("DELETE", "/v1/tenants/alpha", "");
     assert_eq!(status, 204, "{body}");
     assert_eq!(call(&addr, &ta, "GET", "/v1/sandboxes", Value::Null).0, 401);
+
+    // Beta still holds a snapshot and a volume after its sandboxes go: its removal names them, and once they
+    // are gone its secrets go with it, so a tenant made later with its name inherits nothing.
+    for id in [&b, &with_secret] {
+        assert_eq!(call(&addr, &tb, "DELETE", &format!("/v1/sandboxes/{id}"), Value::Null).0, 200);
+    }
+    let (status, body) = d.http("DELETE", "/v1/tenants/beta", "");
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("1 snapshot(s)") && body.contains("1 volume(s)"), "{body}");
+    assert_eq!(call(&addr, &tb, "DELETE", &format!("/v1/snapshots/{sb}"), Value::Null).0, 200);
+    assert_eq!(call(&addr, &tb, "DELETE", "/v1/volumes/beta-data", Value::Null).0, 200);
+    assert_eq!(d.http("DELETE", "/v1/tenants/beta", "").0, 204);
+    let tb = tenant(&d, "beta", json!({}));
+    let (_, secrets) = call(&addr, &tb, "GET", "/v1/secrets", Value::Null);
+    assert_eq!(secrets, json!([]), "a new tenant beta inherited the old one's secrets: {secrets}");
+    // Secrets of a tenant that does not exist are a 404, and asking makes nothing.
+    let (status, body) = d.http("GET", "/v1/secrets?tenant=nobody", "");
+    assert_eq!(status, 404, "{body}");
+    assert!(!d.root().join("tenants/nobody").exists());
 }
 
 #[test]

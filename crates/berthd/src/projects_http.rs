@@ -66,12 +66,17 @@ async fn receipt(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> 
 /// Calls that read or write host paths the caller names are for the unix socket's users (host root's
 /// peers) only: a token on the TCP listener cannot make the daemon read or write the host's files.
 pub(crate) fn local_only(what: &str) -> Result<(), Failure> {
+    served_locally(what, "reads and writes paths on the daemon's host")
+}
+
+/// Refuses a call that came over TCP: `what` (the call) `because` (why only the host's operator may make it).
+pub(crate) fn served_locally(what: &str, because: &str) -> Result<(), Failure> {
     if berth_engine::actor() == "local" {
         return Ok(());
     }
     Err(Failure(
         berth_api::ErrorCode::Unauthorized,
-        format!("{what} reads and writes paths on the daemon's host, so it is served on the unix socket only"),
+        format!("{what} {because}, so it is served on the unix socket only"),
     ))
 }
 
@@ -316,7 +321,7 @@ async fn set_secret(
     crate::http::ApiQuery(q): crate::http::ApiQuery<TenantQuery>,
     body: axum::body::Bytes,
 ) -> Result<Response, Failure> {
-    local_only("setting a secret")?;
+    served_locally("setting a secret", "puts a value only the host's operator may give")?;
     Ok(Json(e.set_secret(&name, &body, q.tenant().as_deref())?).into_response())
 }
 
@@ -325,7 +330,7 @@ async fn remove_secret(
     UrlPath(name): UrlPath<String>,
     crate::http::ApiQuery(q): crate::http::ApiQuery<TenantQuery>,
 ) -> Result<Response, Failure> {
-    local_only("removing a secret")?;
+    served_locally("removing a secret", "changes what the host's operator gave")?;
     e.remove_secret(&name, q.tenant().as_deref())?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

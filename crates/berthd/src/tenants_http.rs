@@ -12,7 +12,7 @@ use berth_engine::{Engine, EngineError};
 use std::sync::Arc;
 
 use crate::http::{Api, ApiJson, Failure};
-use crate::projects_http::local_only;
+use crate::projects_http::served_locally;
 
 pub(crate) fn routes() -> Router<Arc<Engine>> {
     Router::new().route("/v1/tenants", get(list).post(put)).route("/v1/tenants/{name}", get(one).delete(remove))
@@ -20,7 +20,7 @@ pub(crate) fn routes() -> Router<Arc<Engine>> {
 
 /// Make a tenant (201), or give one a new quota (200).
 async fn put(State(e): Api, ApiJson(req): ApiJson<CreateTenant>) -> Result<Response, Failure> {
-    local_only("making a tenant")?;
+    served_locally("making a tenant", "sets what a team may use, which is the host's operator's to decide")?;
     let existed = e.tenant(&req.name).await.is_ok();
     let tenant = e.put_tenant(req).await?;
     let status = if existed { StatusCode::OK } else { StatusCode::CREATED };
@@ -40,7 +40,7 @@ async fn one(State(e): Api, UrlPath(name): UrlPath<String>) -> Result<Response, 
 }
 
 async fn remove(State(e): Api, UrlPath(name): UrlPath<String>) -> Result<Response, Failure> {
-    local_only("removing a tenant")?;
+    served_locally("removing a tenant", "revokes a team's tokens, which is the host's operator's to decide")?;
     e.remove_tenant(&name).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

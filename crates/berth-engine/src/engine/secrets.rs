@@ -85,6 +85,9 @@ impl Engine {
     pub fn vault_of(&self, tenant: Option<&str>) -> Result<Vault, EngineError> {
         let Some(t) = tenant else { return self.vault() };
         berth_api::check_tenant_name(t).map_err(EngineError::invalid)?;
+        if self.store.tenant(t)?.is_none() {
+            return Err(EngineError::NoTenant(t.to_string()));
+        }
         let dir = self.root.join("tenants").join(t);
         std::fs::create_dir_all(&dir).map_err(|e| EngineError::Storage(format!("make {}: {e}", dir.display())))?;
         Vault::open(&dir, &key_path(&self.root)).map_err(secret_err)
@@ -93,11 +96,6 @@ impl Engine {
     /// Set a secret for the sandboxes of `tenant` (none: of no tenant).
     pub fn set_secret(&self, name: &str, value: &[u8], tenant: Option<&str>) -> Result<SecretInfo, EngineError> {
         parse_decl(name)?;
-        if let Some(t) = tenant
-            && self.store.tenant(t)?.is_none()
-        {
-            return Err(EngineError::NoTenant(t.to_string()));
-        }
         let vault = self.vault_of(tenant)?;
         vault.set(name, value).map_err(secret_err)?;
         self.secrets(tenant)?

@@ -200,11 +200,35 @@ impl Engine {
 
     /// Remove a tenant with no sandboxes left, and revoke every token minted for it.
     pub async fn remove_tenant(&self, name: &str) -> Result<(), EngineError> {
-        let left = self.list().await.into_iter().filter(|s| s.tenant.as_deref() == Some(name)).count();
-        if left > 0 {
+        if self.store.tenant(name)?.is_none() {
+            return Err(EngineError::NoTenant(name.to_string()));
+        }
+        let mine = |t: Option<&str>| t == Some(name);
+        let held = [
+            (self.list().await.iter().filter(|s| mine(s.tenant.as_deref())).count(), "sandbox(es)", "berth ls"),
+            (
+                self.snapshots()?.iter().filter(|s| mine(s.tenant.as_deref())).count(),
+                "snapshot(s)",
+                "berth snapshot ls",
+            ),
+            (self.volumes()?.iter().filter(|v| mine(v.tenant.as_deref())).count(), "volume(s)", "berth volume ls"),
+            (self.images()?.iter().filter(|i| mine(i.tenant.as_deref())).count(), "image(s)", "berth image ls"),
+        ];
+        let left: Vec<String> =
+            held.iter().filter(|(n, ..)| *n > 0).map(|(n, what, cmd)| format!("{n} {what} ({cmd})")).collect();
+        if !left.is_empty() {
             return Err(EngineError::Conflict(format!(
-                "tenant {name} still has {left} sandbox(es): remove them first (berth ls shows their tenant)"
+                "tenant {name} still holds {}: remove them first, so that nothing it owned passes to a tenant made \
+                 later with the same name",
+                left.join(", ")
             )));
+        }
+        // Its secrets go with it, for the same reason.
+        let vault = self.root.join("tenants").join(name);
+        if let Err(e) = std::fs::remove_dir_all(&vault)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            return Err(EngineError::Storage(format!("remove {}: {e}", vault.display())));
         }
         match self.store.remove_tenant(name)? {
             true => Ok(()),
