@@ -215,6 +215,17 @@ fn a_tenants_token_reaches_its_own_tenant_and_nothing_of_another() {
     // A tenant's token creates in its own tenant only, and makes no operator's call.
     let elsewhere = call(&addr, &ta, "POST", "/v1/sandboxes", json!({"tenant": "beta"}));
     assert_eq!(elsewhere.0, 403, "{}", elsewhere.1);
+    // Nor may it mount a host path, which reaches past every tenant (the daemon's own files among them).
+    let root = d.root().display().to_string();
+    let host = call(
+        &addr,
+        &ta,
+        "POST",
+        "/v1/sandboxes",
+        json!({"mounts": [{"host": root, "target": "/h", "readonly": true}]}),
+    );
+    assert_eq!(host.0, 403, "{}", host.1);
+    assert!(host.1["error"]["message"].as_str().unwrap().contains("mounts of host paths"), "{}", host.1);
     for (method, path) in [("GET", "/v1/pods"), ("GET", "/v1/storage"), ("GET", "/v1/cluster"), ("POST", "/v1/tenants")]
     {
         let (status, answer) = call(&addr, &ta, method, path, json!({"name": "x"}));

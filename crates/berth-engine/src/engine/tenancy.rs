@@ -149,6 +149,14 @@ impl Engine {
     /// operator, the one it names, which must exist.
     pub(super) fn assign_tenant(&self, req: &mut CreateSandbox) -> Result<(), EngineError> {
         let narrowed = super::current_caller().filter(|c| c.session.is_some() || !c.grant.is_full());
+        if narrowed.as_ref().is_some_and(|c| c.session.is_none()) && !req.mounts.is_empty() {
+            // A host path reaches past every tenant (the daemon's own files among them).
+            return Err(EngineError::Forbidden(
+                "mounts of host paths are an operator's to give: this token cannot create a sandbox with `mounts` (a \
+                 named volume of its own tenant gives a sandbox lasting files)"
+                    .into(),
+            ));
+        }
         match narrowed {
             Some(c) => match (&req.tenant, &c.grant.tenant) {
                 (Some(asked), mine) if Some(asked) != mine.as_ref() => {
