@@ -31,7 +31,7 @@ from .errors import (
     Unavailable,
     WaitTimeout,
 )
-from .models import Mount, Network, VolumeMount
+from .models import Mount, Network, Quota, VolumeMount
 from .results import CommandResult, Execution, ExecutionError, Result
 from .sandbox import ExecStream, Process, Sandbox
 
@@ -41,7 +41,7 @@ __all__ = [
     "ApiError", "AsyncClient", "AsyncCodeContext", "AsyncExecStream", "AsyncProcess", "AsyncSandbox",
     "BerthError", "Client", "CodeContext", "CodeError", "CommandFailed", "CommandResult", "Conflict",
     "ExecStream", "Forbidden", "Execution", "ExecutionError", "HeadersTooLarge", "InternalError", "InvalidRequest",
-    "MethodNotAllowed", "Mount", "Network", "NotFound", "PayloadTooLarge", "Process", "QuotaExceeded", "RequestTimeout",
+    "MethodNotAllowed", "Mount", "Network", "NotFound", "PayloadTooLarge", "Process", "Quota", "QuotaExceeded", "RequestTimeout",
     "Result", "Sandbox", "TransportError", "Unauthorized", "Unavailable", "VolumeMount", "WaitTimeout",
     "models", "size",
 ]  # fmt: skip

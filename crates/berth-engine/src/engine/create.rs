@@ -76,6 +76,11 @@ impl Engine {
         if let Some(o) = &owner {
             self.as_child(o, &mut req).await?;
         }
+        // A tenant's sandbox without limits of its own gets its share of what the quota has left, at most the
+        // daemon's default (see `within_quota`).
+        if let Some(t) = req.tenant.clone() {
+            self.within_quota(&t, &mut req, 1).await?;
+        }
         // Without limits of its own, a sandbox gets the daemon's defaults (a child gets its share above).
         req.memory_bytes = req.memory_bytes.or(self.bounds.default_memory_bytes);
         req.pids = req.pids.or(self.bounds.default_pids);
@@ -86,9 +91,6 @@ impl Engine {
         // Without a quota of its own, a sandbox gets the daemon's default where the pool can enforce one.
         if req.disk_bytes.is_none() {
             req.disk_bytes = self.default_disk();
-        }
-        if let Some(t) = req.tenant.clone() {
-            self.within_quota(&t, &mut req, 1).await?;
         }
         self.check_quota(req.disk_bytes)?;
         let parent = match &req.from_snapshot {

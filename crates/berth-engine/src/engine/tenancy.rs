@@ -289,7 +289,8 @@ impl Engine {
     }
 
     /// Fit `count` sandboxes like `req` into tenant `name`'s quota: a limit the request leaves out is given
-    /// its share of what is left (cpus: one core at most), and one past what is left is refused (429).
+    /// its share of what is left (at most one core, and at most the daemon's default memory and disk), and one past what
+    /// is left is refused (429).
     pub(super) async fn within_quota(
         &self,
         name: &str,
@@ -325,14 +326,17 @@ impl Engine {
         }
         if let Some(limit) = q.memory_bytes {
             let left = limit.saturating_sub(used.memory_bytes);
-            let each = *req.memory_bytes.get_or_insert(left / n);
+            let share = left / n;
+            let each =
+                *req.memory_bytes.get_or_insert(self.bounds.default_memory_bytes.map_or(share, |d| d.min(share)));
             if each < berth_runtime::spec::MIN_MEMORY || used.memory_bytes + each * n > limit {
                 return Err(full("memory bytes", used.memory_bytes.to_string(), limit.to_string()));
             }
         }
         if let Some(limit) = q.disk_bytes {
             let left = limit.saturating_sub(used.disk_bytes);
-            let each = *req.disk_bytes.get_or_insert(left / n);
+            let share = left / n;
+            let each = *req.disk_bytes.get_or_insert(self.default_disk().map_or(share, |d| d.min(share)));
             if each == 0 || used.disk_bytes + each * n > limit {
                 return Err(full("disk bytes", used.disk_bytes.to_string(), limit.to_string()));
             }
