@@ -45,6 +45,10 @@ pub struct CreateSandbox {
     /// Environment for every exec (an exec's own `env` wins).
     pub env: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
+    /// The tenant it belongs to, counted against that tenant's quota. A tenant's token creates in its own
+    /// tenant (naming another is refused); an operator may name any tenant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     #[serde(deserialize_with = "objects_only")]
     pub mounts: Vec<Mount>,
     /// Keep the workspace and the root file system's changes through stop, start, rebuild and a lost
@@ -193,6 +197,9 @@ pub struct Sandbox {
     /// The sandbox that created it with its session token: it is removed with that one.
     #[serde(default)]
     pub owner: Option<String>,
+    /// The tenant it belongs to (that of the token that created it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     /// What it has used, measured when it is inspected while it runs (none otherwise, and in the list).
     #[serde(default)]
     pub usage: Option<Usage>,
@@ -264,6 +271,19 @@ pub enum EventKind {
 pub struct MintToken {
     /// A name to recognise the token by.
     pub name: String,
+    /// The tenant whose resources alone it reaches (it must exist: `POST /v1/tenants`).
+    pub tenant: Option<String>,
+    /// Reading requests only.
+    pub read_only: bool,
+    /// Only sandboxes with these labels; the sandboxes it creates get them.
+    pub selector: std::collections::BTreeMap<String, String>,
+}
+
+impl MintToken {
+    /// What the token is to reach.
+    pub fn grant(&self) -> Grant {
+        Grant { tenant: self.tenant.clone(), read_only: self.read_only, selector: self.selector.clone() }
+    }
 }
 
 /// A freshly minted token: the only time its secret is shown (the daemon keeps its SHA-256 digest).
@@ -324,6 +344,8 @@ pub struct TokenInfo {
     pub id: String,
     pub name: String,
     pub created_at_ms: u64,
+    #[serde(flatten)]
+    pub grant: Grant,
 }
 
 /// What removing a sandbox did: its receipt. Teardown runs in order — declared outputs and the workspace's
@@ -454,6 +476,8 @@ pub enum ErrorCode {
     InvalidRequest,
     /// 401: no or a wrong bearer token.
     Unauthorized,
+    /// 403: the token may not do this (it is read-only, or the operation is an operator's).
+    Forbidden,
     /// 404: no such sandbox or exec.
     NotFound,
     /// 408: the request's head did not arrive in time (the connection is closed after this answer).
@@ -464,6 +488,8 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// 431: the request's head (its request line and headers) is too large.
     HeadersTooLarge,
+    /// 429: the tenant's quota does not leave room for this.
+    QuotaExceeded,
     /// 500: berth failed; the message says how.
     Internal,
     /// 503: the host cannot take another sandbox right now, or the listener is serving as many connections as
@@ -476,11 +502,13 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidRequest => 400,
             ErrorCode::Unauthorized => 401,
+            ErrorCode::Forbidden => 403,
             ErrorCode::NotFound => 404,
             ErrorCode::RequestTimeout => 408,
             ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::HeadersTooLarge => 431,
+            ErrorCode::QuotaExceeded => 429,
             ErrorCode::Internal => 500,
             ErrorCode::Unavailable => 503,
         }
@@ -494,6 +522,7 @@ mod network;
 mod pods;
 mod previews;
 mod storage;
+mod tenants;
 mod usage;
 mod watch;
 pub use contexts::*;
@@ -503,6 +532,7 @@ pub use network::*;
 pub use pods::*;
 pub use previews::*;
 pub use storage::*;
+pub use tenants::*;
 pub use usage::*;
 pub use watch::*;
 

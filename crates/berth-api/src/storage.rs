@@ -28,6 +28,9 @@ pub struct Snapshot {
     /// It holds a checkpoint of the sandbox's processes: a sandbox created from it continues them.
     #[serde(default)]
     pub with_processes: bool,
+    /// The tenant of the sandbox it was taken of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// `POST /v1/sandboxes/{id}/fork`
@@ -145,6 +148,9 @@ pub struct Volume {
     pub created_at_ms: u64,
     /// Sandboxes (running or stopped) that mount it, and live pods whose workspace it is (as `pod:<id>`).
     pub used_by: Vec<String>,
+    /// The tenant it belongs to (none: an operator's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// The storage pool, as `GET /v1/storage` shows it.
@@ -184,6 +190,9 @@ pub struct ImportImage {
     /// A directory, a rootfs tarball (plain, gzip or zstd), an OCI image layout (directory or tar) or a
     /// `docker save` archive.
     pub source: String,
+    /// The tenant it is for: only that tenant's sandboxes may use it. Without one, every tenant may.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// An archive entry an import refused or changed, and why.
@@ -211,6 +220,9 @@ pub struct Image {
     pub workdir: Option<String>,
     /// Sandboxes (running or stopped) built from it.
     pub used_by: Vec<String>,
+    /// The tenant it is for (none: every tenant may use it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// One line of the NDJSON stream `POST /v1/images` answers with.

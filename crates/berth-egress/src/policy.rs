@@ -75,6 +75,9 @@ pub struct Policy {
     /// special-address check for that name, since whoever wrote the mapping named the address.
     #[serde(default)]
     pub add_hosts: BTreeMap<String, IpAddr>,
+    /// Why every destination is refused for now, whatever the rules say (a tenant's egress quota used up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed: Option<String>,
 }
 
 /// What the policy said about one destination.
@@ -113,6 +116,9 @@ impl Policy {
 
     pub(crate) fn decide_host(&self, host: &Host, port: u16) -> Decision {
         let dest = host.with_port(port);
+        if let Some(why) = &self.closed {
+            return Decision::deny(None, format!("{dest} is refused: {why}"));
+        }
         if port == 0 {
             return Decision::deny(None, format!("{dest}: port 0 cannot be connected to"));
         }
@@ -189,7 +195,18 @@ mod tests {
             allow: allow.iter().map(|r| r.parse().unwrap()).collect(),
             deny: deny.iter().map(|r| r.parse().unwrap()).collect(),
             add_hosts: BTreeMap::new(),
+            closed: None,
         }
+    }
+
+    #[test]
+    fn a_closed_policy_refuses_everything_with_its_reason() {
+        let open = Policy::new(Mode::AllowAll);
+        assert!(open.decide("example.com", 443).allowed);
+        let closed = Policy { closed: Some("the egress quota is used up".into()), ..open };
+        let d = closed.decide("example.com", 443);
+        assert!(!d.allowed);
+        assert_eq!(d.reason, "example.com:443 is refused: the egress quota is used up");
     }
 
     #[test]

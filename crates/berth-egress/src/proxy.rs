@@ -257,10 +257,20 @@ impl Proxy {
         self.lock().policy.clone()
     }
 
-    /// Replaces the policy and closes every open connection it no longer allows (judged on the host asked
-    /// for and the address connected to). Returns how many were closed.
+    /// Replaces the policy's rules and closes every open connection it no longer allows (judged on the host
+    /// asked for and the address connected to). Egress closed by [`Proxy::close`] stays closed. Returns how
+    /// many were closed.
     pub fn set_policy(&self, policy: Policy) -> usize {
-        self.update(|p| *p = policy)
+        self.update(|p| {
+            let closed = p.closed.take();
+            *p = Policy { closed, ..policy };
+        })
+    }
+
+    /// Refuses every destination for `why` (closing every open connection), or with None opens egress to
+    /// what the rules allow again. Returns how many connections were closed.
+    pub fn close(&self, why: Option<String>) -> usize {
+        self.update(|p| p.closed = why)
     }
 
     /// Adds an allow rule (if absent). Allowing more closes nothing; the next connection sees the rule.

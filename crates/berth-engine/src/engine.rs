@@ -47,6 +47,7 @@ mod retain;
 mod secrets;
 mod sessions;
 mod storage;
+mod tenancy;
 mod terminal;
 mod ttl;
 mod usage;
@@ -57,7 +58,7 @@ mod watch;
 pub use access::{Access, Caller, Op};
 pub(crate) use attach::AttachedExec;
 use events::Events;
-pub use live::{ACTOR, actor, journal_path};
+pub use live::{ACTOR, Carried, actor, carried, current_caller, journal_path};
 use live::{ExecEntry, Live};
 pub use network::{ApiConnections, Counted, MAX_CONNECTIONS, SandboxApi};
 pub use storage::{DEFAULT_DISK, StorageChoice, StorageOptions};
@@ -92,6 +93,10 @@ pub struct Engine {
     reserved_names: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Held while a session token creates a child (see `create`).
     child_creates: Mutex<()>,
+    /// Held while a tenant with a quota creates a sandbox, one lock a tenant (see `tenancy`).
+    tenant_creates: std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// Tenants whose egress quota is used up, and the sentence their proxies refuse with.
+    egress_closed: std::sync::Mutex<HashMap<String, String>>,
     /// The host-name lookup shares of sandboxes at the top of their owners, each shared with the sandboxes
     /// they made (see `network::lookup_share_of`).
     lookup_shares: std::sync::Mutex<HashMap<String, std::sync::Weak<tokio::sync::Semaphore>>>,
@@ -176,6 +181,8 @@ impl Engine {
             this: std::sync::OnceLock::new(),
             reserved_names: std::sync::Mutex::new(std::collections::HashSet::new()),
             child_creates: Mutex::new(()),
+            tenant_creates: std::sync::Mutex::new(HashMap::new()),
+            egress_closed: std::sync::Mutex::new(HashMap::new()),
             lookup_shares: std::sync::Mutex::new(HashMap::new()),
             bounds,
             contexts: contexts::Contexts::default(),
@@ -389,6 +396,7 @@ impl Engine {
         }
         self.count_flushed(sid, &mut receipt);
         receipt.usage = self.final_usage(sid).await;
+        self.count_tenant_egress(sid).await;
         // 4: the sandbox itself; the commands still running in it first, so that their results say they
         // were killed (by a budget, a TTL, a removal).
         if let Some(live) = &live {

@@ -37,6 +37,14 @@ pub enum EngineError {
     /// What the caller's token may not do.
     #[error("{0}")]
     Unauthorized(String),
+    /// What the caller's token is not granted (it is read-only, or the call is an operator's).
+    #[error("{0}")]
+    Forbidden(String),
+    /// What the tenant's quota does not leave room for.
+    #[error("{0}")]
+    Quota(String),
+    #[error("there is no tenant {0:?}: make it with berth tenant create {0}")]
+    NoTenant(String),
     /// What this host lacks for the operation (CRIU for hibernation).
     #[error("{0}")]
     Unsupported(String),
@@ -77,7 +85,10 @@ impl EngineError {
             | EngineError::WrongState { .. }
             | EngineError::Conflict(_) => ErrorCode::Conflict,
             EngineError::Unauthorized(_) => ErrorCode::Unauthorized,
-            EngineError::NoSnapshot(_)
+            EngineError::Forbidden(_) => ErrorCode::Forbidden,
+            EngineError::Quota(_) => ErrorCode::QuotaExceeded,
+            EngineError::NoTenant(_)
+            | EngineError::NoSnapshot(_)
             | EngineError::NoVolume(_)
             | EngineError::NoPod(_)
             | EngineError::NoImage(_)

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use berth_api::MintedToken;
+use berth_api::{Grant, MintedToken};
 use sha2::{Digest, Sha256};
 
 use crate::store::{Store, StoreError};
@@ -30,24 +30,33 @@ impl Tokens {
         Tokens { store }
     }
 
-    /// Mint a token, store its digest, and return it (the secret itself is not kept).
-    pub fn mint(&self, name: &str) -> std::io::Result<MintedToken> {
+    /// Mint a token that reaches what `grant` allows, store its digest, and return it (the secret itself is
+    /// not kept).
+    pub fn mint(&self, name: &str, grant: &Grant) -> std::io::Result<MintedToken> {
         // 256 random bits: a digest lookup cannot be used to guess one.
         let token = format!("berth_{}", random_hex(32)?);
         let minted = MintedToken { id: random_hex(6)?, name: name.to_string(), token };
         self.store
-            .add_token(&minted.id, &minted.name, &digest(&minted.token), crate::engine::now_ms())
+            .add_granted_token(&minted.id, &minted.name, &digest(&minted.token), crate::engine::now_ms(), grant)
             .map_err(std::io::Error::other)?;
         Ok(minted)
     }
 
     /// Mint a session token: it works for sandbox `sandbox` only (itself and the sandboxes it creates), and
-    /// is revoked when the sandbox stops or is removed.
-    pub fn mint_session(&self, sandbox: &str) -> std::io::Result<MintedToken> {
+    /// is revoked when the sandbox stops or is removed. It stays within the sandbox's tenant.
+    pub fn mint_session(&self, sandbox: &str, tenant: Option<&str>) -> std::io::Result<MintedToken> {
         let token = format!("berth_s_{}", random_hex(32)?);
         let minted = MintedToken { id: random_hex(6)?, name: format!("session {sandbox}"), token };
+        let grant = Grant { tenant: tenant.map(str::to_string), ..Grant::default() };
         self.store
-            .add_scoped_token(&minted.id, &minted.name, &digest(&minted.token), crate::engine::now_ms(), sandbox)
+            .add_scoped_token(
+                &minted.id,
+                &minted.name,
+                &digest(&minted.token),
+                crate::engine::now_ms(),
+                sandbox,
+                &grant,
+            )
             .map_err(std::io::Error::other)?;
         Ok(minted)
     }
@@ -57,20 +66,23 @@ impl Tokens {
         self.store.revoke_scope(sandbox).map_err(std::io::Error::other)
     }
 
-    /// The token's id and, for a session token, its sandbox.
-    pub fn check_scoped(&self, token: &str) -> Option<(String, Option<String>)> {
+    /// The token's id, for a session token its sandbox, and what it may reach.
+    pub fn check_scoped(&self, token: &str) -> Option<(String, Option<String>, Grant)> {
         self.check_digest(&digest(token))
     }
 
     /// The same for a token known by its digest only (a web view's login keeps no more).
-    pub fn check_digest(&self, sha256: &str) -> Option<(String, Option<String>)> {
+    pub fn check_digest(&self, sha256: &str) -> Option<(String, Option<String>, Grant)> {
         self.store.token_and_scope(sha256).ok().flatten()
     }
 
     /// Every token (ids, names, creation times; no secrets).
     pub fn list(&self) -> std::io::Result<Vec<berth_api::TokenInfo>> {
         let rows = self.store.tokens().map_err(std::io::Error::other)?;
-        Ok(rows.into_iter().map(|(id, name, created_at_ms)| berth_api::TokenInfo { id, name, created_at_ms }).collect())
+        Ok(rows
+            .into_iter()
+            .map(|(id, name, created_at_ms, grant)| berth_api::TokenInfo { id, name, created_at_ms, grant })
+            .collect())
     }
 
     /// Revoke a token: requests carrying it are refused from now on. Whether it existed.
@@ -99,7 +111,7 @@ mod tests {
     fn minted_tokens_check_and_survive_a_reopen_but_are_not_stored() {
         let dir = tempfile::tempdir().unwrap();
         let t = Tokens::new(Arc::new(Store::open(dir.path()).unwrap()));
-        let m = t.mint("ci").unwrap();
+        let m = t.mint("ci", &Grant::default()).unwrap();
         assert_eq!(t.check(&m.token), Some(m.id.clone()));
         assert_eq!(t.check("berth_wrong"), None);
         drop(t);

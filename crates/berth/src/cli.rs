@@ -11,11 +11,13 @@ mod api;
 mod contexts;
 mod previews;
 mod projects;
+mod tenants;
 mod usage;
 pub use api::*;
 pub use contexts::*;
 pub use previews::*;
 pub use projects::*;
+pub use tenants::*;
 pub use usage::*;
 
 #[derive(Debug, Parser)]
@@ -48,6 +50,9 @@ pub enum Command {
     /// Mint API tokens for the daemon's TCP listener.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Tenants: teams sharing the daemon, each with its quota and tokens that reach its resources only.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
     /// The supervisor of one daemon-managed sandbox (started by the daemon only).
     #[command(hide = true)]
     Shim,
@@ -341,6 +346,15 @@ pub enum TokenCommand {
         /// A name to recognise the token by.
         #[arg(long, default_value = "")]
         name: String,
+        /// Reach this tenant's sandboxes, snapshots, volumes, secrets and images only, within its quota.
+        #[arg(long, value_name = "NAME")]
+        tenant: Option<String>,
+        /// Reading requests only: nothing the token sends can change anything.
+        #[arg(long)]
+        read_only: bool,
+        /// Reach only sandboxes with this label (repeatable); those it creates get it.
+        #[arg(long = "selector", value_parser = parse_label, value_name = "KEY=VALUE")]
+        selector: Vec<(String, String)>,
         /// Print the API's JSON.
         #[arg(long)]
         json: bool,
@@ -371,7 +385,7 @@ pub struct ProbeArgs {
     pub write: Vec<PathBuf>,
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     spec::parse_size(s).map_err(|e| e.to_string())
 }
 /// A limit, or `none` for no limit.

@@ -167,6 +167,33 @@ fn a_session_over_streamable_http_with_a_token() {
     check_scoped(&d, &owner, &scoped);
 }
 
+#[test]
+fn a_tenants_token_reaches_its_own_tenant_only() {
+    let (d, addr) = Daemon::start_with_tcp(&[]);
+    for t in ["acme", "rival"] {
+        let made = d.berth(&["tenant", "create", t]);
+        assert!(made.status.success(), "{}", text(&made.stderr));
+    }
+    let minted = d.berth(&["token", "create", "--name", "acme-mcp", "--tenant", "acme", "--json"]);
+    assert!(minted.status.success(), "{}", text(&minted.stderr));
+    let minted: Value = serde_json::from_slice(&minted.stdout).unwrap();
+    d.create(&["--name", "ours", "--tenant", "acme"]);
+    let theirs = d.create(&["--name", "theirs", "--tenant", "rival"]);
+    d.create(&["--name", "nobodys"]);
+
+    let url = format!("http://{addr}/mcp");
+    let report = client(&["http", &url, minted["token"].as_str().unwrap(), "tenant"]);
+    assert_eq!(report["listed"], serde_json::json!(["ours"]), "{report}");
+    // Every refusal is the API's own sentence for a sandbox that does not exist.
+    let unknown = api_sentence(&d, "GET", "/v1/sandboxes/theirs-never-made", "").replace("theirs-never-made", "theirs");
+    for call in ["inspect", "exec", "remove"] {
+        assert!(report[call].as_str().unwrap().contains(&unknown), "{call}: {report}");
+    }
+    // Nothing of the other tenant's sandbox changed.
+    assert_eq!(d.sh("theirs", "ls -A /workspace"), "");
+    assert_eq!(d.sh(&theirs, "echo intact"), "intact\n");
+}
+
 /// What a session token's client saw: the API's refusals, word for word, and a child made as the owner's.
 fn check_scoped(d: &Daemon, owner: &str, report: &Value) {
     for (key, method, path) in [

@@ -173,6 +173,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/secrets"),
     ("PUT", "/v1/secrets/{name}"),
     ("DELETE", "/v1/secrets/{name}"),
+    ("GET", "/v1/tenants"),
+    ("POST", "/v1/tenants"),
+    ("GET", "/v1/tenants/{name}"),
+    ("DELETE", "/v1/tenants/{name}"),
     ("POST", "/v1/sandboxes/{id}/pause"),
     ("POST", "/v1/sandboxes/{id}/resume"),
     ("POST", "/v1/sandboxes/{id}/hibernate"),
@@ -273,10 +277,11 @@ async fn require_token(State(e): Api, mut req: Request, next: axum::middleware::
         )
         .into_response();
     };
-    if let Some(sandbox) = &caller.session
-        && let Err(message) = e.session_allows(sandbox, req.method().as_str(), req.uri().path()).await
-    {
-        return Failure(ErrorCode::Unauthorized, message).into_response();
+    // What a session token, a tenant's token or another narrowed one may not do is refused here, before
+    // any handler runs; lists are narrowed by their handlers (`Engine::sees`).
+    let allowed = caller.scope(e.allows_route(&caller, req.method().as_str(), req.uri().path())).await;
+    if let Err(refused) = allowed {
+        return Failure::from(refused).into_response();
     }
     req.extensions_mut().insert(caller.clone());
     caller.scope(next.run(req)).await
@@ -302,7 +307,7 @@ async fn revoke_token(State(e): Api, UrlPath(token): UrlPath<String>) -> Result<
 }
 
 async fn mint_token(State(e): Api, ApiJson(req): ApiJson<berth_api::MintToken>) -> Result<Response, Failure> {
-    let minted = e.tokens.mint(&req.name).map_err(|err| Failure::from(EngineError::Log(err)))?;
+    let minted = e.mint_token(&req.name, &req.grant())?;
     Ok((StatusCode::CREATED, Json(minted)).into_response())
 }
 
@@ -324,6 +329,7 @@ fn routes() -> Router<Arc<Engine>> {
         .merge(crate::contexts_http::routes())
         .merge(crate::preview_http::routes())
         .merge(crate::usage_http::routes())
+        .merge(crate::tenants_http::routes())
         .fallback(|| async { Failure(ErrorCode::NotFound, "no such route".into()) })
         .layer(DefaultBodyLimit::max(crate::listen::bounds().max_body_bytes))
 }
@@ -367,8 +373,7 @@ where
 {
     let e = Arc::clone(e);
     async move {
-        let actor = berth_engine::actor();
-        let task = tokio::spawn(berth_engine::ACTOR.scope(actor, op(e)));
+        let task = tokio::spawn(berth_engine::carried(op(e)));
         task.await.map_err(|_| EngineError::Storage("the operation failed unexpectedly".into()))?
     }
 }
@@ -394,17 +399,10 @@ async fn create(State(e): Api, headers: HeaderMap, ApiJson(req): ApiJson<CreateS
     once(&e, key, StatusCode::CREATED, detached(&e, move |e| async move { e.create(req).await })).await
 }
 
-/// The sandbox a request's session token is for (none for an API token).
-pub(crate) fn session_of_actor() -> Option<String> {
-    berth_engine::actor().strip_prefix("session:").map(str::to_string)
-}
-
 async fn list(State(e): Api) -> Response {
     let mut all = e.list().await;
-    // A session token sees its own sandbox and its children.
-    if let Some(own) = session_of_actor() {
-        all.retain(|r| r.id == own || r.owner.as_deref() == Some(own.as_str()));
-    }
+    // A session token sees its own sandbox and its children; a tenant's token its tenant's.
+    all.retain(|r| e.sees(r));
     Json(all).into_response()
 }
 
@@ -436,16 +434,15 @@ struct EventsQuery {
 /// Recent lifecycle events as JSON; with `follow`, those and every later one as server-sent events.
 async fn events(State(e): Api, ApiQuery(q): ApiQuery<EventsQuery>) -> Response {
     let (mut recent, live) = e.events();
-    let session = session_of_actor();
-    if let Some(own) = &session {
-        let mut mine = Vec::new();
-        for ev in recent {
-            if e.owned_by(own, &ev.sandbox).await {
-                mine.push(ev);
-            }
+    // The stream outlives this request: it keeps the caller to judge each later event by.
+    let caller = berth_engine::current_caller();
+    let mut seen = Vec::new();
+    for ev in recent {
+        if e.sees_id(&ev.sandbox).await {
+            seen.push(ev);
         }
-        recent = mine;
     }
+    recent = seen;
     if !q.follow {
         return Json(recent).into_response();
     }
@@ -459,13 +456,8 @@ async fn events(State(e): Api, ApiQuery(q): ApiQuery<EventsQuery>) -> Response {
     let future = tokio_stream::wrappers::BroadcastStream::new(live)
         .filter_map(move |ev| ev.ok().filter(|ev| ev.seq > seen))
         .then(move |ev| {
-            let (e, session) = (Arc::clone(&e), session.clone());
-            async move {
-                match &session {
-                    Some(own) if !e.owned_by(own, &ev.sandbox).await => None,
-                    _ => Some(ev),
-                }
-            }
+            let (e, caller) = (Arc::clone(&e), caller.clone());
+            async move { e.sees_id_as(caller.as_ref(), &ev.sandbox).await.then_some(ev) }
         })
         .filter_map(move |ev| ev.map(|ev| Ok::<_, Infallible>(to_sse(&ev))));
     let stream = tokio_stream::iter(past).chain(future);

@@ -15,6 +15,7 @@ mod pods_http;
 mod preview_http;
 mod projects_http;
 mod shell;
+mod tenants_http;
 mod usage_http;
 mod web;
 

@@ -30,7 +30,7 @@ async fn cluster(axum::extract::State(e): Api) -> Result<Response, Failure> {
 
 /// Pods name host paths and cgroups: a token on the TCP listener reaches none of them.
 fn local_only() -> Result<(), Failure> {
-    crate::projects_http::local_only("each pod call")
+    crate::projects_http::served_locally("each pod call", "comes from the node's own runtime shim")
 }
 
 async fn pods(axum::extract::State(e): Api) -> Result<Response, Failure> {

@@ -66,12 +66,17 @@ async fn receipt(axum::extract::State(e): Api, UrlPath(id): UrlPath<String>) -> 
 /// Calls that read or write host paths the caller names are for the unix socket's users (host root's
 /// peers) only: a token on the TCP listener cannot make the daemon read or write the host's files.
 pub(crate) fn local_only(what: &str) -> Result<(), Failure> {
+    served_locally(what, "reads and writes paths on the daemon's host")
+}
+
+/// Refuses a call that came over TCP: `what` (the call) `because` (why only the host's operator may make it).
+pub(crate) fn served_locally(what: &str, because: &str) -> Result<(), Failure> {
     if berth_engine::actor() == "local" {
         return Ok(());
     }
     Err(Failure(
         berth_api::ErrorCode::Unauthorized,
-        format!("{what} reads and writes paths on the daemon's host, so it is served on the unix socket only"),
+        format!("{what} {because}, so it is served on the unix socket only"),
     ))
 }
 
@@ -228,7 +233,13 @@ async fn fork(
 }
 
 async fn snapshots(axum::extract::State(e): Api) -> Result<Response, Failure> {
-    Ok(Json(e.snapshots()?).into_response())
+    let mut seen = Vec::new();
+    for s in e.snapshots()? {
+        if e.sees_snapshot(&s).await {
+            seen.push(s);
+        }
+    }
+    Ok(Json(seen).into_response())
 }
 
 async fn get_snapshot(axum::extract::State(e): Api, UrlPath(s): UrlPath<String>) -> Result<Response, Failure> {
@@ -279,22 +290,47 @@ async fn init_storage(
     Ok((StatusCode::CREATED, Json(storage_info(&e, &info))).into_response())
 }
 
-async fn secrets(axum::extract::State(e): Api) -> Result<Response, Failure> {
-    Ok(Json(e.secrets()?).into_response())
+/// `?tenant=NAME`: the secrets of that tenant's sandboxes (an operator's choice; a tenant's token always
+/// means its own).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantQuery {
+    tenant: Option<String>,
+}
+
+impl TenantQuery {
+    fn tenant(self) -> Option<String> {
+        match berth_engine::current_caller().filter(|c| !c.grant.is_full() || c.session.is_some()) {
+            Some(c) => c.grant.tenant,
+            None => self.tenant,
+        }
+    }
+}
+
+async fn secrets(
+    axum::extract::State(e): Api,
+    crate::http::ApiQuery(q): crate::http::ApiQuery<TenantQuery>,
+) -> Result<Response, Failure> {
+    Ok(Json(e.secrets(q.tenant().as_deref())?).into_response())
 }
 
 /// The value is the raw body; it is sealed at once and never returned.
 async fn set_secret(
     axum::extract::State(e): Api,
     UrlPath(name): UrlPath<String>,
+    crate::http::ApiQuery(q): crate::http::ApiQuery<TenantQuery>,
     body: axum::body::Bytes,
 ) -> Result<Response, Failure> {
-    local_only("setting a secret")?;
-    Ok(Json(e.set_secret(&name, &body)?).into_response())
+    served_locally("setting a secret", "puts a value only the host's operator may give")?;
+    Ok(Json(e.set_secret(&name, &body, q.tenant().as_deref())?).into_response())
 }
 
-async fn remove_secret(axum::extract::State(e): Api, UrlPath(name): UrlPath<String>) -> Result<Response, Failure> {
-    local_only("removing a secret")?;
-    e.remove_secret(&name)?;
+async fn remove_secret(
+    axum::extract::State(e): Api,
+    UrlPath(name): UrlPath<String>,
+    crate::http::ApiQuery(q): crate::http::ApiQuery<TenantQuery>,
+) -> Result<Response, Failure> {
+    served_locally("removing a secret", "changes what the host's operator gave")?;
+    e.remove_secret(&name, q.tenant().as_deref())?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -96,10 +96,10 @@ async fn shell(
     let terminal = e.open_terminal(&id, req).await?;
     // The shell runs after the upgrade, outside this request's task: it keeps the caller's identity, so that
     // its journal records name who opened it.
-    let actor = berth_engine::actor();
-    Ok(ws.max_message_size(MAX_MESSAGE).on_upgrade(move |socket| {
-        berth_engine::ACTOR.scope(actor, async move { relay(terminal.start(e), socket).await })
-    }))
+    let caller = berth_engine::Carried::now();
+    Ok(ws
+        .max_message_size(MAX_MESSAGE)
+        .on_upgrade(move |socket| caller.run(async move { relay(terminal.start(e), socket).await })))
 }
 
 /// Carry the client's keystrokes and resizes to the terminal and what it shows back, until it has ended;

@@ -43,17 +43,13 @@ async fn history(
 }
 
 async fn usage_all(State(e): Api) -> Json<Vec<Usage>> {
-    let mut all = e.usage_all().await;
-    if let Some(own) = crate::http::session_of_actor() {
-        let mut mine = Vec::new();
-        for u in all {
-            if e.owned_by(&own, &u.id).await {
-                mine.push(u);
-            }
+    let mut seen = Vec::new();
+    for u in e.usage_all().await {
+        if e.sees_id(&u.id).await {
+            seen.push(u);
         }
-        all = mine;
     }
-    Json(all)
+    Json(seen)
 }
 
 async fn budget(State(e): Api, UrlPath(id): UrlPath<String>, ApiJson(b): ApiJson<Budget>) -> Result<Response, Failure> {
@@ -121,17 +117,16 @@ pub(crate) fn render(usage: &[Usage], states: &[(SandboxState, usize)], counts: 
     out
 }
 
-/// `GET /metrics`: every sandbox, or with a session token its own sandbox and its children only.
+/// `GET /metrics`: the sandboxes the caller sees (every one; with a session token its own sandbox and its
+/// children; with a tenant's token its tenant's), and each tenant's use and quota (a tenant's: its own).
 async fn metrics(State(e): Api) -> Response {
-    let session = crate::http::session_of_actor();
     let mut records = e.list().await;
+    records.retain(|r| e.sees(r));
     let mut usage = e.usage_all().await;
-    if let Some(own) = &session {
-        let mine = |id: &str, owner: Option<&str>| id == own || owner == Some(own.as_str());
-        records.retain(|r| mine(&r.id, r.owner.as_deref()));
-        let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
-        usage.retain(|u| ids.contains(&u.id));
-    }
+    let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
+    usage.retain(|u| ids.contains(&u.id));
+    let session = berth_engine::current_caller().is_some_and(|c| c.session.is_some());
+    let tenants = if session { Vec::new() } else { e.tenants().await.unwrap_or_default() };
     let mut states: Vec<(SandboxState, usize)> = Vec::new();
     for state in [
         SandboxState::Creating,
@@ -142,8 +137,40 @@ async fn metrics(State(e): Api) -> Response {
     ] {
         states.push((state, records.iter().filter(|r| r.state == state).count()));
     }
-    let body = render(&usage, &states, e.meter_counts());
+    let mut body = render(&usage, &states, e.meter_counts());
+    body.push_str(&render_tenants(&tenants));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+}
+
+/// Each tenant's use and quota, one series a resource (a quota not set is left out).
+pub(crate) fn render_tenants(tenants: &[berth_api::Tenant]) -> String {
+    type TenantSeries = (&'static str, fn(&berth_api::TenantUse) -> f64, fn(&berth_api::Quota) -> Option<f64>);
+    let series: [TenantSeries; 5] = [
+        ("sandboxes", |u| u.sandboxes as f64, |q| q.sandboxes.map(|v| v as f64)),
+        ("cpus", |u| u.cpus, |q| q.cpus),
+        ("memory_bytes", |u| u.memory_bytes as f64, |q| q.memory_bytes.map(|v| v as f64)),
+        ("disk_bytes", |u| u.disk_bytes as f64, |q| q.disk_bytes.map(|v| v as f64)),
+        ("egress_bytes", |u| u.egress_bytes as f64, |q| q.egress_bytes.map(|v| v as f64)),
+    ];
+    let mut out = String::new();
+    if tenants.is_empty() {
+        return out;
+    }
+    for (what, used, quota) in series {
+        let name = format!("berth_tenant_{what}");
+        let _ = writeln!(out, "# HELP {name} What the tenant's sandboxes hold ({what}).\n# TYPE {name} gauge");
+        for t in tenants {
+            let _ = writeln!(out, "{name}{{tenant=\"{}\"}} {}", label(&t.name), used(&t.used));
+        }
+        let name = format!("berth_tenant_quota_{what}");
+        let _ = writeln!(out, "# HELP {name} The tenant's quota ({what}).\n# TYPE {name} gauge");
+        for t in tenants {
+            if let Some(q) = quota(&t.quota) {
+                let _ = writeln!(out, "{name}{{tenant=\"{}\"}} {q}", label(&t.name));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

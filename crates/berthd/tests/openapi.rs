@@ -320,5 +320,5 @@ fn the_descriptions_limits_are_the_servers() {
         .iter()
         .map(|c| serde_json::from_value::<berth_api::ErrorCode>(c.clone()).unwrap().status())
         .collect();
-    assert_eq!(statuses, BTreeSet::from([400, 401, 404, 408, 409, 413, 431, 500, 503]));
+    assert_eq!(statuses, BTreeSet::from([400, 401, 403, 404, 408, 409, 413, 429, 431, 500, 503]));
 }

@@ -17,19 +17,21 @@ from .errors import (
     CodeError,
     CommandFailed,
     Conflict,
+    Forbidden,
     HeadersTooLarge,
     InternalError,
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    QuotaExceeded,
     RequestTimeout,
     TransportError,
     Unauthorized,
     Unavailable,
     WaitTimeout,
 )
-from .models import Mount, Network, VolumeMount
+from .models import Mount, Network, Quota, VolumeMount
 from .results import CommandResult, Execution, ExecutionError, Result
 from .sandbox import ExecStream, Process, Sandbox
 
@@ -38,8 +40,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ApiError", "AsyncClient", "AsyncCodeContext", "AsyncExecStream", "AsyncProcess", "AsyncSandbox",
     "BerthError", "Client", "CodeContext", "CodeError", "CommandFailed", "CommandResult", "Conflict",
-    "ExecStream", "Execution", "ExecutionError", "HeadersTooLarge", "InternalError", "InvalidRequest",
-    "MethodNotAllowed", "Mount", "Network", "NotFound", "PayloadTooLarge", "Process", "RequestTimeout",
+    "ExecStream", "Forbidden", "Execution", "ExecutionError", "HeadersTooLarge", "InternalError", "InvalidRequest",
+    "MethodNotAllowed", "Mount", "Network", "NotFound", "PayloadTooLarge", "Process", "Quota", "QuotaExceeded", "RequestTimeout",
     "Result", "Sandbox", "TransportError", "Unauthorized", "Unavailable", "VolumeMount", "WaitTimeout",
     "models", "size",
 ]  # fmt: skip

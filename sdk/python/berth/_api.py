@@ -21,7 +21,7 @@ CREATE_FIELDS = (
     "name", "image", "memory_bytes", "pids", "cpus", "ttl_seconds", "idle_timeout_seconds", "idle_pause_seconds",
     "idle_hibernate_seconds", "ttl_active_only", "ttl_action", "budget", "env", "labels",
     "mounts", "persistent", "disk_bytes", "volumes", "from_snapshot", "outputs", "network", "secrets",
-    "isolation",
+    "isolation", "tenant",
 )  # fmt: skip
 # Friendly names accepted by Sandbox.create, and the field each stands for.
 CREATE_ALIASES = {
@@ -139,10 +139,11 @@ class Images(_Namespace):
     def list(self) -> list[m.Image]:
         return self._do(Op("GET", "/v1/images", parse=models(m.Image)))
 
-    def import_(self, name: str, source: str) -> m.Image:
+    def import_(self, name: str, source: str, *, tenant: str | None = None) -> m.Image:
         """Import ``source`` (a path on the daemon's host: a directory, rootfs tarball, OCI layout or
-        ``docker save`` archive). Unix socket only."""
-        return self._do(Op("POST", "/v1/images", json={"name": name, "source": source}, parse=_import_parse, timeout=None))
+        ``docker save`` archive), for ``tenant``'s sandboxes only if given. Unix socket only."""
+        body = drop_none({"name": name, "source": source, "tenant": tenant})
+        return self._do(Op("POST", "/v1/images", json=body, parse=_import_parse, timeout=None))
 
     def remove(self, name: str) -> m.Image:
         return self._do(Op("DELETE", f"/v1/images/{seg(name)}", parse=model(m.Image)))
@@ -151,8 +152,11 @@ class Images(_Namespace):
 class Tokens(_Namespace):
     """``client.tokens``: API tokens for the TCP listener (unix socket only)."""
 
-    def create(self, name: str = "") -> m.MintedToken:
-        return self._do(Op("POST", "/v1/tokens", json={"name": name}, parse=model(m.MintedToken)))
+    def create(self, name: str = "", *, tenant: str | None = None, read_only: bool = False,
+               selector: dict[str, str] | None = None) -> m.MintedToken:
+        """Mint a token; ``tenant``, ``read_only`` and ``selector`` each narrow what it reaches."""
+        body: dict[str, Any] = {"name": name, "tenant": tenant, "read_only": read_only or None, "selector": selector or None}
+        return self._do(Op("POST", "/v1/tokens", json=drop_none(body), parse=model(m.MintedToken)))
 
     def list(self) -> list[m.TokenInfo]:
         return self._do(Op("GET", "/v1/tokens", parse=models(m.TokenInfo)))
@@ -164,15 +168,39 @@ class Tokens(_Namespace):
 class Secrets(_Namespace):
     """``client.secrets``: values sealed in the daemon's vault, given to sandboxes by ``secrets=[...]``."""
 
-    def set(self, name: str, value: str | bytes) -> m.SecretInfo:
+    def set(self, name: str, value: str | bytes, *, tenant: str | None = None) -> m.SecretInfo:
+        """Set a secret for the sandboxes of ``tenant`` (without: of no tenant). Unix socket only."""
         data = value.encode() if isinstance(value, str) else value
-        return self._do(Op("PUT", f"/v1/secrets/{seg(name)}", content=data, content_type="application/octet-stream", parse=model(m.SecretInfo)))
+        return self._do(Op("PUT", f"/v1/secrets/{seg(name)}", params={"tenant": tenant}, content=data, content_type="application/octet-stream", parse=model(m.SecretInfo)))
 
-    def list(self) -> list[m.SecretInfo]:
-        return self._do(Op("GET", "/v1/secrets", parse=models(m.SecretInfo)))
+    def list(self, *, tenant: str | None = None) -> list[m.SecretInfo]:
+        return self._do(Op("GET", "/v1/secrets", params={"tenant": tenant}, parse=models(m.SecretInfo)))
+
+    def remove(self, name: str, *, tenant: str | None = None) -> None:
+        return self._do(Op("DELETE", f"/v1/secrets/{seg(name)}", params={"tenant": tenant}))
+
+
+class Tenants(_Namespace):
+    """``client.tenants``: teams sharing the daemon, each with a quota (made and removed on the unix socket)."""
+
+    def create(self, name: str, quota: m.Quota | dict[str, Any] | None = None) -> m.Tenant:
+        """Make a tenant, or give an existing one ``quota`` (replacing its whole quota)."""
+        q = quota.to_dict() if isinstance(quota, m.Model) else (quota or {})
+        if "memory_bytes" in q and q["memory_bytes"] is not None:
+            q["memory_bytes"] = size(q["memory_bytes"])
+        if "disk_bytes" in q and q["disk_bytes"] is not None:
+            q["disk_bytes"] = size(q["disk_bytes"])
+        return self._do(Op("POST", "/v1/tenants", json={"name": name, "quota": drop_none(q)}, parse=model(m.Tenant)))
+
+    def list(self) -> list[m.Tenant]:
+        return self._do(Op("GET", "/v1/tenants", parse=models(m.Tenant)))
+
+    def get(self, name: str) -> m.Tenant:
+        return self._do(Op("GET", f"/v1/tenants/{seg(name)}", parse=model(m.Tenant)))
 
     def remove(self, name: str) -> None:
-        return self._do(Op("DELETE", f"/v1/secrets/{seg(name)}"))
+        """Remove a tenant that holds nothing: its tokens are revoked and its secrets removed."""
+        return self._do(Op("DELETE", f"/v1/tenants/{seg(name)}"))
 
 
 class ClientAPI:
@@ -186,6 +214,7 @@ class ClientAPI:
         self.images = Images(self)
         self.tokens = Tokens(self)
         self.secrets = Secrets(self)
+        self.tenants = Tenants(self)
 
     def health(self) -> m.Health:
         return self._do(Op("GET", "/healthz", parse=model(m.Health)))

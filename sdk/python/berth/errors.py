@@ -45,6 +45,12 @@ class Unauthorized(ApiError):
     code, status = "unauthorized", 401
 
 
+class Forbidden(ApiError):
+    """The token may not do this: it is read-only, or the call is an operator's."""
+
+    code, status = "forbidden", 403
+
+
 class NotFound(ApiError):
     code, status = "not_found", 404
 
@@ -63,6 +69,12 @@ class PayloadTooLarge(ApiError):
 
 class HeadersTooLarge(ApiError):
     code, status = "headers_too_large", 431
+
+
+class QuotaExceeded(ApiError):
+    """The tenant's quota has no room for this (a create, a fork)."""
+
+    code, status = "quota_exceeded", 429
 
 
 class InternalError(ApiError):
@@ -118,11 +130,13 @@ BY_CODE: dict[str, type[ApiError]] = {
     for cls in (
         InvalidRequest,
         Unauthorized,
+        Forbidden,
         NotFound,
         RequestTimeout,
         Conflict,
         PayloadTooLarge,
         HeadersTooLarge,
+        QuotaExceeded,
         InternalError,
         Unavailable,
         MethodNotAllowed,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ._model import Model
+from .models_access import Quota, SecretInfo, Tenant, TenantUse, TokenInfo  # noqa: F401 (models of this module too)
 
 
 # ---- Sandboxes ----
@@ -134,6 +135,7 @@ class SandboxInfo(Model):
     owner: Optional[str] = None
     usage: Optional[Usage] = None
     isolation: str = "namespaces"
+    tenant: Optional[str] = None
 
 
 @dataclass
@@ -353,25 +355,6 @@ class Preview(Model):
     expires_at_ms: Optional[int]
 
 
-@dataclass
-class TokenInfo(Model):
-    __schema__ = "TokenInfo"
-    id: str
-    name: str
-    created_at_ms: int
-
-
-@dataclass
-class SecretInfo(Model):
-    """A secret's name, size and times (never its value)."""
-
-    __schema__ = "SecretInfo"
-    name: str
-    created_at_ms: int
-    updated_at_ms: int
-    bytes: int
-
-
 # ---- Files ----
 
 
@@ -436,6 +419,7 @@ class Snapshot(Model):
     origin: str
     name: Optional[str] = None
     with_processes: bool = False
+    tenant: Optional[str] = None
 
 
 @dataclass
@@ -489,6 +473,7 @@ class Volume(Model):
     name: str
     created_at_ms: int
     used_by: list[str] = field(default_factory=list)
+    tenant: Optional[str] = None
 
 
 @dataclass
@@ -528,6 +513,7 @@ class Image(Model):
     cmd: list[str] = field(default_factory=list)
     workdir: Optional[str] = None
     used_by: list[str] = field(default_factory=list)
+    tenant: Optional[str] = None
 
 
 @dataclass

@@ -66,6 +66,39 @@ def test_tokens_mint_list_revoke(client, daemon):
         client.tokens.revoke(minted.id)
 
 
+def test_a_tenants_token_reaches_its_own_and_its_quota_holds(client, daemon):
+    name = f"sdk-{uuid.uuid4().hex[:6]}"
+    made = client.tenants.create(name, berth.Quota(sandboxes=1, memory_bytes="256M"))
+    assert made.name == name and made.quota.sandboxes == 1 and made.quota.memory_bytes == 256 << 20
+    minted = client.tokens.create("sdk-tenant", tenant=name)
+    assert {t.id: t.tenant for t in client.tokens.list()}[minted.id] == name
+    read_only = client.tokens.create("sdk-looker", tenant=name, read_only=True)
+    with berth.Sandbox.create(client=client, ttl=300) as theirs, berth.Client(url=daemon.url, token=minted.token) as c:
+        with berth.Sandbox.create(client=c, ttl=300) as mine:
+            assert mine.info.tenant == name and mine.info.memory_bytes == 256 << 20
+            assert mine.exec("echo in tenant", timeout=10).stdout == "in tenant\n"
+            with pytest.raises(berth.QuotaExceeded) as full:
+                berth.Sandbox.create(client=c, ttl=300)
+            assert full.value.status == 429 and "quota" in str(full.value)
+            assert [s.id for s in c.list_sandboxes()] == [mine.id]
+            with pytest.raises(berth.NotFound):
+                berth.Sandbox.connect(theirs.id, client=c)
+            assert [t.name for t in c.tenants.list()] == [name] and c.tenants.get(name).used.sandboxes == 1
+            with berth.Client(url=daemon.url, token=read_only.token) as looker:
+                assert [s.id for s in looker.list_sandboxes()] == [mine.id]
+                with pytest.raises(berth.Forbidden):
+                    berth.Sandbox.connect(mine.id, client=looker).exec("true", timeout=10)
+        c.volumes.create(f"{name}-vol")
+        with pytest.raises(berth.Conflict) as held:
+            client.tenants.remove(name)  # it still holds a volume
+        assert "1 volume(s)" in str(held.value)
+        c.volumes.remove(f"{name}-vol")
+    client.tenants.remove(name)
+    with berth.Client(url=daemon.url, token=minted.token) as gone:
+        with pytest.raises(berth.Unauthorized):
+            gone.list_sandboxes()
+
+
 def test_tcp_needs_a_token(tcp_client, daemon):
     with berth.Client(url=daemon.url) as anonymous:
         with pytest.raises(berth.Unauthorized) as info:

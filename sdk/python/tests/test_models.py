@@ -27,7 +27,7 @@ NOT_MODELLED = {
     "SandboxState": "a string field", "Isolation": "a string field", "TtlAction": "a string field", "Stream": "a string field", "ErrorCode": "BerthError subclasses (checked below)",
     "ExecFrame": "the union of the ExecFrame* models", "ErrorBody": "raised as BerthError", "ApiError": "raised as BerthError",
     "EventKind": "a string field", "FileKind": "a string field", "ChangeKind": "a string field",
-    "MintToken": "tokens.create(name)", "MoveFile": "files.move(src, dst, overwrite=, user=)", "CreateSnapshot": "snapshot(name, with_processes=)", "ForkRequest": "fork(n, with_processes=)",
+    "MintToken": "tokens.create(name, tenant=, read_only=, selector=)", "CreateTenant": "tenants.create(name, quota)", "MoveFile": "files.move(src, dst, overwrite=, user=)", "CreateSnapshot": "snapshot(name, with_processes=)", "ForkRequest": "fork(n, with_processes=)",
     "RestoreRequest": "restore(snapshot)", "ResetRequest": "reset(keep_workspace=)", "ExportRequest": "export(...) (checked below)",
     "CreateVolume": "volumes.create(name)", "InitStorage": "init_storage(size_bytes)", "ImportImage": "images.import_(name, source)",
     "ImportFrame": "images.import_", "ImportFrameDone": "images.import_", "ImportFrameError": "raised as BerthError",

@@ -10,7 +10,8 @@
 //! schema validator and field comparison, `schemas` holds the samples and checks each schema against them, `requests` which fields requests and
 //! responses require,
 //! `storage_samples` holds the samples of the durable-project and image types, `network_samples` those of
-//! the egress types, `previews_samples` those of preview URLs, and `pods_samples` those of pods.
+//! the egress types, `previews_samples` those of preview URLs, `pods_samples` those of pods, and
+//! `tenants_samples` those of tenants.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod contexts_samples;
@@ -20,6 +21,7 @@ mod previews_samples;
 mod requests;
 mod schemas;
 mod storage_samples;
+mod tenants_samples;
 mod validator;
 
 use std::collections::{BTreeMap, BTreeSet};

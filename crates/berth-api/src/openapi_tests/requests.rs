@@ -1,8 +1,8 @@
 //! Which fields requests and responses require: a request schema's `required`, `additionalProperties` and
-//! defaults against what serde accepts and fills in, and every field of a response required (serde writes
-//! them all). The samples are `schemas`'.
+//! defaults against what serde accepts and fills in, and a response's `required` against what serde writes
+//! (every field, but the few it leaves out when they are empty). The samples are `schemas`'.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -43,7 +43,7 @@ fn check_request<T: Serialize + DeserializeOwned>(spec: &Value, name: &str, full
 }
 
 /// The request schemas: exactly those that refuse unknown fields.
-const REQUESTS: [&str; 24] = [
+const REQUESTS: [&str; 26] = [
     "Budget",
     "CreatePreview",
     "CreateContext",
@@ -68,6 +68,8 @@ const REQUESTS: [&str; 24] = [
     "PodRequest",
     "PodEvent",
     "PodFork",
+    "CreateTenant",
+    "Quota",
 ];
 
 #[test]
@@ -102,6 +104,8 @@ fn request_schemas_match_deserialization() {
     check::<PodRequest>(&spec, &samples, "PodRequest");
     check::<PodEvent>(&spec, &samples, "PodEvent");
     check::<PodFork>(&spec, &samples, "PodFork");
+    check::<CreateTenant>(&spec, &samples, "CreateTenant");
+    check::<Quota>(&spec, &samples, "Quota");
     let closed: BTreeSet<&str> = spec["components"]["schemas"]
         .as_object()
         .unwrap()
@@ -113,26 +117,40 @@ fn request_schemas_match_deserialization() {
 }
 
 #[test]
-fn response_schemas_require_every_field() {
-    // Responses are only serialized, and serde writes every field (nulls and `#[serde(default)]` fields
-    // included): all are required.
+fn response_schemas_require_what_serde_always_writes() {
+    // Responses are only serialized. serde writes every field (nulls and `#[serde(default)]` fields included),
+    // but those marked `skip_serializing_if`, which it leaves out when they are empty: a field is required
+    // exactly when every sample of its schema has it (the sparse samples leave such fields out). A field that
+    // may be left out is not also null: its type says so.
     let spec = spec();
+    let mut seen: BTreeMap<String, (&Value, BTreeSet<String>)> = BTreeMap::new();
     for (name, sample) in full_samples().into_iter().chain(sparse_samples()) {
         if REQUESTS.contains(&name) {
             continue;
         }
-        let mut s = resolve(&spec, schema(&spec, name));
+        let (mut s, mut at) = (resolve(&spec, schema(&spec, name)), name.to_string());
         if let Some(mapping) = s["discriminator"]["mapping"].as_object() {
             let tag = sample["type"].as_str().unwrap();
             s = named(&spec, mapping[tag].as_str().unwrap());
+            at = format!("{name} ({tag})");
         }
+        let keys: BTreeSet<String> = sample.as_object().unwrap().keys().cloned().collect();
+        let always = &mut seen.entry(at).or_insert_with(|| (s, keys.clone())).1;
+        always.retain(|k| keys.contains(k));
+    }
+    for (name, (s, always)) in seen {
         let mut required: BTreeSet<String> =
             s["required"].as_array().into_iter().flatten().map(|r| r.as_str().unwrap().to_string()).collect();
         for part in s["allOf"].as_array().into_iter().flatten() {
             let part = resolve(&spec, part);
             required.extend(part["required"].as_array().into_iter().flatten().map(|r| r.as_str().unwrap().to_string()));
         }
-        let keys: BTreeSet<String> = sample.as_object().unwrap().keys().cloned().collect();
-        assert_eq!(required, keys, "{name}: required (left) and serialized fields (right) differ");
+        assert_eq!(required, always, "{name}: required (left) and the fields every sample has (right) differ");
+        for (field, prop) in properties(&spec, s).into_iter().filter(|(f, _)| !required.contains(f)) {
+            let types = prop["type"].as_array().cloned().unwrap_or_else(|| vec![prop["type"].clone()]);
+            let alternatives = prop["oneOf"].as_array().into_iter().chain(prop["anyOf"].as_array()).flatten();
+            let nullable = types.iter().any(|t| t == "null") || alternatives.into_iter().any(|a| a["type"] == "null");
+            assert!(!nullable, "{name}.{field}: serde leaves it out when empty, so it is never null");
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! compared field by field; string enums, and the discriminators of the NDJSON frames (`ExecFrame`,
 //! `ImportFrame`); which fields requests and responses require is `requests`. The samples of durable projects and
 //! images (`storage.rs`) are in `storage_samples`, those of egress (`network.rs`) in `network_samples`,
-//! those of pods (`pods.rs`) in `pods_samples`.
+//! those of pods (`pods.rs`) in `pods_samples`, those of tenants (`tenants.rs`) in `tenants_samples`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,6 +13,7 @@ use super::network_samples::{network_full_samples, network_sample, network_spars
 use super::pods_samples::{pods_full_samples, pods_sparse_samples};
 use super::previews_samples::preview_samples;
 use super::storage_samples::{all_change_kinds, import_frame_samples, storage_full_samples, storage_sparse_samples};
+use super::tenants_samples::{tenants_full_samples, tenants_sparse_samples};
 use super::validator::{assert_full, compare_fields, properties, validate};
 use super::*;
 
@@ -63,17 +64,19 @@ fn all_streams() -> Vec<Stream> {
 pub(super) fn all_codes() -> Vec<ErrorCode> {
     use ErrorCode::*;
     match Internal {
-        InvalidRequest | Unauthorized | NotFound | RequestTimeout | Conflict | PayloadTooLarge | HeadersTooLarge
-        | Internal | Unavailable => {}
+        InvalidRequest | Unauthorized | Forbidden | NotFound | RequestTimeout | Conflict | PayloadTooLarge
+        | HeadersTooLarge | QuotaExceeded | Internal | Unavailable => {}
     }
     vec![
         InvalidRequest,
         Unauthorized,
+        Forbidden,
         NotFound,
         RequestTimeout,
         Conflict,
         PayloadTooLarge,
         HeadersTooLarge,
+        QuotaExceeded,
         Internal,
         Unavailable,
     ]
@@ -155,6 +158,7 @@ pub(super) fn sandbox_sample() -> Sandbox {
         parent: Some("fedcba987654".into()),
         network: network_sample(),
         owner: Some("abcdefabcdef".into()),
+        tenant: Some("acme".into()),
         usage: Some(usage_sample()),
         isolation: Isolation::Gvisor,
     }
@@ -217,6 +221,7 @@ pub(super) fn full_samples() -> Vec<(&'static str, Value)> {
         ttl_action: TtlAction::Hibernate,
         env: map(&[("LANG", "C.UTF-8")]),
         labels: map(&[("team", "core")]),
+        tenant: Some("acme".into()),
         mounts: vec![mount.clone()],
         persistent: true,
         disk_bytes: Some(1 << 30),
@@ -270,6 +275,12 @@ pub(super) fn full_samples() -> Vec<(&'static str, Value)> {
     };
     let error =
         ErrorBody { error: ApiError { code: ErrorCode::NotFound, message: "there is no sandbox \"x\"".into() } };
+    let mint = MintToken {
+        name: "ci".into(),
+        tenant: Some("acme".into()),
+        read_only: true,
+        selector: map(&[("team", "core")]),
+    };
     let mut samples = vec![
         ("CreateSandbox", to_value(&create)),
         ("Mount", to_value(&mount)),
@@ -316,10 +327,15 @@ pub(super) fn full_samples() -> Vec<(&'static str, Value)> {
                 reason: Some("shown in full".into()),
             }),
         ),
-        ("MintToken", to_value(&MintToken { name: "ci".into() })),
+        ("MintToken", to_value(&mint)),
         (
             "TokenInfo",
-            to_value(&TokenInfo { id: "a1b2c3".into(), name: "ci".into(), created_at_ms: 1_700_000_000_000 }),
+            to_value(&TokenInfo {
+                id: "a1b2c3".into(),
+                name: "ci".into(),
+                created_at_ms: 1_700_000_000_000,
+                grant: mint.grant(),
+            }),
         ),
         (
             "DaemonInfo",
@@ -348,6 +364,7 @@ pub(super) fn full_samples() -> Vec<(&'static str, Value)> {
     samples.extend(contexts_full_samples());
     samples.extend(preview_samples(true));
     samples.extend(pods_full_samples());
+    samples.extend(tenants_full_samples());
     samples
 }
 
@@ -380,6 +397,7 @@ pub(super) fn sparse_samples() -> Vec<(&'static str, Value)> {
         parent: None,
         network: Network::default(),
         owner: None,
+        tenant: None,
         usage: None,
         isolation: Isolation::Namespaces,
     };
@@ -414,6 +432,15 @@ pub(super) fn sparse_samples() -> Vec<(&'static str, Value)> {
         ("MoveFile", to_value(&MoveFile { from: "/a".into(), to: "/b".into(), ..MoveFile::default() })),
         ("WatchEvent", to_value(&WatchEvent::of(WatchKind::Ready))),
         ("MintToken", to_value(&MintToken::default())),
+        (
+            "TokenInfo",
+            to_value(&TokenInfo {
+                id: "a1b2c3".into(),
+                name: "session 0123456789ab".into(),
+                created_at_ms: 0,
+                grant: Grant::default(),
+            }),
+        ),
         ("Budget", to_value(&Budget::default())),
         ("Usage", to_value(&Usage::default())),
     ];
@@ -422,6 +449,7 @@ pub(super) fn sparse_samples() -> Vec<(&'static str, Value)> {
     samples.extend(contexts_sparse_samples());
     samples.extend(preview_samples(false));
     samples.extend(pods_sparse_samples());
+    samples.extend(tenants_sparse_samples());
     samples
 }
 

@@ -23,6 +23,7 @@ fn snapshot_sample() -> Snapshot {
         created_at_ms: 1_700_000_004_000,
         origin: "snapshot".into(),
         with_processes: true,
+        tenant: Some("acme".into()),
     }
 }
 
@@ -43,6 +44,7 @@ fn image_sample() -> Image {
         cmd: vec!["bash".into()],
         workdir: Some("/srv".into()),
         used_by: vec!["0123456789ab".into()],
+        tenant: Some("acme".into()),
     }
 }
 
@@ -113,11 +115,19 @@ pub(super) fn storage_full_samples() -> Vec<(&'static str, Value)> {
                 name: "cache".into(),
                 created_at_ms: 1_700_000_000_500,
                 used_by: vec!["0123456789ab".into(), "pod:5f1e2d3c4b5a69788796a5b4c3d2e1f0".into()],
+                tenant: Some("acme".into()),
             }),
         ),
         ("StorageInfo", to_value(&storage)),
         ("InitStorage", to_value(&InitStorage { size_bytes: Some(20 << 30) })),
-        ("ImportImage", to_value(&ImportImage { name: "debian".into(), source: "/srv/images/debian.tar".into() })),
+        (
+            "ImportImage",
+            to_value(&ImportImage {
+                name: "debian".into(),
+                source: "/srv/images/debian.tar".into(),
+                tenant: Some("acme".into()),
+            }),
+        ),
         ("RejectedEntry", to_value(&image_sample().rejected[0])),
         ("Image", to_value(&image_sample())),
     ];
@@ -151,10 +161,11 @@ pub(super) fn storage_sparse_samples() -> Vec<(&'static str, Value)> {
         cmd: vec![],
         workdir: None,
         used_by: vec![],
+        tenant: None,
     };
     let mut samples = vec![
         ("CreateSnapshot", to_value(&CreateSnapshot::default())),
-        ("Snapshot", to_value(&Snapshot { name: None, origin: "fork".into(), ..snapshot_sample() })),
+        ("Snapshot", to_value(&Snapshot { name: None, origin: "fork".into(), tenant: None, ..snapshot_sample() })),
         ("ForkRequest", to_value(&ForkRequest::default())),
         ("Forked", to_value(&Forked { parent: "fedcba987654".into(), sandboxes: vec![], errors: vec![] })),
         ("ResetRequest", to_value(&ResetRequest::default())),
@@ -164,7 +175,7 @@ pub(super) fn storage_sparse_samples() -> Vec<(&'static str, Value)> {
         ("Diff", to_value(&Diff { against: "image".into(), changes: vec![] })),
         ("ExportRequest", to_value(&ExportRequest::default())),
         ("InitStorage", to_value(&InitStorage::default())),
-        ("Volume", to_value(&Volume { name: "v".into(), created_at_ms: 0, used_by: vec![] })),
+        ("Volume", to_value(&Volume { name: "v".into(), created_at_ms: 0, used_by: vec![], tenant: None })),
         ("Image", to_value(&image)),
         ("ImportFrame", to_value(&ImportFrame::Done { image })),
     ];

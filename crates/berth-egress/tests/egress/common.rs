@@ -42,6 +42,7 @@ pub fn policy(mode: Mode, allow: &[&str], deny: &[&str], hosts: &[&str]) -> Poli
         allow: allow.iter().map(|r| r.parse().unwrap()).collect(),
         deny: deny.iter().map(|r| r.parse().unwrap()).collect(),
         add_hosts: hosts.iter().map(|h| (h.to_string(), "127.0.0.1".parse().unwrap())).collect::<BTreeMap<_, _>>(),
+        closed: None,
     }
 }
 

@@ -1,7 +1,8 @@
 //! Who calls the engine and what a call does: a `Caller` (the API token it came with, and for a sandbox's
 //! session token that sandbox) and an `Access` (what the call does), with the rules of what a session token
 //! may do. Every transport authorizes its calls here: the HTTP API maps a request's route to its `Access`
-//! (`session_allows`); the E2B listener names its calls' own (`as_caller`).
+//! (`allows_route`); the E2B listener names its calls' own (`as_caller`). What a tenant's token (or another
+//! narrowed one) reaches is `tenancy`'s.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -9,11 +10,13 @@ use std::future::Future;
 use super::Engine;
 use crate::EngineError;
 
-/// Who makes a call: the id of the API token it came with, and for a session token the sandbox it belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Who makes a call: the id of the API token it came with, for a session token the sandbox it belongs to,
+/// and what the token may reach (its tenant, read-only, a label selector).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Caller {
     pub token: String,
     pub session: Option<String>,
+    pub grant: berth_api::Grant,
 }
 
 impl Caller {
@@ -25,9 +28,10 @@ impl Caller {
         }
     }
 
-    /// Run `f` as this caller: what it does is journaled as its actor's (and idempotency keys are its own).
+    /// Run `f` as this caller: what it does is journaled as its actor's (and idempotency keys are its own),
+    /// and what it lists and makes is its tenant's.
     pub async fn scope<F: Future>(&self, f: F) -> F::Output {
-        crate::ACTOR.scope(self.actor(), f).await
+        super::live::as_caller(self.clone(), f).await
     }
 }
 
@@ -241,7 +245,7 @@ fn refusal(owner: &str, method: &str, path: &str) -> String {
 impl Engine {
     /// The caller a token (known by its digest) stands for, if it is a valid one.
     pub fn caller_of_digest(&self, digest: &str) -> Option<Caller> {
-        self.tokens.check_digest(digest).map(|(token, session)| Caller { token, session })
+        self.tokens.check_digest(digest).map(|(token, session, grant)| Caller { token, session, grant })
     }
 
     /// The caller a token stands for, if it is a valid one.
@@ -249,22 +253,35 @@ impl Engine {
         self.caller_of_digest(&crate::tokens::digest(token))
     }
 
-    /// Whether `caller` may do `access`: an API token may do anything; a session token what `sessions` says.
+    /// Whether `caller` may do `access`: an operator's token may do anything; a session token what
+    /// `session_may` says; a tenant's token, a read-only one or one with a selector what its grant reaches
+    /// (`tenancy`). A session token is held to both: it stays within its sandbox's tenant.
     pub async fn allows(&self, caller: &Caller, access: Access<'_>) -> Result<(), EngineError> {
-        let Some(owner) = &caller.session else { return Ok(()) };
-        if self.session_may(owner, access).await {
-            return Ok(());
-        }
         let (method, path) = access.route();
-        Err(EngineError::Unauthorized(refusal(owner, method, &path)))
+        self.allows_as(caller, access, method, &path).await
     }
 
-    /// Whether a request with sandbox `owner`'s session token may go ahead; if not, a sentence saying why
-    /// (naming the request's own method and path).
-    pub async fn session_allows(&self, owner: &str, method: &str, path: &str) -> Result<(), String> {
-        match self.session_may(owner, Access::of_route(method, path)).await {
+    /// Whether a request of `method` on `path` (the HTTP API's route) may go ahead for `caller`; if not,
+    /// the error saying why (naming the request's own method and path).
+    pub async fn allows_route(&self, caller: &Caller, method: &str, path: &str) -> Result<(), EngineError> {
+        self.allows_as(caller, Access::of_route(method, path), method, path).await
+    }
+
+    async fn allows_as(
+        &self,
+        caller: &Caller,
+        access: Access<'_>,
+        method: &str,
+        path: &str,
+    ) -> Result<(), EngineError> {
+        if let Some(owner) = &caller.session
+            && !self.session_may(owner, access).await
+        {
+            return Err(EngineError::Unauthorized(refusal(owner, method, path)));
+        }
+        match caller.grant.is_full() {
             true => Ok(()),
-            false => Err(refusal(owner, method, path)),
+            false => self.grant_allows(&caller.grant, access, method).await,
         }
     }
 
@@ -292,14 +309,7 @@ impl Engine {
             Access::Info | Access::Mcp | Access::Create | Access::List => true,
             Access::Snapshots | Access::Snapshot(_) | Access::RemoveSnapshot(_) | Access::Route(..) => false,
             Access::On(target, op) => {
-                // Removed children keep their records (for their journal and receipt).
-                let record = match self.get(target).await {
-                    Ok(r) => r,
-                    Err(_) => match self.store.record(target) {
-                        Ok(Some(r)) => r,
-                        _ => return false,
-                    },
-                };
+                let Some(record) = self.any_record(target).await else { return false };
                 if record.id == owner { op.looks() } else { record.owner.as_deref() == Some(owner) && op.uses() }
             }
         }

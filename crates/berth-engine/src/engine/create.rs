@@ -59,6 +59,14 @@ impl Engine {
             berth_runtime::spec::check_env(k, v).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
         let owner = actor().strip_prefix("session:").map(str::to_string);
+        self.assign_tenant(&mut req)?;
+        self.label_for_selector(&mut req)?;
+        // A tenant's creates are checked against its quota one at a time (see `tenancy`).
+        let tenant_lock = req.tenant.as_deref().map(|t| self.tenant_lock(t));
+        let _one_tenant_create = match &tenant_lock {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        };
         // Children are made one at a time: their count and their share of the owner's limits are checked
         // against the children that exist, which a concurrent create would not yet be among.
         let _one_child_at_a_time = match &owner {
@@ -68,20 +76,28 @@ impl Engine {
         if let Some(o) = &owner {
             self.as_child(o, &mut req).await?;
         }
+        // A tenant's sandbox without limits of its own gets its share of what the quota has left, at most the
+        // daemon's default (see `within_quota`).
+        if let Some(t) = req.tenant.clone() {
+            self.within_quota(&t, &mut req, 1).await?;
+        }
         // Without limits of its own, a sandbox gets the daemon's defaults (a child gets its share above).
         req.memory_bytes = req.memory_bytes.or(self.bounds.default_memory_bytes);
         req.pids = req.pids.or(self.bounds.default_pids);
         self.check_volumes(&req.volumes)?;
         receipt::check_outputs(&req.outputs)?;
         network::policy_of(&req.network)?;
-        self.check_secrets(&req.secrets)?;
+        self.check_secrets(&req.secrets, req.tenant.as_deref())?;
         // Without a quota of its own, a sandbox gets the daemon's default where the pool can enforce one.
         if req.disk_bytes.is_none() {
             req.disk_bytes = self.default_disk();
         }
         self.check_quota(req.disk_bytes)?;
         let parent = match &req.from_snapshot {
-            Some(s) => Some(self.store.snapshot(s)?.ok_or_else(|| EngineError::NoSnapshot(s.clone()))?),
+            Some(s) => match self.store.snapshot(s)? {
+                Some(snap) if self.sees_snapshot(&snap).await => Some(snap),
+                _ => return Err(EngineError::NoSnapshot(s.clone())),
+            },
             None => None,
         };
         let image =
@@ -233,6 +249,7 @@ impl Engine {
             parent,
             network: network::network_of(&network::policy_of(&req.network)?),
             owner,
+            tenant: req.tenant.clone(),
             usage: None,
             isolation: req.isolation.unwrap_or_default(),
         })
@@ -254,8 +271,8 @@ impl Engine {
         let record = self.record_of(id, req, created_at_ms, parent, owner)?;
         // A session token for this run of the sandbox (its API at BERTH_API, as BERTH_TOKEN); revoked when it
         // stops or is removed. Neither it nor the proxy settings are part of the kept spec.
-        let resolved = self.resolve_secrets(&req.secrets, None)?;
-        let token = self.tokens.mint_session(id).map_err(EngineError::Log)?;
+        let resolved = self.resolve_secrets(&req.secrets, None, req.tenant.as_deref())?;
+        let token = self.tokens.mint_session(id, req.tenant.as_deref()).map_err(EngineError::Log)?;
         let mut env = req.env.clone();
         env.extend(network::session_env(id, &token.token));
         env.extend(resolved.env);

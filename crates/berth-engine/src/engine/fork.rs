@@ -19,7 +19,17 @@ impl Engine {
             return Err(EngineError::invalid(format!("count must be between 1 and {MAX_FORKS}")));
         }
         let parent = self.get(id).await?;
-        let spec = self.spec_of(&parent.id)?;
+        let mut spec = self.spec_of(&parent.id)?;
+        spec.tenant = parent.tenant.clone();
+        // Its children are its tenant's: counted against its quota, checked one create at a time.
+        let tenant_lock = parent.tenant.as_deref().map(|t| self.tenant_lock(t));
+        let _one_tenant_create = match &tenant_lock {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        };
+        if let Some(t) = &parent.tenant {
+            self.within_quota(t, &mut spec.clone(), u64::from(count)).await?;
+        }
         self.admit_record(&parent.id, "it is not forked").await?;
         let op = Operation::Fork { processes: with_processes };
         let admitted = self.admit(&parent.id, op).await?;
@@ -60,6 +70,7 @@ impl Engine {
             created_at_ms: now_ms(),
             origin: "fork".into(),
             with_processes: false,
+            tenant: parent.tenant.clone(),
         };
         if let Err(e) = self.store.add_snapshot(&snap) {
             if let Some(c) = &checkpoint {
@@ -148,7 +159,12 @@ impl Engine {
         // Volumes are made and removed one at a time with pods' registrations (see `pods`), so that a check
         // of who uses one holds until what it allowed is done.
         let _one = self.pod_state.lock.lock().await;
-        self.create_volume_locked(name, None).await
+        let vol = self.create_volume_locked(name, None).await?;
+        let tenant = super::tenancy::tenant_now();
+        if tenant.is_some() {
+            self.store.set_owner(crate::store::Owned::Volume, name, tenant.as_deref())?;
+        }
+        Ok(Volume { tenant, ..vol })
     }
 
     /// Make volume `name` for `owner` (see `Store::add_volume_owned`); the caller holds `PodState::lock`.
@@ -169,9 +185,10 @@ impl Engine {
             self.release_volume(name).await;
             return Err(e);
         }
-        Ok(Volume { name: name.to_string(), created_at_ms: now, used_by: vec![] })
+        Ok(Volume { name: name.to_string(), created_at_ms: now, used_by: vec![], tenant: None })
     }
 
+    /// The volumes of the caller's tenant (an operator's: every one), and who uses each.
     pub fn volumes(&self) -> Result<Vec<Volume>, EngineError> {
         let specs = self.store.specs()?;
         let pods = self.pod_volume_users()?;
@@ -179,7 +196,11 @@ impl Engine {
             .store
             .volumes()?
             .into_iter()
-            .map(|(name, created_at_ms)| {
+            .filter_map(|(name, created_at_ms)| {
+                let tenant = self.owner(crate::store::Owned::Volume, &name);
+                self.may_use(tenant.as_deref(), false).then_some((name, created_at_ms, tenant))
+            })
+            .map(|(name, created_at_ms, tenant)| {
                 let used_by = specs
                     .iter()
                     .filter(|(_, s)| {
@@ -188,7 +209,7 @@ impl Engine {
                     .map(|(id, _)| id.clone())
                     .chain(pods.iter().filter(|(v, _)| *v == name).map(|(_, p)| p.clone()))
                     .collect();
-                Volume { name, created_at_ms, used_by }
+                Volume { name, created_at_ms, used_by, tenant }
             })
             .collect())
     }
@@ -206,6 +227,7 @@ impl Engine {
         let dir = self.volume_dir(name);
         self.pool_op(move |pool| pool.remove(&dir)).await?;
         self.store.remove_volume(name)?;
+        let _ = self.store.set_owner(crate::store::Owned::Volume, name, None);
         self.release_volume(name).await;
         Ok(vol)
     }

@@ -43,6 +43,7 @@ impl Engine {
             cmd: vec![],
             workdir: None,
             used_by: used_by("host"),
+            tenant: None,
         }];
         if let Ok(entries) = std::fs::read_dir(self.images_dir()) {
             for e in entries.flatten() {
@@ -53,10 +54,19 @@ impl Engine {
                 out.push(image);
             }
         }
+        // A tenant sees the images for every tenant and its own, and only its own sandboxes among their users.
+        if let Some(t) = super::tenancy::tenant_now() {
+            out.retain(|i| self.may_use(i.tenant.as_deref(), true));
+            for i in &mut out {
+                i.used_by
+                    .retain(|id| self.store.record(id).ok().flatten().is_some_and(|r| r.tenant.as_ref() == Some(&t)));
+            }
+        }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
 
+    /// An image the caller's tenant may use, by name.
     pub fn image(&self, name: &str) -> Result<Image, EngineError> {
         self.images()?.into_iter().find(|i| i.name == name).ok_or_else(|| EngineError::NoImage(name.to_string()))
     }
@@ -67,6 +77,11 @@ impl Engine {
         berth_runtime::spec::check_name(&req.name).map_err(|e| EngineError::invalid(e.to_string()))?;
         if req.name == "host" || self.images_dir().join(&req.name).exists() {
             return Err(EngineError::Conflict(format!("an image named {:?} already exists", req.name)));
+        }
+        if let Some(t) = &req.tenant
+            && self.store.tenant(t)?.is_none()
+        {
+            return Err(EngineError::NoTenant(t.clone()));
         }
         let source = PathBuf::from(&req.source);
         if !source.is_absolute() {
@@ -143,6 +158,7 @@ impl Engine {
             cmd: report.config.entrypoint.into_iter().chain(report.config.cmd).collect(),
             workdir: report.config.workdir,
             used_by: vec![],
+            tenant: req.tenant.clone(),
         };
         let written = serde_json::to_vec_pretty(&image)
             .map_err(std::io::Error::other)

@@ -211,11 +211,49 @@ pub(super) fn exec_number(exec_id: &str) -> u64 {
 tokio::task_local! {
     /// Who is asking, for the journal: the token id on the TCP listener; `local` on the unix socket.
     pub static ACTOR: String;
+    /// The caller of the request being served, when it came with a token (none on the unix socket).
+    static CALLER: super::Caller;
 }
 
 /// The actor of the request being served (`local` outside one).
 pub fn actor() -> String {
     ACTOR.try_with(String::clone).unwrap_or_else(|_| "local".to_string())
+}
+
+/// The caller of the request being served, if it came with a token.
+pub fn current_caller() -> Option<super::Caller> {
+    CALLER.try_with(Clone::clone).ok()
+}
+
+/// Run `f` as `caller`: journaled as its actor, and seeing what it may see.
+pub(super) async fn as_caller<F: std::future::Future>(caller: super::Caller, f: F) -> F::Output {
+    let actor = caller.actor();
+    CALLER.scope(caller, ACTOR.scope(actor, f)).await
+}
+
+/// The caller of the request being served (its actor and what it may see), kept to run work as it in a
+/// task of its own.
+pub struct Carried {
+    actor: String,
+    caller: Option<super::Caller>,
+}
+
+impl Carried {
+    pub fn now() -> Carried {
+        Carried { actor: actor(), caller: current_caller() }
+    }
+
+    pub async fn run<F: std::future::Future>(self, f: F) -> F::Output {
+        match self.caller {
+            Some(c) => CALLER.scope(c, ACTOR.scope(self.actor, f)).await,
+            None => ACTOR.scope(self.actor, f).await,
+        }
+    }
+}
+
+/// `f`, to be run in a task of its own as the caller of the request being served.
+pub fn carried<F: std::future::Future>(f: F) -> impl std::future::Future<Output = F::Output> {
+    Carried::now().run(f)
 }
 
 /// Where sandbox `id`'s journal is kept (it outlives the sandbox).

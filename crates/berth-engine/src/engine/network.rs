@@ -234,7 +234,7 @@ pub(super) fn policy_of(net: &berth_api::Network) -> Result<berth_egress::Policy
         berth_egress::Host::parse(name).map_err(|e| EngineError::invalid(format!("add_hosts: {e}")))?;
         add_hosts.insert(name.to_ascii_lowercase(), addr);
     }
-    Ok(berth_egress::Policy { mode, allow, deny, add_hosts })
+    Ok(berth_egress::Policy { mode, allow, deny, add_hosts, closed: None })
 }
 
 /// The wire form of a policy, as the record shows it.
@@ -468,7 +468,7 @@ impl Engine {
     pub(super) fn make_live(&self, a: super::Adopted, secrets: &[String]) -> Result<Arc<Live>, EngineError> {
         // A sandbox that runs is taken over even if its secrets cannot be read now (a missing key): it keeps
         // the environment it has; only the proxy's injections and the redaction are lost, and that is said.
-        let resolved = self.resolve_secrets(secrets, Some(&a.env)).unwrap_or_else(|e| {
+        let resolved = self.resolve_secrets(secrets, Some(&a.env), a.record.tenant.as_deref()).unwrap_or_else(|e| {
             crate::log::warn(
                 "cannot read a sandbox's secrets",
                 serde_json::json!({"sandbox": a.record.id, "error": berth_runtime::error_chain(&e)}),
@@ -482,7 +482,9 @@ impl Engine {
             max_lookups: self.bounds.max_lookups,
             ..berth_egress::Limits::default()
         };
-        let mut proxy = berth_egress::Proxy::new(policy_of(&a.record.network)?)
+        let mut policy = policy_of(&a.record.network)?;
+        policy.closed = self.egress_closed_for(a.record.tenant.as_deref());
+        let mut proxy = berth_egress::Proxy::new(policy)
             .with_limits(limits)
             .with_lookup_share(self.lookup_share_of(&a.record))
             .with_events(tx)

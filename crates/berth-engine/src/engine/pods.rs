@@ -374,7 +374,7 @@ impl Engine {
             self.release_volume(&req.workspace).await;
             return Err(e);
         }
-        Ok(Volume { name: req.workspace, created_at_ms: now, used_by: vec![] })
+        Ok(Volume { name: req.workspace, created_at_ms: now, used_by: vec![], tenant: None })
     }
 
     /// The pod's sandbox container was deleted: the pod is gone. Its record and journal are closed, and its

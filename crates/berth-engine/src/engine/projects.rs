@@ -90,6 +90,11 @@ impl Engine {
     }
 
     pub(crate) fn check_volumes(&self, volumes: &[VolumeMount]) -> Result<(), EngineError> {
+        for v in volumes {
+            if !self.may_use(self.owner(crate::store::Owned::Volume, &v.name).as_deref(), false) {
+                return Err(EngineError::NoVolume(v.name.clone()));
+            }
+        }
         let known = self.store.volumes()?;
         for v in volumes {
             if !known.iter().any(|(n, _)| *n == v.name) {
@@ -369,6 +374,7 @@ impl Engine {
             created_at_ms: now_ms(),
             origin: "snapshot".into(),
             with_processes,
+            tenant: record.tenant.clone(),
         };
         if let Err(e) = self.store.add_snapshot(&snap) {
             let _ = tokio::fs::remove_dir_all(self.snapshot_image_dir(&snap.id)).await;
@@ -379,12 +385,19 @@ impl Engine {
         Ok((snap, frozen))
     }
 
+    /// The snapshots of the caller's tenant (an operator's: every one).
     pub fn snapshots(&self) -> Result<Vec<Snapshot>, EngineError> {
-        Ok(self.store.snapshots()?)
+        let mut all = self.store.snapshots()?;
+        all.retain(|s| self.may_use(s.tenant.as_deref(), false));
+        Ok(all)
     }
 
+    /// A snapshot of the caller's tenant, by id or name; another tenant's is as one that does not exist.
     pub fn get_snapshot(&self, id_or_name: &str) -> Result<Snapshot, EngineError> {
-        self.store.snapshot(id_or_name)?.ok_or_else(|| EngineError::NoSnapshot(id_or_name.to_string()))
+        match self.store.snapshot(id_or_name)? {
+            Some(s) if self.may_use(s.tenant.as_deref(), false) => Ok(s),
+            _ => Err(EngineError::NoSnapshot(id_or_name.to_string())),
+        }
     }
 
     /// Remove a snapshot no sandbox has as its parent (their diffs, exports and receipts' patches need it).

@@ -75,23 +75,39 @@ fn parse_decl(decl: &str) -> Result<(String, Delivery), EngineError> {
 }
 
 impl Engine {
+    /// The operators' vault: the secrets of sandboxes of no tenant.
     pub fn vault(&self) -> Result<Vault, EngineError> {
         Vault::open(&self.root, &key_path(&self.root)).map_err(secret_err)
     }
 
-    pub fn set_secret(&self, name: &str, value: &[u8]) -> Result<SecretInfo, EngineError> {
+    /// The vault of `tenant`'s sandboxes (of no tenant's: the operators'). Each tenant's is a directory of its
+    /// own, sealed with the same key, so a name means one secret within one tenant only.
+    pub fn vault_of(&self, tenant: Option<&str>) -> Result<Vault, EngineError> {
+        let Some(t) = tenant else { return self.vault() };
+        berth_api::check_tenant_name(t).map_err(EngineError::invalid)?;
+        if self.store.tenant(t)?.is_none() {
+            return Err(EngineError::NoTenant(t.to_string()));
+        }
+        let dir = self.root.join("tenants").join(t);
+        std::fs::create_dir_all(&dir).map_err(|e| EngineError::Storage(format!("make {}: {e}", dir.display())))?;
+        Vault::open(&dir, &key_path(&self.root)).map_err(secret_err)
+    }
+
+    /// Set a secret for the sandboxes of `tenant` (none: of no tenant).
+    pub fn set_secret(&self, name: &str, value: &[u8], tenant: Option<&str>) -> Result<SecretInfo, EngineError> {
         parse_decl(name)?;
-        let vault = self.vault()?;
+        let vault = self.vault_of(tenant)?;
         vault.set(name, value).map_err(secret_err)?;
-        self.secrets()?
+        self.secrets(tenant)?
             .into_iter()
             .find(|s| s.name == name)
             .ok_or_else(|| EngineError::Storage("the secret vanished".into()))
     }
 
-    pub fn secrets(&self) -> Result<Vec<SecretInfo>, EngineError> {
+    /// The secrets of `tenant`'s sandboxes (names and sizes; never values).
+    pub fn secrets(&self, tenant: Option<&str>) -> Result<Vec<SecretInfo>, EngineError> {
         Ok(self
-            .vault()?
+            .vault_of(tenant)?
             .list()
             .map_err(secret_err)?
             .into_iter()
@@ -104,20 +120,20 @@ impl Engine {
             .collect())
     }
 
-    pub fn remove_secret(&self, name: &str) -> Result<(), EngineError> {
+    pub fn remove_secret(&self, name: &str, tenant: Option<&str>) -> Result<(), EngineError> {
         berth_secrets::check_name(name).map_err(secret_err)?;
-        match self.vault()?.remove(name).map_err(secret_err)? {
+        match self.vault_of(tenant)?.remove(name).map_err(secret_err)? {
             true => Ok(()),
             false => Err(EngineError::NoSecret(name.to_string())),
         }
     }
 
-    /// Check a create request's secrets: well formed, and set.
-    pub(super) fn check_secrets(&self, decls: &[String]) -> Result<(), EngineError> {
+    /// Check a create request's secrets: well formed, and set in its tenant's vault.
+    pub(super) fn check_secrets(&self, decls: &[String], tenant: Option<&str>) -> Result<(), EngineError> {
         if decls.is_empty() {
             return Ok(());
         }
-        let vault = self.vault()?;
+        let vault = self.vault_of(tenant)?;
         for d in decls {
             let (name, _) = parse_decl(d)?;
             if vault.get(&name).map_err(secret_err)?.is_none() {
@@ -143,12 +159,13 @@ impl Engine {
         &self,
         decls: &[String],
         env: Option<&std::collections::BTreeMap<String, String>>,
+        tenant: Option<&str>,
     ) -> Result<Resolved, EngineError> {
         let mut out = Resolved::default();
         if decls.is_empty() {
             return Ok(out);
         }
-        let vault = self.vault()?;
+        let vault = self.vault_of(tenant)?;
         let mut values = Vec::new();
         for d in decls {
             let (name, delivery) = parse_decl(d)?;

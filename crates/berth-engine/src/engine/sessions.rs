@@ -11,16 +11,13 @@ use crate::EngineError;
 pub const MAX_CHILDREN: usize = 8;
 
 impl Engine {
-    /// Whether sandbox `id` is `owner` itself or one of its children (removed ones included).
-    pub async fn owned_by(&self, owner: &str, id: &str) -> bool {
-        if id == owner {
-            return true;
-        }
-        let record = match self.get(id).await {
+    /// Sandbox `id`'s record, live or kept, or removed (removed sandboxes keep their records, for their
+    /// journal and receipt).
+    pub(super) async fn any_record(&self, id: &str) -> Option<berth_api::Sandbox> {
+        match self.get(id).await {
             Ok(r) => Some(r),
             Err(_) => self.store.record(id).ok().flatten(),
-        };
-        record.is_some_and(|r| r.owner.as_deref() == Some(owner))
+        }
     }
 
     /// A child's request, checked against and filled in from its owner: no limit above the owner's, owner's

@@ -169,8 +169,7 @@ impl OpenTerminal {
     pub fn start(self, engine: Arc<Engine>) -> Terminal {
         let (input, input_rx) = mpsc::channel(64);
         let (events_tx, events) = mpsc::channel(16);
-        let actor = crate::actor();
-        tokio::spawn(crate::ACTOR.scope(actor, run(engine, self, input_rx, events_tx)));
+        tokio::spawn(crate::carried(run(engine, self, input_rx, events_tx)));
         Terminal { input, events }
     }
 }

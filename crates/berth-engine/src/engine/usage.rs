@@ -112,6 +112,11 @@ impl Meter {
         }
     }
 
+    /// The egress counted so far, both directions, as last reported.
+    pub(super) fn egress_seen(&self) -> u64 {
+        self.egress_out_seen.saturating_add(self.egress_in_seen)
+    }
+
     /// Count a closed proxy connection's bytes.
     pub(super) fn add_egress(&mut self, up: u64, down: u64) {
         self.egress_out_closed = self.egress_out_closed.saturating_add(up);
@@ -425,6 +430,7 @@ impl Engine {
                 });
             }
         }
+        self.police_egress().await;
         self.samples.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         usage.len()
     }

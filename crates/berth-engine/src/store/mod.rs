@@ -11,6 +11,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 mod pods;
 mod projects;
+mod tenants;
+
+pub use tenants::{Owned, TenantRow};
 
 /// Schema migrations, in order; `PRAGMA user_version` says how many have run.
 const MIGRATIONS: &[&str] = &[
@@ -53,6 +56,21 @@ const MIGRATIONS: &[&str] = &[
     );",
     // The operation that froze a running sandbox for its own work (a fork, a snapshot), while it is frozen.
     "ALTER TABLE sandboxes ADD COLUMN frozen_for TEXT;",
+    // Tenants: a token's grant (its tenant, read-only, a label selector), each tenant's quota, and the
+    // owners of volumes and images.
+    "ALTER TABLE tokens ADD COLUMN grants TEXT;
+    CREATE TABLE tenants (
+        name TEXT PRIMARY KEY,
+        quota TEXT NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        egress_gone INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE tenancy (
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        PRIMARY KEY (kind, name)
+    );",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -132,21 +150,18 @@ impl Store {
         self.with(|_| Ok(()))
     }
 
+    /// Add an operator's token (one no grant narrows).
     pub fn add_token(&self, id: &str, name: &str, sha256: &str, now_ms: u64) -> Result<(), StoreError> {
-        self.with(|c| {
-            c.execute(
-                "INSERT INTO tokens (id, name, sha256, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
-                params![id, name, sha256, now_ms as i64],
-            )
-            .map(|_| ())
-        })
+        self.add_granted_token(id, name, sha256, now_ms, &berth_api::Grant::default())
     }
 
-    /// Every token: id, name and creation time (never the digest).
-    pub fn tokens(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
+    /// Every token: id, name, creation time and grant (never the digest).
+    pub fn tokens(&self) -> Result<Vec<(String, String, u64, berth_api::Grant)>, StoreError> {
         self.with(|c| {
-            let mut stmt = c.prepare("SELECT id, name, created_at_ms FROM tokens ORDER BY created_at_ms")?;
-            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64)))?;
+            let mut stmt = c.prepare("SELECT id, name, created_at_ms, grants FROM tokens ORDER BY created_at_ms")?;
+            let rows = stmt.query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64, tenants::grant_of(r.get(3)?)))
+            })?;
             rows.collect()
         })
     }
@@ -158,14 +173,19 @@ impl Store {
 
     /// The id of the token with this digest.
     pub fn token_by_digest(&self, sha256: &str) -> Result<Option<String>, StoreError> {
-        Ok(self.token_and_scope(sha256)?.map(|(id, _)| id))
+        Ok(self.token_and_scope(sha256)?.map(|(id, _, _)| id))
     }
 
-    /// The id of the token with this digest, and the sandbox it is scoped to (a session token).
-    pub fn token_and_scope(&self, sha256: &str) -> Result<Option<(String, Option<String>)>, StoreError> {
+    /// The id of the token with this digest, the sandbox it is scoped to (a session token), and its grant.
+    pub fn token_and_scope(
+        &self,
+        sha256: &str,
+    ) -> Result<Option<(String, Option<String>, berth_api::Grant)>, StoreError> {
         self.with(|c| {
-            c.query_row("SELECT id, scope FROM tokens WHERE sha256 = ?1", [sha256], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
+            c.query_row("SELECT id, scope, grants FROM tokens WHERE sha256 = ?1", [sha256], |r| {
+                Ok((r.get(0)?, r.get(1)?, tenants::grant_of(r.get(2)?)))
+            })
+            .optional()
         })
     }
 
@@ -177,11 +197,13 @@ impl Store {
         sha256: &str,
         now_ms: u64,
         scope: &str,
+        grant: &berth_api::Grant,
     ) -> Result<(), StoreError> {
+        let grants = (!grant.is_full()).then(|| serde_json::to_string(grant).unwrap_or_default());
         self.with(|c| {
             c.execute(
-                "INSERT INTO tokens (id, name, sha256, created_at_ms, scope) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![id, name, sha256, now_ms as i64, scope],
+                "INSERT INTO tokens (id, name, sha256, created_at_ms, scope, grants) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![id, name, sha256, now_ms as i64, scope, grants],
             )
             .map(|_| ())
         })

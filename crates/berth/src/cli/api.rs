@@ -51,6 +51,9 @@ pub struct CreateArgs {
     /// Attach a label (repeatable).
     #[arg(long = "label", short = 'l', value_parser = parse_label, value_name = "KEY=VALUE")]
     pub labels: Vec<(String, String)>,
+    /// Create it in this tenant, counted against its quota (see `berth tenant`).
+    #[arg(long, value_name = "NAME")]
+    pub tenant: Option<String>,
     /// Bring a host directory or file in (repeatable).
     #[arg(long = "mount", short = 'm', value_parser = parse_mount, value_name = "HOST:SANDBOX[:ro]")]
     pub mounts: Vec<BindMount>,
@@ -238,7 +241,7 @@ pub(super) fn parse_id(s: &str) -> Result<String, String> {
 }
 
 /// Parse a label `KEY=VALUE`; the daemon checks the rest.
-fn parse_label(s: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_label(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() && !k.chars().any(|c| c.is_control() || c.is_whitespace()) => {
             Ok((k.to_string(), v.to_string()))

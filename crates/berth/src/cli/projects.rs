@@ -217,6 +217,9 @@ pub enum ImageCommand {
         name: String,
         /// Where to import it from (a path on this host).
         source: PathBuf,
+        /// For this tenant's sandboxes only (without: every tenant may use it).
+        #[arg(long, value_name = "NAME")]
+        tenant: Option<String>,
         /// Print the API's JSON.
         #[arg(long)]
         json: bool,
@@ -280,9 +283,15 @@ pub enum SecretCommand {
     Set {
         /// Letters A-Z, digits and _, not starting with a digit: it becomes an environment variable.
         name: String,
+        /// For this tenant's sandboxes (each tenant's secrets are apart; without: for sandboxes of none).
+        #[arg(long, value_name = "NAME")]
+        tenant: Option<String>,
     },
     /// List secrets (names, sizes, times; never values).
     Ls {
+        /// This tenant's.
+        #[arg(long, value_name = "NAME")]
+        tenant: Option<String>,
         /// Print the API's JSON.
         #[arg(long)]
         json: bool,
@@ -291,5 +300,8 @@ pub enum SecretCommand {
     Rm {
         #[arg(required = true)]
         names: Vec<String>,
+        /// This tenant's.
+        #[arg(long, value_name = "NAME")]
+        tenant: Option<String>,
     },
 }

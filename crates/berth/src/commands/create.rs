@@ -39,6 +39,7 @@ pub fn create(socket: &Path, args: CreateArgs) -> anyhow::Result<i32> {
         ttl_action: args.ttl_action,
         env: args.env.into_iter().collect(),
         labels: args.labels.into_iter().collect(),
+        tenant: args.tenant,
         mounts: args
             .mounts
             .into_iter()

@@ -65,9 +65,9 @@ pub fn daemon(root: &Path, socket: &Path, args: crate::cli::DaemonArgs) -> anyho
 }
 
 /// `berth token create`: mint a token over the unix socket and print it.
-pub fn token_create(socket: &Path, name: &str, json: bool) -> anyhow::Result<i32> {
+pub fn token_create(socket: &Path, req: &berth_api::MintToken, json: bool) -> anyhow::Result<i32> {
     let client = berth_client::Client::connect(socket)?;
-    let (_, body) = client.post_json("/v1/tokens", &serde_json::json!({ "name": name }))?;
+    let (_, body) = client.post_json("/v1/tokens", req)?;
     if json {
         println!("{}", String::from_utf8_lossy(&body));
     } else {
@@ -86,7 +86,16 @@ pub fn token_ls(socket: &Path, json: bool) -> anyhow::Result<i32> {
     }
     let tokens: Vec<berth_api::TokenInfo> = serde_json::from_slice(&body)?;
     for t in tokens {
-        println!("{}\t{}\t{}", t.id, t.created_at_ms, t.name);
+        let mut reach = Vec::new();
+        if let Some(tenant) = &t.grant.tenant {
+            reach.push(format!("tenant={tenant}"));
+        }
+        if t.grant.read_only {
+            reach.push("read-only".into());
+        }
+        reach.extend(t.grant.selector.iter().map(|(k, v)| format!("selector:{k}={v}")));
+        let reach = if reach.is_empty() { "all".to_string() } else { reach.join(",") };
+        println!("{}\t{}\t{}\t{}", t.id, t.created_at_ms, reach, t.name);
     }
     Ok(0)
 }
@@ -95,5 +104,57 @@ pub fn token_ls(socket: &Path, json: bool) -> anyhow::Result<i32> {
 pub fn token_rm(socket: &Path, id: &str) -> anyhow::Result<i32> {
     berth_client::Client::connect(socket)?.delete(&format!("/v1/tokens/{}", berth_client::segment(id)))?;
     println!("revoked {id}");
+    Ok(0)
+}
+
+/// `berth tenant create|ls|rm`.
+pub fn tenant(socket: &Path, cmd: crate::cli::TenantCommand) -> anyhow::Result<i32> {
+    use crate::cli::TenantCommand;
+    let client = berth_client::Client::connect(socket)?;
+    match cmd {
+        TenantCommand::Create(a) => {
+            let quota = berth_api::Quota {
+                sandboxes: a.sandboxes,
+                cpus: a.cpus,
+                memory_bytes: a.memory,
+                disk_bytes: a.disk,
+                egress_bytes: a.egress,
+            };
+            let (_, body) =
+                client.post_json("/v1/tenants", &berth_api::CreateTenant { name: a.name.clone(), quota })?;
+            match a.json {
+                true => super::output::print_raw(&body)?,
+                false => println!("{}", a.name),
+            }
+        }
+        TenantCommand::Ls { json } => {
+            let (_, body) = client.get("/v1/tenants")?;
+            if json {
+                super::output::print_raw(&body)?;
+                return Ok(0);
+            }
+            let tenants: Vec<berth_api::Tenant> = super::output::list(&body, "tenants")?;
+            let of = |used: String, limit: Option<String>| match limit {
+                Some(l) => format!("{used}/{l}"),
+                None => used,
+            };
+            let rows: Vec<Vec<String>> = tenants
+                .into_iter()
+                .map(|t| {
+                    let (u, q) = (&t.used, &t.quota);
+                    vec![
+                        t.name.clone(),
+                        of(u.sandboxes.to_string(), q.sandboxes.map(|v| v.to_string())),
+                        of(format!("{:.2}", u.cpus), q.cpus.map(|v| v.to_string())),
+                        of(u.memory_bytes.to_string(), q.memory_bytes.map(|v| v.to_string())),
+                        of(u.disk_bytes.to_string(), q.disk_bytes.map(|v| v.to_string())),
+                        of(u.egress_bytes.to_string(), q.egress_bytes.map(|v| v.to_string())),
+                    ]
+                })
+                .collect();
+            super::output::print_table(&["TENANT", "SANDBOXES", "CPUS", "MEMORY", "DISK", "EGRESS"], &rows)?;
+        }
+        TenantCommand::Rm { names } => return Ok(super::output::remove_each(&client, "/v1/tenants", &names)),
+    }
     Ok(0)
 }

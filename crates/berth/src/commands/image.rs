@@ -12,7 +12,7 @@ use crate::cli::ImageCommand;
 pub fn image(socket: &Path, cmd: ImageCommand) -> anyhow::Result<i32> {
     let client = Client::connect(socket)?;
     match cmd {
-        ImageCommand::Import { name, source, json } => import(&client, name, &source, json),
+        ImageCommand::Import { name, source, tenant, json } => import(&client, name, &source, tenant, json),
         ImageCommand::Ls { json } => {
             let (_, body) = client.get("/v1/images")?;
             if json {
@@ -34,10 +34,10 @@ pub fn image(socket: &Path, cmd: ImageCommand) -> anyhow::Result<i32> {
     }
 }
 
-fn import(client: &Client, name: String, source: &Path, json: bool) -> anyhow::Result<i32> {
+fn import(client: &Client, name: String, source: &Path, tenant: Option<String>, json: bool) -> anyhow::Result<i32> {
     let source = std::fs::canonicalize(source)
         .map_err(|e| anyhow::anyhow!("cannot use the image source {}: {e}", source.display()))?;
-    let req = ImportImage { name, source: source.to_string_lossy().into_owned() };
+    let req = ImportImage { name, source: source.to_string_lossy().into_owned(), tenant };
     let mut stream = client.post_json_stream("/v1/images", &req)?;
     let bar = std::io::stderr().is_terminal() && !json;
     while let Some(line) = stream.next_line()? {

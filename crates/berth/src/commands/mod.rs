@@ -39,9 +39,11 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Info(args) => info::info(&cli.root, &cli.socket, args.json),
         Command::Bench(args) => berth_bench::run(&cli.root, &cli.socket, args),
         Command::Daemon(args) => daemon::daemon(&cli.root, &cli.socket, args),
-        Command::Token(crate::cli::TokenCommand::Create { name, json }) => {
-            daemon::token_create(&cli.socket, &name, json)
+        Command::Token(crate::cli::TokenCommand::Create { name, tenant, read_only, selector, json }) => {
+            let req = berth_api::MintToken { name, tenant, read_only, selector: selector.into_iter().collect() };
+            daemon::token_create(&cli.socket, &req, json)
         }
+        Command::Tenant(cmd) => daemon::tenant(&cli.socket, cmd),
         Command::Token(crate::cli::TokenCommand::Ls { json }) => daemon::token_ls(&cli.socket, json),
         Command::Token(crate::cli::TokenCommand::Rm { id }) => daemon::token_rm(&cli.socket, &id),
         Command::Shim => Ok(berth_engine::shim::main(&cli.root)),

@@ -74,7 +74,7 @@ pub fn secret(socket: &Path, cmd: crate::cli::SecretCommand) -> anyhow::Result<i
     use crate::cli::SecretCommand;
     let client = Client::connect(socket)?;
     match cmd {
-        SecretCommand::Set { name } => {
+        SecretCommand::Set { name, tenant } => {
             let mut value = Vec::new();
             std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut value)?;
             if value.last() == Some(&b'\n') {
@@ -86,11 +86,12 @@ pub fn secret(socket: &Path, cmd: crate::cli::SecretCommand) -> anyhow::Result<i
             if value.is_empty() {
                 anyhow::bail!("no value on stdin: pipe it in, such as: printf %s \"$TOKEN\" | berth secret set {name}");
             }
-            client.put_bytes(&format!("/v1/secrets/{}", berth_client::segment(&name)), &value)?;
+            let path = format!("/v1/secrets/{}{}", berth_client::segment(&name), tenant_query(tenant.as_deref()));
+            client.put_bytes(&path, &value)?;
             println!("{name}");
         }
-        SecretCommand::Ls { json } => {
-            let (_, body) = client.get("/v1/secrets")?;
+        SecretCommand::Ls { tenant, json } => {
+            let (_, body) = client.get(&format!("/v1/secrets{}", tenant_query(tenant.as_deref())))?;
             if json {
                 output::print_raw(&body)?;
                 return Ok(0);
@@ -102,9 +103,28 @@ pub fn secret(socket: &Path, cmd: crate::cli::SecretCommand) -> anyhow::Result<i
                 .collect();
             output::print_table(&["NAME", "BYTES", "UPDATED"], &rows)?;
         }
-        SecretCommand::Rm { names } => {
+        SecretCommand::Rm { names, tenant: None } => {
             return Ok(output::remove_each(&client, "/v1/secrets", &names));
+        }
+        SecretCommand::Rm { names, tenant: Some(t) } => {
+            let mut failed = 0;
+            for name in &names {
+                let path = format!("/v1/secrets/{}{}", berth_client::segment(name), tenant_query(Some(&t)));
+                match client.delete(&path) {
+                    Ok(_) => println!("removed {name}"),
+                    Err(e) => {
+                        eprintln!("berth: {name}: {e}");
+                        failed = 1;
+                    }
+                }
+            }
+            return Ok(failed);
         }
     }
     Ok(0)
+}
+
+/// `?tenant=NAME`, or nothing.
+fn tenant_query(tenant: Option<&str>) -> String {
+    tenant.map(|t| format!("?tenant={}", berth_client::segment(t))).unwrap_or_default()
 }

@@ -231,6 +231,21 @@ async def scoped(client, report):
     assert receipt["clean"] is True, receipt
 
 
+async def tenant(client, report):
+    """With a token of tenant `acme`: acme's sandboxes only; `theirs`, of another tenant, is as if it did not exist."""
+    listed = (await call(client, "sandbox_list", {})).structured_content["sandboxes"]
+    report["listed"] = sorted(s["name"] for s in listed)
+    made = (await call(client, "sandbox_create", {"name": "made"})).structured_content
+    assert made["tenant"] == "acme", made
+    out = (await call(client, "exec", {"sandbox": "made", "command": "echo in acme"})).structured_content
+    assert out["stdout"] == "in acme\n", out
+    report["inspect"] = text(await call(client, "sandbox_inspect", {"sandbox": "theirs"}, ok=False))
+    report["exec"] = text(await call(client, "exec", {"sandbox": "theirs", "command": "touch /workspace/x"}, ok=False))
+    report["remove"] = text(await call(client, "sandbox_remove", {"sandbox": "theirs"}, ok=False))
+    receipt = (await call(client, "sandbox_remove", {"sandbox": "made"})).structured_content
+    assert receipt["clean"] is True, receipt
+
+
 async def main():
     transport, where, secret, scenario = sys.argv[1:5]
     mode = sys.argv[5] if len(sys.argv) > 5 else "auto"
@@ -242,7 +257,7 @@ async def main():
     report = {}
     async with Client(server, cache=None, mode=mode) as client:
         report["protocol"] = client.protocol_version
-        await {"session": session, "scoped": scoped}[scenario](client, report)
+        await {"session": session, "scoped": scoped, "tenant": tenant}[scenario](client, report)
     print(json.dumps(report))
 
 

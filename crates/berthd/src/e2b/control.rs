@@ -251,14 +251,16 @@ fn network(body: &Value) -> Result<Option<Network>, Response> {
 /// A list query's filters: `metadata` (a query string in the parameter, its keys and values quoted once
 /// more), `state`, `template`, `startedAfter`, `order`, `limit` and `nextToken`.
 async fn list(s: &E2b, key: &Client, query: Option<&str>) -> Response {
-    let mut sandboxes = match s.run(&key.caller, Access::List, async { Ok(s.engine.list().await) }).await {
+    // A session token sees its own sandbox and its children; a tenant's key its tenant's.
+    let listed = async {
+        let mut all = s.engine.list().await;
+        all.retain(|r| s.engine.sees(r));
+        Ok(all)
+    };
+    let mut sandboxes = match s.run(&key.caller, Access::List, listed).await {
         Ok(all) => all,
         Err(f) => return f.answer(),
     };
-    // A session token sees its own sandbox and its children.
-    if let Some(own) = &key.caller.session {
-        sandboxes.retain(|r| &r.id == own || r.owner.as_ref() == Some(own));
-    }
     let param = |name: &str| super::query_param(query, name);
     let metadata: Vec<(String, String)> = param("metadata")
         .map(|m| {

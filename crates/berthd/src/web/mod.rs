@@ -163,7 +163,7 @@ async fn login(e: &Engine, req: Request) -> Result<Response, Failure> {
         Failure::new(ErrorCode::InvalidRequest, format!("a login is {{\"token\": \"berth_…\"}}: {err}"))
     })?;
     let token = digest(asked.token.trim());
-    let Some((_, sandbox)) = e.tokens.check_digest(&token) else {
+    let Some((_, sandbox, _)) = e.tokens.check_digest(&token) else {
         return Err(Failure::new(
             ErrorCode::Unauthorized,
             "that is not a token of this daemon: mint one with berth token create (or use a sandbox's BERTH_TOKEN)"
