@@ -184,6 +184,7 @@ pub async fn start(session: Arc<Session>, plan: ExecPlan) -> Result<Running, Eng
         pause: plan.pause,
         cgroup: plan.cgroup,
         oom: plan.oom,
+        over_memory: false,
         client: Some(frames_tx),
         started_at,
     };
@@ -226,6 +227,8 @@ pub(crate) struct Pump {
     pub pause: Option<Arc<crate::engine::pause::PauseClock>>,
     pub cgroup: Option<Cgroup>,
     pub oom: Option<launch::OomCount>,
+    /// Init killed it for going over the sandbox's memory limit (where init holds the limit: gVisor).
+    pub over_memory: bool,
     /// The client the frames stream to; gone once it stops listening (and for a detached exec).
     pub client: Option<mpsc::Sender<ExecFrame>>,
     pub started_at: Instant,
@@ -278,6 +281,7 @@ impl Pump {
                 ev = self.events.recv(), if exit.is_none() && !init_gone => {
                     match ev {
                         Some(Event::Exited { code, signal, .. }) => exit = Some((code, signal)),
+                        Some(Event::OverMemory { .. }) => self.over_memory = true,
                         Some(_) => {}
                         // Written to disk, not dead: it goes on after the wake.
                         None if held => init_gone = true,
@@ -413,7 +417,7 @@ impl Pump {
             bytes_dropped: dropped,
             output_bytes: self.total,
             log_bytes_dropped,
-            oom_killed: launch::OomCount::killed(self.oom.as_ref()),
+            oom_killed: self.over_memory || launch::OomCount::killed(self.oom.as_ref()),
             error: None,
         };
         if let Some(tx) = self.client.take() {

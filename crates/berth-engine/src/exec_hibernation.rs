@@ -114,6 +114,7 @@ pub async fn resume(
         pause: Some(wake.pause),
         cgroup: wake.cgroup,
         oom: wake.oom,
+        over_memory: false,
         client: None,
         started_at: Instant::now().checked_sub(ran).unwrap_or_else(Instant::now),
     };

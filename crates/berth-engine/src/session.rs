@@ -66,7 +66,10 @@ impl Session {
         let (tx, rx) = mpsc::unbounded_channel();
         if let (Ok(mut w), Ok(mut kept)) = (self.waiters.lock(), self.unclaimed.lock()) {
             kept.retain(|ev| match ev {
-                Event::Started { id: i, .. } | Event::Failed { id: i, .. } | Event::Exited { id: i, .. }
+                Event::Started { id: i, .. }
+                | Event::Failed { id: i, .. }
+                | Event::OverMemory { id: i, .. }
+                | Event::Exited { id: i, .. }
                     if *i == id =>
                 {
                     let _ = tx.send(ev.clone());
@@ -126,6 +129,7 @@ impl Session {
             let target = match &event {
                 Event::Started { id, .. }
                 | Event::Failed { id, .. }
+                | Event::OverMemory { id, .. }
                 | Event::Exited { id, .. }
                 | Event::Watching { id }
                 | Event::Unwatched { id, .. } => Some(*id),

@@ -9,6 +9,9 @@ use rustix::event::{PollFd, PollFlags};
 use crate::protocol::{self, CONTROL_FD, Event, ProtocolError, Request};
 
 mod spawn;
+mod state;
+
+use state::{State, decode_state, encode_state};
 
 /// Signals init takes from the outside and hands on to the commands it runs.
 const FORWARDED: [i32; 6] =
@@ -49,6 +52,8 @@ struct Init {
     ready: Event,
     /// Directories watched for the supervisor (request id → watch).
     watches: crate::watch::Watches,
+    /// The sandbox's memory limit, held by init where its kernel has no OOM killer (gVisor).
+    memory: Option<crate::memory::Guard>,
 }
 
 /// Run as PID 1 until the supervisor hangs up. Returns the process exit code.
@@ -121,7 +126,10 @@ pub fn run() -> i32 {
             None => return 125,
         },
         None if on_stdin => match Init::kept(control, &ready) {
-            Some(init) => init,
+            // Held where commands have cgroups of the sandbox's kernel to count them in.
+            Some(init) => {
+                Init { memory: crate::memory::Guard::from_args(&args).filter(|_| init.trees.is_some()), ..init }
+            }
             None => return 125,
         },
         None => match Init::fresh(control, &ready) {
@@ -181,37 +189,6 @@ fn hand_over_control(control: OwnedFd, ready: &Event) -> Option<OwnedFd> {
     Some(control)
 }
 
-/// What init carries across its own re-execution: running commands (pid → request id) and listeners (port
-/// → descriptor).
-#[derive(Debug, Default, PartialEq, Eq)]
-struct State {
-    running: HashMap<i32, u64>,
-    listeners: Vec<(u16, i32)>,
-}
-
-/// `PID:ID,...;PORT:FD,...`
-fn encode_state(state: &State) -> String {
-    let running: Vec<String> = state.running.iter().map(|(pid, id)| format!("{pid}:{id}")).collect();
-    let listeners: Vec<String> = state.listeners.iter().map(|(port, fd)| format!("{port}:{fd}")).collect();
-    format!("{};{}", running.join(","), listeners.join(","))
-}
-
-fn decode_state(text: &str) -> Result<State, String> {
-    fn pairs<A: std::str::FromStr, B: std::str::FromStr>(part: &str) -> Result<Vec<(A, B)>, String> {
-        part.split(',')
-            .filter(|p| !p.is_empty())
-            .map(|p| {
-                let (a, b) = p.split_once(':').ok_or_else(|| format!("{p:?} is not a pair"))?;
-                Ok((a.parse().map_err(|_| format!("{a:?}"))?, b.parse().map_err(|_| format!("{b:?}"))?))
-            })
-            .collect()
-    }
-    let (running, listeners) =
-        text.split_once(';').ok_or_else(|| "init's resumed state has no listeners part".to_string())?;
-    let bad = |e: String| format!("init's resumed state is malformed at {e}");
-    Ok(State { running: pairs(running).map_err(bad)?.into_iter().collect(), listeners: pairs(listeners).map_err(bad)? })
-}
-
 impl Init {
     /// A new sandbox's init: bind the ports it serves, and report ready with the control socket.
     fn fresh(control: OwnedFd, ready: &Event) -> Option<Init> {
@@ -237,6 +214,7 @@ impl Init {
             copies: HashMap::new(),
             ready: ready.clone(),
             watches: Default::default(),
+            memory: None,
         }
     }
 
@@ -320,7 +298,11 @@ impl Init {
                     fds.push(PollFd::from_borrowed_fd(fd, flags));
                     watches.push(id);
                 }
-                match rustix::event::poll(&mut fds, None) {
+                let wait = self.memory.as_ref().map(|g| {
+                    let w = g.wait();
+                    rustix::time::Timespec { tv_sec: w.as_secs() as i64, tv_nsec: w.subsec_nanos() as i64 }
+                });
+                match rustix::event::poll(&mut fds, wait.as_ref()) {
                     Ok(_) | Err(rustix::io::Errno::INTR) => {}
                     Err(_) => return 125,
                 }
@@ -334,6 +316,7 @@ impl Init {
             };
             self.copy_streams(copies_ready);
             self.step_watches(watches_ready);
+            self.guard_memory();
             if control_ready {
                 match protocol::recv::<Request>(self.control.as_fd()) {
                     Ok((req, fds)) => self.handle(req, fds),
@@ -397,6 +380,14 @@ impl Init {
         }
     }
 
+    /// Kill the command that holds the most memory once the sandbox is over its limit (see [`crate::memory`]).
+    fn guard_memory(&mut self) {
+        let (Some(guard), Some(trees)) = (self.memory.as_mut(), self.trees.as_ref()) else { return };
+        if let Some(over) = guard.look(trees) {
+            let _ = self.report(&Event::OverMemory { id: over.id, bytes: over.bytes, limit: over.limit });
+        }
+    }
+
     fn report(&self, ev: &Event) -> Result<(), ProtocolError> {
         protocol::send(self.control.as_fd(), ev, &[])
     }
@@ -428,7 +419,7 @@ impl Init {
         match req {
             Request::Exec { id, argv, env, cwd, uid, gid, attached, mut join_cgroup, tty, pty } => {
                 let mut fds = fds;
-                if let Some(join) = self.trees.as_mut().and_then(|t| t.join_file(id)) {
+                for join in self.trees.as_mut().map(|t| t.join_files(id)).unwrap_or_default() {
                     fds.push(join);
                     join_cgroup += 1;
                 }
@@ -563,26 +554,5 @@ impl Init {
             proc::kill_group(*pid, libc_sig::KILL);
         }
         0
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_resumed_state_round_trips() {
-        let state = State { running: HashMap::from([(7, 1), (42, 9)]), listeners: vec![(3128, 5), (3129, 6)] };
-        assert_eq!(decode_state(&encode_state(&state)).unwrap(), state);
-        assert_eq!(decode_state(";").unwrap(), State::default());
-    }
-
-    #[test]
-    fn a_malformed_state_is_refused() {
-        assert!(decode_state("").is_err());
-        assert!(decode_state("7;").is_err());
-        assert!(decode_state("x:1;").is_err());
-        assert!(decode_state(";3128:").is_err());
     }
 }

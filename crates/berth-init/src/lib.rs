@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod agent;
+pub mod memory;
 pub mod protocol;
 pub mod relay;
 mod streams;

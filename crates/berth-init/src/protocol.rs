@@ -130,6 +130,9 @@ pub enum Event {
     Failed { id: u64, code: i32, message: String },
     /// A command ended (its own process; children it left behind keep running until the sandbox ends).
     Exited { id: u64, code: Option<i32>, signal: Option<i32> },
+    /// Command `id` was killed because the sandbox went over its memory limit (`limit` bytes) and it held the
+    /// most (`bytes`); its `exited` follows. Only where init holds the limit (see `berth_init::memory`).
+    OverMemory { id: u64, bytes: u64, limit: u64 },
     /// Watch `id` is in place: every change from now on is reported.
     Watching { id: u64 },
     /// Watch `id` has ended, and why; init has closed its socket.

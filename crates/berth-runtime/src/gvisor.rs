@@ -209,12 +209,17 @@ pub(crate) fn config(plan: &Plan, layout: &Layout, spec: &Spec) -> serde_json::V
         rlimits.push(serde_json::json!({"type": "RLIMIT_NPROC", "hard": pids, "soft": pids}));
     }
     let env: Vec<String> = crate::spec::BASE_ENV.iter().take(1).map(|(k, v)| format!("{k}={v}")).collect();
+    // gVisor's kernel has no OOM killer: init holds the sandbox's memory limit itself, below the host's.
+    let mut args = vec![INIT_PATH.to_string(), "init".into(), berth_init::protocol::CONTROL_ON_STDIN.to_string()];
+    if let Some(limit) = spec.limits.memory_bytes {
+        args.push(format!("{}{limit}", berth_init::memory::ARG));
+    }
     serde_json::json!({
         "ociVersion": "1.0.2",
         "process": {
             "terminal": false,
             "user": {"uid": 0, "gid": 0},
-            "args": [INIT_PATH, "init", berth_init::protocol::CONTROL_ON_STDIN],
+            "args": args,
             "env": env,
             "cwd": "/",
             "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},

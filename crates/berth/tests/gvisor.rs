@@ -100,18 +100,20 @@ fn output_to_a_shared_file_lands_where_the_caller_left_off() {
 }
 
 #[test]
-fn going_over_the_memory_limit_ends_the_whole_gvisor_sandbox_and_says_so() {
+fn a_command_over_the_memory_limit_is_killed_inside_gvisor_and_says_so() {
     let b = Berth::on("gvisor");
-    let out = b.run(&["--memory", "64M", "--json"], &["python3", "-c", "x = bytearray(512 << 20)"]);
-    assert_eq!(out.status.code(), Some(137));
-    assert!(
-        text(&out.stderr).contains("went over its memory limit, which under gVisor ends the whole sandbox"),
-        "{}",
-        text(&out.stderr)
-    );
-    let j: Value = serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
-    assert_eq!(j["oom_killed"], true, "{j}");
-    assert_eq!(j["isolation"], "gvisor");
+    let grow = "x = []\nwhile True: x.append(b'x' * (1 << 20))";
+    for (how, code) in [("at once", "x = bytearray(512 << 20)"), ("a MiB at a time", grow)] {
+        let out = b.run(&["--memory", "128M", "--json"], &["python3", "-c", code]);
+        assert_eq!(out.status.code(), Some(137), "{how}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("went over the sandbox's memory limit (134217728 bytes) and was killed"),
+            "{how}: {}",
+            text(&out.stderr)
+        );
+        let j: Value = serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
+        assert_eq!((&j["oom_killed"], &j["isolation"]), (&Value::from(true), &Value::from("gvisor")), "{how}: {j}");
+    }
 }
 
 /// Behind gVisor a command gets the same process policy as behind namespaces: the same capability sets,

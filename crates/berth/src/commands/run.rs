@@ -38,8 +38,17 @@ struct Summary {
 
 /// How the command ended.
 enum Outcome {
-    Exited { code: Option<i32>, signal: Option<i32> },
-    NotStarted { code: i32, message: String },
+    /// `over_memory`: the sandbox's init killed it for going over the memory limit (gVisor's, see
+    /// `berth_init::memory`).
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+        over_memory: bool,
+    },
+    NotStarted {
+        code: i32,
+        message: String,
+    },
     TimedOut,
 }
 
@@ -89,13 +98,14 @@ pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
                 "berth: the sandbox went over its memory limit, which under {} ends the whole sandbox",
                 backend.name()
             );
-            Outcome::Exited { code: None, signal: Some(9) }
+            Outcome::Exited { code: None, signal: Some(9), over_memory: false }
         }
         outcome => outcome?,
     };
     teardown.context("the sandbox was not cleaned up")?;
     let usage = usage.unwrap_or_default();
 
+    let over_memory = matches!(outcome, Outcome::Exited { over_memory: true, .. });
     let (code, signal, timed_out) = match outcome {
         Outcome::Exited { code: Some(c), .. } => (c, None, false),
         Outcome::Exited { signal: Some(s), .. } => (exit::for_signal(s), Some(s), false),
@@ -120,7 +130,7 @@ pub fn run(root: &Path, args: RunArgs) -> anyhow::Result<i32> {
             duration_ms: duration.as_millis() as u64,
             cpu_ms: usage.cpu_ns / 1_000_000,
             peak_memory_bytes: usage.peak_memory_bytes,
-            oom_killed: usage.oom_kills > 0,
+            oom_killed: usage.oom_kills > 0 || over_memory,
             timed_out,
             isolation: args.isolation.as_str(),
             landlock,
@@ -140,6 +150,7 @@ fn supervise(sandbox: &Sandbox, args: &RunArgs, sigfd: std::os::fd::BorrowedFd<'
     };
     sandbox.exec(1, &args.command, &env, &args.workdir, stdio)?;
     let deadline = args.timeout.map(|t| Instant::now() + t);
+    let mut over_memory = false;
     loop {
         let remaining = match deadline {
             Some(d) => match d.checked_duration_since(Instant::now()) {
@@ -169,7 +180,13 @@ fn supervise(sandbox: &Sandbox, args: &RunArgs, sigfd: std::os::fd::BorrowedFd<'
         }
         if control_ready {
             match sandbox.next_event(Some(Duration::ZERO))? {
-                Some(Event::Exited { id: 1, code, signal }) => return Ok(Outcome::Exited { code, signal }),
+                Some(Event::Exited { id: 1, code, signal }) => {
+                    return Ok(Outcome::Exited { code, signal, over_memory });
+                }
+                Some(Event::OverMemory { id: 1, limit, .. }) => {
+                    eprintln!("berth: the command went over the sandbox's memory limit ({limit} bytes) and was killed");
+                    over_memory = true;
+                }
                 Some(Event::Failed { id: 1, code, message }) => return Ok(Outcome::NotStarted { code, message }),
                 Some(Event::Rejected { message }) => anyhow::bail!("the sandbox's init refused the command: {message}"),
                 _ => {}
