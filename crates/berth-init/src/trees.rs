@@ -22,6 +22,9 @@ pub struct Trees {
     dirs: HashMap<u64, PathBuf>,
     /// Init's own cgroup of the memory controller, where there is one, and each command's there.
     memory: Option<PathBuf>,
+    /// Its `memory.usage_in_bytes`, kept open: a look is one read (a system call costs much more behind
+    /// gVisor than on the host).
+    memory_usage: Option<std::fs::File>,
     memory_dirs: HashMap<u64, PathBuf>,
     /// Cgroups of commands that ended with processes left behind: removed once those are gone.
     left: Vec<PathBuf>,
@@ -33,8 +36,10 @@ impl Trees {
     pub fn open() -> Option<Trees> {
         let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
         let base = own_cgroup(&own, CONTROLLER)?;
-        let memory = own_cgroup(&own, MEMORY).filter(|m| m.join("memory.usage_in_bytes").exists());
-        Some(Trees { base, dirs: HashMap::new(), memory, memory_dirs: HashMap::new(), left: Vec::new() })
+        let memory = own_cgroup(&own, MEMORY);
+        let memory_usage = memory.as_ref().and_then(|m| std::fs::File::open(m.join("memory.usage_in_bytes")).ok());
+        let memory = memory.filter(|_| memory_usage.is_some());
+        Some(Trees { base, dirs: HashMap::new(), memory, memory_usage, memory_dirs: HashMap::new(), left: Vec::new() })
     }
 
     /// Cgroups for command `id`, and their `cgroup.procs` for the command to join (writing `0`): one of the
@@ -53,7 +58,10 @@ impl Trees {
 
     /// What the sandbox's processes hold in memory, as its kernel counts it (none where it is not counted).
     pub fn memory_total(&self) -> Option<u64> {
-        read_number(&self.memory.as_ref()?.join("memory.usage_in_bytes"))
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 32];
+        let n = self.memory_usage.as_ref()?.read_at(&mut buf, 0).ok()?;
+        std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
     }
 
     /// The running command whose processes hold the most memory, and how much.
