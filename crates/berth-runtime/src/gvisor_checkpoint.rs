@@ -41,10 +41,11 @@ pub(crate) fn put_back(kept: &Path, tmp: &Path) -> Result<(), RuntimeError> {
 /// `cp -a` of the contents of `from` into the directory `to`: owners, modes, times, links, sockets and
 /// special files as they are, holes kept.
 fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
-    let out = Command::new("cp")
-        .args(["-a", "--sparse=always", "--no-target-directory"])
-        .arg(from)
-        .arg(to)
+    let mut cp = Command::new("cp");
+    cp.args(["-a", "--sparse=always", "--no-target-directory"]).arg(from).arg(to);
+    // It ends with its caller: a crashed daemon's copy does not go on behind the next one's clean-up.
+    berth_sys::process::end_with_caller(&mut cp);
+    let out = cp
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -76,6 +76,8 @@ pub(crate) fn run_output(cmd: &mut Command, missing: impl FnOnce() -> StorageErr
         cmd.get_program().to_string_lossy(),
         cmd.get_args().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
     );
+    // The tool ends with the daemon: a crashed daemon's copy does not go on behind the next one's clean-up.
+    berth_sys::process::end_with_caller(cmd);
     let out = match cmd.stdin(std::process::Stdio::null()).output() {
         Ok(out) => out,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(missing()),

@@ -457,6 +457,29 @@ pub fn join_namespace(ns: BorrowedFd<'_>, kind: NamespaceKind) -> SysResult<()> 
     rustix::thread::move_into_link_name_space(ns, Some(t)).ctx(|| format!("enter a {kind:?} namespace"))
 }
 
+/// Have `cmd`'s process killed (SIGKILL) when the thread that starts it ends, as when the calling process
+/// dies: a tool a daemon runs (a `cp -a` of a workspace, say) does not go on writing after a crash, behind
+/// the back of the next daemon's clean-up. The thread must wait for the command itself (the kernel ties the
+/// signal to the thread that forked, not to its process). A caller already gone when the command starts
+/// makes the start fail.
+pub fn end_with_caller(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the hook runs between fork and exec and only calls prctl and getppid, both async-signal-safe;
+    // it allocates nothing (the error is built from the saved errno).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Clear the parent-death signal set by [`die_with_parent`].
 pub fn live_on_without_parent() -> SysResult<()> {
     rustix::process::set_parent_process_death_signal(None).ctx(|| "clear the parent-death signal")
