@@ -343,24 +343,6 @@ fn a_read_only_token_looks_and_a_selector_token_reaches_its_labels_only() {
     assert!(shown.contains("tenant=gamma,read-only") && shown.contains("selector:team=x"), "{shown}");
 }
 
-/// An HTTP server on the host's loopback answering every request with `size` bytes. Returns its port.
-fn upstream(size: usize) -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut conn in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let Ok(_) = conn.read(&mut buf) else { return };
-                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n");
-                let _ = conn.write_all(head.as_bytes());
-                let _ = conn.write_all(&vec![b'a'; size]);
-            });
-        }
-    });
-    port
-}
-
 #[test]
 fn a_tenants_quota_is_held_at_create_and_live() {
     let (d, addr) = Daemon::start_with_tcp(&[]);
@@ -395,7 +377,7 @@ fn a_tenants_quota_is_held_at_create_and_live() {
 
     // Egress: past the quota every sandbox of the tenant is closed, live; raising the quota opens it again.
     let e = tenant(&d, "epsilon", json!({"egress_bytes": 100_000}));
-    let port = upstream(60_000);
+    let port = common::upstream(60_000);
     let net = json!({"allow": [format!("up.test:{port}")], "add_hosts": {"up.test": "127.0.0.1"}});
     let id = create(&addr, &e, json!({"network": net}));
     let fetch = format!(

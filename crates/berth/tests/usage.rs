@@ -7,7 +7,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use common::daemon::Daemon;
@@ -105,25 +104,6 @@ fn peak_memory_holds_what_was_allocated_disk_what_was_written_and_memory_is_inte
     d.berth(&["rm", &id]);
 }
 
-/// An HTTP server on the host's loopback answering every GET with `size` bytes. Returns its port.
-fn upstream(size: usize) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut conn = conn;
-                let mut buf = [0u8; 4096];
-                let Ok(_) = conn.read(&mut buf) else { return };
-                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n");
-                let _ = conn.write_all(head.as_bytes());
-                let _ = conn.write_all(&vec![b'a'; size]);
-            });
-        }
-    });
-    port
-}
-
 const FETCH: &str = "import sys, urllib.request\nprint(len(urllib.request.urlopen(sys.argv[1], timeout=10).read()))";
 
 fn fetch(d: &Daemon, id: &str, port: u16) -> usize {
@@ -138,7 +118,7 @@ fn allowing(port: u16) -> Vec<String> {
 #[test]
 fn egress_bytes_are_counted_each_way_and_kept_across_a_daemon_restart() {
     let mut d = Daemon::start();
-    let port = upstream(100_000);
+    let port = common::upstream(100_000);
     let args = allowing(port);
     let id = d.create(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(fetch(&d, &id, port), 100_000);
@@ -308,7 +288,7 @@ fn a_cpu_budget_ends_the_sandbox_with_the_reason_in_its_receipt() {
 #[test]
 fn an_egress_budget_warns_at_80_percent_and_ends_the_sandbox_at_100() {
     let d = Daemon::start();
-    let port = upstream(50_000);
+    let port = common::upstream(50_000);
     let mut args = allowing(port);
     args.extend(["--budget".to_string(), "egress=10M".to_string()]);
     let id = d.create(&args.iter().map(String::as_str).collect::<Vec<_>>());

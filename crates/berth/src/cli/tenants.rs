@@ -13,7 +13,8 @@ pub enum TenantCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Remove a tenant with no sandboxes left; the tokens minted for it are revoked.
+    /// Remove a tenant that holds nothing (no sandboxes, snapshots, volumes or images): the tokens minted
+    /// for it are revoked and its secrets removed.
     Rm {
         #[arg(required = true)]
         names: Vec<String>,

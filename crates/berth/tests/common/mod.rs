@@ -262,3 +262,22 @@ pub fn free_port() -> u16 {
     }
     panic!("no free port between 20000 and 32000 on 127.0.0.1");
 }
+
+/// An HTTP server on the host's loopback answering every request with `size` bytes. Returns its port.
+pub fn upstream(size: usize) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let Ok(_) = conn.read(&mut buf) else { return };
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n");
+                let _ = conn.write_all(head.as_bytes());
+                let _ = conn.write_all(&vec![b'a'; size]);
+            });
+        }
+    });
+    port
+}
