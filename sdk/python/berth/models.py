@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ._model import Model
-from .models_access import Quota, SecretInfo, Tenant, TenantUse, TokenInfo  # noqa: F401 (models of this module too)
+from .models_access import MintedToken, Quota, SecretInfo, Tenant, TenantUse, TokenInfo  # noqa: F401 (models of this module too)
 
 
 # ---- Sandboxes ----
@@ -327,16 +327,6 @@ class DaemonInfo(Model):
     warm: WarmPool = field(default_factory=WarmPool)
     isolation: str = "namespaces"
     isolations: list[IsolationInfo] = field(default_factory=list)
-
-
-@dataclass
-class MintedToken(Model):
-    """A freshly minted API token: the only time ``token`` is shown."""
-
-    __schema__ = "MintedToken"
-    id: str
-    name: str
-    token: str
 
 
 @dataclass

@@ -13,6 +13,16 @@ from ._model import Model
 
 
 @dataclass
+class MintedToken(Model):
+    """A freshly minted API token: the only time ``token`` is shown."""
+
+    __schema__ = "MintedToken"
+    id: str
+    name: str
+    token: str
+
+
+@dataclass
 class TokenInfo(Model):
     """A token as listed (never its secret); ``tenant``, ``read_only`` and ``selector`` when they narrow it."""
 
