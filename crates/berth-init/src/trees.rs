@@ -68,7 +68,6 @@ impl Trees {
     pub fn largest(&self) -> Option<(u64, u64)> {
         self.memory_dirs
             .iter()
-            .filter(|(id, _)| self.dirs.contains_key(id))
             .filter_map(|(id, dir)| Some((*id, read_number(&dir.join("memory.usage_in_bytes"))?)))
             .max_by_key(|(_, bytes)| *bytes)
     }

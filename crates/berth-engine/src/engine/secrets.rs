@@ -88,9 +88,24 @@ impl Engine {
         if self.store.tenant(t)?.is_none() {
             return Err(EngineError::NoTenant(t.to_string()));
         }
-        let dir = self.root.join("tenants").join(t);
+        let dir = self.tenant_vault_dir(t);
         std::fs::create_dir_all(&dir).map_err(|e| EngineError::Storage(format!("make {}: {e}", dir.display())))?;
         Vault::open(&dir, &key_path(&self.root)).map_err(secret_err)
+    }
+
+    /// Remove tenant `t`'s vault, with every secret in it (none made yet is fine).
+    pub(super) fn remove_vault_of(&self, t: &str) -> Result<(), EngineError> {
+        let dir = self.tenant_vault_dir(t);
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(EngineError::Storage(format!("remove {}: {e}", dir.display())))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn tenant_vault_dir(&self, t: &str) -> std::path::PathBuf {
+        self.root.join("tenants").join(t)
     }
 
     /// Set a secret for the sandboxes of `tenant` (none: of no tenant).

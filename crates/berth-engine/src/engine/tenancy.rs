@@ -232,12 +232,7 @@ impl Engine {
             )));
         }
         // Its secrets go with it, for the same reason.
-        let vault = self.root.join("tenants").join(name);
-        if let Err(e) = std::fs::remove_dir_all(&vault)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            return Err(EngineError::Storage(format!("remove {}: {e}", vault.display())));
-        }
+        self.remove_vault_of(name)?;
         match self.store.remove_tenant(name)? {
             true => Ok(()),
             false => Err(EngineError::NoTenant(name.to_string())),
