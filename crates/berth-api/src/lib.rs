@@ -77,6 +77,20 @@ pub struct CreateSandbox {
     /// The boundary it runs behind (default: the daemon's `--isolation`, itself `namespaces` by default). A
     /// backend this host lacks is an error, never a quiet fallback.
     pub isolation: Option<Isolation>,
+    /// A virtual desktop: a display server and a window manager, run inside as its `user`.
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "some_object")]
+    pub desktop: Option<Desktop>,
+}
+
+/// An optional struct read from a JSON object only (see `object_only`), null for none.
+pub fn some_object<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    struct Object<T>(T);
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            object_only(d).map(Object)
+        }
+    }
+    Ok(Option::<Object<T>>::deserialize(d)?.map(|o| o.0))
 }
 
 /// Read a struct from a JSON object only. serde's derive also takes an array of the fields' values in order
@@ -206,6 +220,9 @@ pub struct Sandbox {
     /// The boundary it runs behind.
     #[serde(default)]
     pub isolation: Isolation,
+    /// Its virtual desktop's screen, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desktop: Option<Desktop>,
 }
 
 /// What a sandbox's TTL does when it runs out.
@@ -516,6 +533,7 @@ impl ErrorCode {
 }
 
 mod contexts;
+mod desktop;
 mod exec;
 mod isolation;
 mod network;
@@ -526,6 +544,7 @@ mod tenants;
 mod usage;
 mod watch;
 pub use contexts::*;
+pub use desktop::*;
 pub use exec::*;
 pub use isolation::*;
 pub use network::*;

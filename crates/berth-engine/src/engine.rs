@@ -23,6 +23,7 @@ mod cluster;
 mod context_run;
 pub mod contexts;
 mod create;
+pub mod desktop;
 mod events;
 mod execs;
 mod files;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::RuntimeError;
 
 /// Bumped whenever the skeleton's contents change, so old skeletons are rebuilt.
-const SKELETON_VERSION: &str = "4";
+const SKELETON_VERSION: &str = "5";
 
 /// Host `/etc` entries copied into the skeleton: what programs from the host's `/usr` expect to find.
 const HOST_ETC: &[&str] = &[
@@ -22,11 +22,16 @@ const HOST_ETC: &[&str] = &[
     "bindresvport.blacklist",
     "ca-certificates",
     "ca-certificates.conf",
+    // A desktop's programs: chromium's wrapper reads its flags, X clients their resources and keymaps,
+    // every GUI program its fonts and the XDG defaults (xfwm4's among them).
+    "chromium.d",
     "debian_version",
     "dpkg",
     "environment",
     "ethertypes",
+    "fonts",
     "gai.conf",
+    "gtk-3.0",
     "host.conf",
     "inputrc",
     "ld.so.cache",
@@ -54,7 +59,12 @@ const HOST_ETC: &[&str] = &[
     "ssl/certs",
     "ssl/openssl.cnf",
     "timezone",
+    "X11",
+    "xdg",
 ];
+
+const CHROMIUM_FLAGS: &str = "export CHROMIUM_FLAGS=\"$CHROMIUM_FLAGS --no-sandbox --test-type --no-first-run \
+--disable-dev-shm-usage --disable-gpu --password-store=basic\"\n";
 
 const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\n\
 user:x:1000:1000:user:/home/user:/bin/bash\n\
@@ -194,6 +204,11 @@ fn write_skeleton(root: &Path) -> std::io::Result<()> {
     ] {
         fs::write(etc.join(name), text)?;
         fs::set_permissions(etc.join(name), fs::Permissions::from_mode(mode))?;
+    }
+    // Debian's chromium wrapper reads its flags from here: inside a sandbox its own sandbox cannot be made
+    // (it needs namespaces berth does not give), so it runs without, as under any container runtime.
+    if etc.join("chromium.d").is_dir() {
+        fs::write(etc.join("chromium.d/berth"), CHROMIUM_FLAGS)?;
     }
     Ok(())
 }

@@ -9,12 +9,14 @@ use clap::{Args, Parser, Subcommand};
 
 mod api;
 mod contexts;
+mod desktop;
 mod previews;
 mod projects;
 mod tenants;
 mod usage;
 pub use api::*;
 pub use contexts::*;
+pub use desktop::*;
 pub use previews::*;
 pub use projects::*;
 pub use tenants::*;
@@ -94,6 +96,9 @@ pub enum Command {
     /// Live code contexts: interpreters whose variables and imports survive from one run to the next.
     #[command(subcommand)]
     Context(ContextCommand),
+    /// A sandbox's virtual desktop (berth create --desktop): screenshots, clicks, typing, keys, windows.
+    #[command(subcommand)]
+    Desktop(DesktopCommand),
     /// Print a URL (through the daemon's --listen) that reaches what a sandbox serves on its own
     /// 127.0.0.1:PORT, with a token for that port only unless --public; `expose ls|rm` list and remove them.
     Expose(ExposeArgs),

@@ -196,6 +196,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/sandboxes/{id}/budget"),
     ("GET", "/v1/usage"),
     ("GET", "/metrics"),
+    ("GET", "/v1/sandboxes/{id}/desktop"),
+    ("GET", "/v1/sandboxes/{id}/desktop/screenshot"),
+    ("POST", "/v1/sandboxes/{id}/desktop/actions"),
+    ("POST", "/v1/sandboxes/{id}/desktop/wait"),
 ];
 
 /// The API as the unix socket serves it (file-system permissions guard the socket; tokens are minted here),
@@ -327,6 +331,7 @@ fn routes() -> Router<Arc<Engine>> {
         .merge(crate::projects_http::routes())
         .merge(crate::pods_http::routes())
         .merge(crate::contexts_http::routes())
+        .merge(crate::desktop_http::routes())
         .merge(crate::preview_http::routes())
         .merge(crate::usage_http::routes())
         .merge(crate::tenants_http::routes())

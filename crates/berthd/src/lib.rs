@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod contexts_http;
+mod desktop_http;
 mod e2b;
 mod exec_http;
 mod files_http;

@@ -10,11 +10,12 @@
 //! schema validator and field comparison, `schemas` holds the samples and checks each schema against them, `requests` which fields requests and
 //! responses require,
 //! `storage_samples` holds the samples of the durable-project and image types, `network_samples` those of
-//! the egress types, `previews_samples` those of preview URLs, `pods_samples` those of pods, and
-//! `tenants_samples` those of tenants.
+//! the egress types, `previews_samples` those of preview URLs, `pods_samples` those of pods,
+//! `tenants_samples` those of tenants, and `desktop_samples` those of a sandbox's desktop.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod contexts_samples;
+mod desktop_samples;
 mod network_samples;
 mod pods_samples;
 mod previews_samples;

@@ -43,7 +43,7 @@ fn check_request<T: Serialize + DeserializeOwned>(spec: &Value, name: &str, full
 }
 
 /// The request schemas: exactly those that refuse unknown fields.
-const REQUESTS: [&str; 26] = [
+const REQUESTS: [&str; 41] = [
     "Budget",
     "CreatePreview",
     "CreateContext",
@@ -70,6 +70,21 @@ const REQUESTS: [&str; 26] = [
     "PodFork",
     "CreateTenant",
     "Quota",
+    "Desktop",
+    "DesktopActions",
+    "ScreenSize",
+    "WaitSettled",
+    "DesktopActionMove",
+    "DesktopActionClick",
+    "DesktopActionDrag",
+    "DesktopActionMouseDown",
+    "DesktopActionMouseUp",
+    "DesktopActionScroll",
+    "DesktopActionType",
+    "DesktopActionKey",
+    "DesktopActionOpen",
+    "DesktopActionLaunch",
+    "DesktopActionFocus",
 ];
 
 #[test]
@@ -106,6 +121,21 @@ fn request_schemas_match_deserialization() {
     check::<PodFork>(&spec, &samples, "PodFork");
     check::<CreateTenant>(&spec, &samples, "CreateTenant");
     check::<Quota>(&spec, &samples, "Quota");
+    check::<Desktop>(&spec, &samples, "Desktop");
+    check::<DesktopActions>(&spec, &samples, "DesktopActions");
+    check::<ScreenSize>(&spec, &samples, "ScreenSize");
+    check::<WaitSettled>(&spec, &samples, "WaitSettled");
+    check::<DesktopAction>(&spec, &samples, "DesktopActionMove");
+    check::<DesktopAction>(&spec, &samples, "DesktopActionClick");
+    check::<DesktopAction>(&spec, &samples, "DesktopActionDrag");
+    check::<DesktopAction>(&spec, &samples, "DesktopActionMouseDown");
+    check::<DesktopAction>(&spec, &samples, "DesktopActionMouseUp");
+    check::<DesktopAction>(&spec, &samples, "DesktopActionScroll");
+    check::<DesktopAction>(&spec, &samples, "DesktopActionType");
+    check::<DesktopAction>(&spec, &samples, "DesktopActionKey");
+    check::<DesktopAction>(&spec, &samples, "DesktopActionOpen");
+    check::<DesktopAction>(&spec, &samples, "DesktopActionLaunch");
+    check::<DesktopAction>(&spec, &samples, "DesktopActionFocus");
     let closed: BTreeSet<&str> = spec["components"]["schemas"]
         .as_object()
         .unwrap()

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::contexts_samples::{contexts_full_samples, contexts_sparse_samples};
+use super::desktop_samples::desktop_samples;
 use super::network_samples::{network_full_samples, network_sample, network_sparse_samples};
 use super::pods_samples::{pods_full_samples, pods_sparse_samples};
 use super::previews_samples::preview_samples;
@@ -161,6 +162,7 @@ pub(super) fn sandbox_sample() -> Sandbox {
         tenant: Some("acme".into()),
         usage: Some(usage_sample()),
         isolation: Isolation::Gvisor,
+        desktop: Some(Desktop { width: 1280, height: 800 }),
     }
 }
 
@@ -232,6 +234,7 @@ pub(super) fn full_samples() -> Vec<(&'static str, Value)> {
         secrets: vec!["GITHUB_TOKEN@api.github.com".into()],
         budget: budget_sample(),
         isolation: Some(Isolation::Gvisor),
+        desktop: Some(Desktop { width: 1280, height: 800 }),
     };
     let request = ExecRequest {
         argv: vec!["sh".into(), "-c".into(), "make test".into()],
@@ -363,6 +366,7 @@ pub(super) fn full_samples() -> Vec<(&'static str, Value)> {
     samples.extend(network_full_samples());
     samples.extend(contexts_full_samples());
     samples.extend(preview_samples(true));
+    samples.extend(desktop_samples(true));
     samples.extend(pods_full_samples());
     samples.extend(tenants_full_samples());
     samples
@@ -400,6 +404,7 @@ pub(super) fn sparse_samples() -> Vec<(&'static str, Value)> {
         tenant: None,
         usage: None,
         isolation: Isolation::Namespaces,
+        desktop: None,
     };
     let result = ExecResult {
         exec_id: "x0".into(),
@@ -448,6 +453,7 @@ pub(super) fn sparse_samples() -> Vec<(&'static str, Value)> {
     samples.extend(network_sparse_samples());
     samples.extend(contexts_sparse_samples());
     samples.extend(preview_samples(false));
+    samples.extend(desktop_samples(false));
     samples.extend(pods_sparse_samples());
     samples.extend(tenants_sparse_samples());
     samples

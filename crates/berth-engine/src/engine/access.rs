@@ -101,6 +101,9 @@ pub enum Op<'a> {
     Fork,
     Ttl,
     Snapshot,
+    /// Its desktop: look at it (a screenshot, its windows, a wait for it to settle), or act on it.
+    Desktop,
+    DesktopAct,
 }
 
 impl<'a> Access<'a> {
@@ -137,6 +140,8 @@ impl<'a> Access<'a> {
                     (_, ["watch"]) => Some(Op::Watch),
                     (_, ["archive"]) => Some(Op::Archive),
                     (_, ["shell"]) => Some(Op::Shell),
+                    ("GET", ["desktop", ..]) | ("POST", ["desktop", "wait"]) => Some(Op::Desktop),
+                    ("POST", ["desktop", "actions"]) => Some(Op::DesktopAct),
                     ("GET", ["journal"]) => Some(Op::Journal),
                     ("GET", ["receipt"]) => Some(Op::Receipt),
                     ("GET", ["diff"]) => Some(Op::Diff),
@@ -219,6 +224,8 @@ impl Op<'_> {
             Op::Fork => fixed("POST", "/fork"),
             Op::Ttl => fixed("POST", "/ttl"),
             Op::Snapshot => fixed("POST", "/snapshots"),
+            Op::Desktop => fixed("GET", "/desktop"),
+            Op::DesktopAct => fixed("POST", "/desktop/actions"),
         }
     }
 

@@ -58,6 +58,12 @@ impl Engine {
         for (k, v) in &req.env {
             berth_runtime::spec::check_env(k, v).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
+        if let Some(d) = &req.desktop {
+            super::desktop::check(d)?;
+            for (k, v) in super::desktop::env() {
+                req.env.entry(k.into()).or_insert_with(|| v.into());
+            }
+        }
         let owner = actor().strip_prefix("session:").map(str::to_string);
         self.assign_tenant(&mut req)?;
         self.label_for_selector(&mut req)?;
@@ -194,7 +200,14 @@ impl Engine {
             "disk_bytes": req.disk_bytes, "volumes": req.volumes, "from_snapshot": parent_id, "budget": req.budget,
         });
         if let Ok(live) = self.live(&record.id).await {
-            live.note("create", args, serde_json::json!({"id": record.id, "pid": record.pid}));
+            live.note("create", args, serde_json::json!({"id": record.id, "pid": record.pid, "desktop": req.desktop}));
+        }
+        // Ready when its desktop is: a sandbox whose desktop cannot start is not left half made.
+        if let Some(d) = req.desktop
+            && let Err(e) = self.start_desktop(&record.id, d).await
+        {
+            let _ = self.remove(&record.id).await;
+            return Err(e);
         }
         self.events.emit(&record.id, EventKind::Created, None, None);
         Ok(record)
@@ -252,6 +265,7 @@ impl Engine {
             tenant: req.tenant.clone(),
             usage: None,
             isolation: req.isolation.unwrap_or_default(),
+            desktop: req.desktop,
         })
     }
 

@@ -27,7 +27,9 @@ fn reaches(grant: &Grant, r: &Sandbox) -> bool {
 
 /// Whether a request of `method` only reads. A shell is a GET (a WebSocket) that runs commands.
 fn reads(method: &str, access: Access<'_>) -> bool {
-    matches!(method, "GET" | "HEAD") && !matches!(access, Access::On(_, Op::Shell))
+    // A wait for a desktop to settle is a POST that only looks.
+    (matches!(method, "GET" | "HEAD") && !matches!(access, Access::On(_, Op::Shell)))
+        || matches!(access, Access::On(_, Op::Desktop))
 }
 
 fn operators_only(method: &str, path: &str) -> EngineError {

@@ -105,6 +105,13 @@ pub struct CreateArgs {
     /// needs runsc). Default: the daemon's --isolation. `berth info` says which this host offers.
     #[arg(long, value_name = "KIND")]
     pub isolation: Option<berth_api::Isolation>,
+    /// Give it a virtual desktop: a display server and a window manager run inside as its `user` (its
+    /// `DISPLAY` is :0); `berth desktop` looks at it and acts on it.
+    #[arg(long)]
+    pub desktop: bool,
+    /// The desktop's screen size, WIDTHxHEIGHT (implies --desktop). Default: 1280x800.
+    #[arg(long, value_name = "WxH", value_parser = super::desktop::parse_size)]
+    pub resolution: Option<berth_api::ScreenSize>,
     /// Print the new sandbox as JSON instead of only its id.
     #[arg(long)]
     pub json: bool,

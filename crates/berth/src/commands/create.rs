@@ -54,6 +54,11 @@ pub fn create(socket: &Path, args: CreateArgs) -> anyhow::Result<i32> {
         secrets: args.secrets,
         budget: args.budget.unwrap_or_default(),
         isolation: args.isolation,
+        desktop: match (args.desktop, args.resolution) {
+            (_, Some(r)) => Some(berth_api::Desktop { width: r.width, height: r.height }),
+            (true, None) => Some(berth_api::Desktop::default()),
+            (false, None) => None,
+        },
     };
     let client = Client::connect(socket)?;
     let (_, body) = client.post_json("/v1/sandboxes", &request)?;

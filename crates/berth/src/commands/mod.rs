@@ -4,6 +4,7 @@ mod context;
 mod cp;
 mod create;
 mod daemon;
+mod desktop;
 mod events;
 mod exec;
 mod expose;
@@ -65,6 +66,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Watch(args) => watch::watch(&cli.socket, args),
         Command::Shell(args) => shell::shell(&cli.socket, args),
         Command::Context(cmd) => context::context(&cli.socket, cmd),
+        Command::Desktop(cmd) => desktop::desktop(&cli.socket, cmd),
         Command::Expose(args) => expose::expose(&cli.socket, args),
         Command::Pause(args) => projects::lifecycle(&cli.socket, "pause", args),
         Command::Resume(args) => projects::lifecycle(&cli.socket, "resume", args),
