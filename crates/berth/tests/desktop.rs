@@ -202,6 +202,18 @@ fn an_agent_sees_the_page_clicks_its_button_and_sees_it_change() {
     assert!(d.berth(&["resume", &id]).status.success());
     assert!(screenshot(&d, &id, "").share([255, 255, 255]) > 0.3, "the second page (white) is still shown");
 
+    // A hibernation the desktop's programs allow or not (CRIU cannot dump xfwm4's inotify handles: the
+    // sandbox then runs on as it was), the desktop answers after it.
+    let _ = d.berth(&["hibernate", &id]);
+    assert!(screenshot(&d, &id, "").share([255, 255, 255]) > 0.3, "still shown after a hibernate");
+
+    // A fork (of its files) has a desktop of its own, started as at create.
+    let out = d.berth(&["fork", &id]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let child = text(&out.stdout).trim().to_string();
+    assert_eq!(screenshot(&d, &child, "").width, 1024);
+    assert!(d.berth(&["rm", &child]).status.success());
+
     // Every action is journaled: a screenshot by its size and digest, typed text by its length only.
     let journal = text(&d.berth(&["journal", &id]).stdout);
     assert!(journal.contains(r#""action":"screenshot""#) && journal.contains("sha256"), "{journal}");
@@ -217,7 +229,14 @@ fn an_agent_sees_the_page_clicks_its_button_and_sees_it_change() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("each side must be 64 to 4096"), "{}", text(&out.stderr));
 
-    assert!(d.berth(&["rm", &id, &plain]).status.success());
+    // A persistent desktop sandbox stopped and started again has its desktop back.
+    let kept = d.create(&["--desktop", "--resolution", "1024x640", "--persistent"]);
+    assert!(d.berth(&["stop", &kept]).status.success());
+    let out = d.berth(&["start", &kept]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(screenshot(&d, &kept, "").height, 640);
+
+    assert!(d.berth(&["rm", &id, &plain, &kept]).status.success());
     let deadline = Instant::now() + Duration::from_secs(10);
     while !desktop_processes("1024x640x24").is_empty() {
         assert!(Instant::now() < deadline, "left running: {:?}", desktop_processes("1024x640x24"));

@@ -202,8 +202,9 @@ impl Engine {
         if let Ok(live) = self.live(&record.id).await {
             live.note("create", args, serde_json::json!({"id": record.id, "pid": record.pid, "desktop": req.desktop}));
         }
-        // Ready when its desktop is: a sandbox whose desktop cannot start is not left half made.
-        if let Some(d) = req.desktop
+        // Ready when its desktop is: a sandbox whose desktop cannot start is not left half made. One restored
+        // with its processes has its own running.
+        if let Some(d) = req.desktop.filter(|_| !restored)
             && let Err(e) = self.start_desktop(&record.id, d).await
         {
             let _ = self.remove(&record.id).await;

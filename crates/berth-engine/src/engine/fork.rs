@@ -93,7 +93,19 @@ impl Engine {
                 };
                 let booted = match (restore, self.apply_quota(child, req.disk_bytes).await) {
                     (Ok(restore), Ok(())) => {
-                        self.boot_from(child, &req, now, Some(base), owner, &mut None, restore).await
+                        let fresh = restore.is_none();
+                        let booted = self.boot_from(child, &req, now, Some(base), owner, &mut None, restore).await;
+                        // A copy of its files alone runs no desktop yet: its own is started as at create.
+                        match (booted, req.desktop) {
+                            (Ok(record), Some(d)) if fresh => match self.start_desktop(child, d).await {
+                                Ok(()) => Ok(record),
+                                Err(e) => {
+                                    let _ = self.remove(child).await;
+                                    Err(e)
+                                }
+                            },
+                            (booted, _) => booted,
+                        }
                     }
                     (Err(e), _) | (_, Err(e)) => Err(e),
                 };

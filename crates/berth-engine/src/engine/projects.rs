@@ -281,6 +281,12 @@ impl Engine {
             // Still stopped, files and all.
             let _ = self.store.sandbox_live(stopped);
         }
+        // A new runtime has no desktop running: started again as at create.
+        if let (Ok(record), Some(d)) = (&booted, spec.desktop) {
+            self.start_desktop(&record.id, d).await.map_err(|e| {
+                EngineError::Conflict(format!("sandbox {} started, but its desktop did not: {e}", record.id))
+            })?;
+        }
         booted
     }
 
