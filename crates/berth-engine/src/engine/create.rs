@@ -59,7 +59,7 @@ impl Engine {
             berth_runtime::spec::check_env(k, v).map_err(|e| EngineError::invalid(e.to_string()))?;
         }
         if let Some(d) = &req.desktop {
-            super::desktop::check(d)?;
+            super::desktop::check(d, isolation)?;
             for (k, v) in super::desktop::env() {
                 req.env.entry(k.into()).or_insert_with(|| v.into());
             }

@@ -50,8 +50,16 @@ const NEEDS: &[(&str, &str)] = &[
     ("dbus-daemon", "dbus-daemon"),
 ];
 
-/// Check a desktop's screen size.
-pub(super) fn check(d: &Desktop) -> Result<(), EngineError> {
+/// Check a desktop's screen size, and that the sandbox's boundary can show it.
+pub(super) fn check(d: &Desktop, isolation: berth_api::Isolation) -> Result<(), EngineError> {
+    // Behind gVisor the screen's file is in the sandbox's own kernel's memory, out of the daemon's reach.
+    if isolation == berth_api::Isolation::Gvisor {
+        return Err(EngineError::Unsupported(
+            "a desktop runs behind the namespaces isolation only: behind gVisor its screen is in a file system of \
+             the sandbox's own kernel, which the daemon cannot read"
+                .into(),
+        ));
+    }
     let sides = berth_api::MIN_DESKTOP_SIDE..=berth_api::MAX_DESKTOP_SIDE;
     if !sides.contains(&d.width) || !sides.contains(&d.height) {
         return Err(EngineError::invalid(format!(
