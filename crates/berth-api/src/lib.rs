@@ -82,44 +82,6 @@ pub struct CreateSandbox {
     pub desktop: Option<Desktop>,
 }
 
-/// An optional struct read from a JSON object only (see `object_only`), null for none.
-pub fn some_object<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    struct Object<T>(T);
-    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            object_only(d).map(Object)
-        }
-    }
-    Ok(Option::<Object<T>>::deserialize(d)?.map(|o| o.0))
-}
-
-/// Read a struct from a JSON object only. serde's derive also takes an array of the fields' values in order
-/// (`[null, 1]`), which the API does not offer: a request's objects are objects.
-pub fn object_only<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
-    struct Fields<T>(std::marker::PhantomData<T>);
-    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Fields<T> {
-        type Value = T;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("an object")
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-            T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
-        }
-    }
-    d.deserialize_map(Fields(std::marker::PhantomData))
-}
-
-/// A list of structs, each read from a JSON object only (see `object_only`).
-pub fn objects_only<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
-    struct Object<T>(T);
-    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            object_only(d).map(Object)
-        }
-    }
-    Ok(Vec::<Object<T>>::deserialize(d)?.into_iter().map(|o| o.0).collect())
-}
-
 /// A named volume brought into a sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -537,6 +499,7 @@ mod desktop;
 mod exec;
 mod isolation;
 mod network;
+mod objects;
 mod pods;
 mod previews;
 mod storage;
@@ -548,6 +511,7 @@ pub use desktop::*;
 pub use exec::*;
 pub use isolation::*;
 pub use network::*;
+pub use objects::*;
 pub use pods::*;
 pub use previews::*;
 pub use storage::*;

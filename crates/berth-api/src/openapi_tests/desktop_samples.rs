@@ -5,6 +5,21 @@ use serde_json::Value;
 
 use super::*;
 
+/// The schemas of the desktop's actions, one a variant, in the order of the samples'.
+pub(super) const ACTION_VARIANTS: [&str; 11] = [
+    "DesktopActionMove",
+    "DesktopActionClick",
+    "DesktopActionDrag",
+    "DesktopActionMouseDown",
+    "DesktopActionMouseUp",
+    "DesktopActionScroll",
+    "DesktopActionType",
+    "DesktopActionKey",
+    "DesktopActionOpen",
+    "DesktopActionLaunch",
+    "DesktopActionFocus",
+];
+
 /// The desktop's types, with every optional value set (`full`) or left out.
 pub(super) fn desktop_samples(full: bool) -> Vec<(&'static str, Value)> {
     let at = |v: i32| full.then_some(v);
@@ -49,19 +64,6 @@ pub(super) fn desktop_samples(full: bool) -> Vec<(&'static str, Value)> {
         ("WaitSettled", to_value(&WaitSettled { settle_ms: 700, timeout_ms: 5000 })),
         ("Settled", to_value(&Settled { settled: full, waited_ms: 812 })),
     ];
-    let variants = [
-        "DesktopActionMove",
-        "DesktopActionClick",
-        "DesktopActionDrag",
-        "DesktopActionMouseDown",
-        "DesktopActionMouseUp",
-        "DesktopActionScroll",
-        "DesktopActionType",
-        "DesktopActionKey",
-        "DesktopActionOpen",
-        "DesktopActionLaunch",
-        "DesktopActionFocus",
-    ];
-    out.extend(variants.into_iter().zip(&actions).map(|(name, a)| (name, to_value(a))));
+    out.extend(ACTION_VARIANTS.into_iter().zip(&actions).map(|(name, a)| (name, to_value(a))));
     out
 }
