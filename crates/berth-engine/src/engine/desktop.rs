@@ -75,8 +75,15 @@ pub(super) fn check(d: &Desktop, isolation: berth_api::Isolation) -> Result<(), 
 
 /// The environment every exec of a desktop sandbox gets: its display and session bus, and the browser
 /// `xdg-open` starts (Debian's chromium, whose flags for a sandbox are in the image's /etc/chromium.d).
-pub(super) fn env() -> [(&'static str, &'static str); 3] {
-    [("DISPLAY", DISPLAY), ("DBUS_SESSION_BUS_ADDRESS", BUS), ("BROWSER", "chromium")]
+pub(super) fn env() -> [(&'static str, &'static str); 4] {
+    [
+        ("DISPLAY", DISPLAY),
+        ("DBUS_SESSION_BUS_ADDRESS", BUS),
+        ("BROWSER", "chromium"),
+        // No accessibility bus: each GTK program would start one, and a call to it left unanswered stalls
+        // the program for D-Bus's 25 s timeout (xfwm4's start among them).
+        ("NO_AT_BRIDGE", "1"),
+    ]
 }
 
 /// What one command run for the desktop said.
