@@ -160,7 +160,21 @@ fn mount_step(m: &Mount, host: &Host<'_>, trees: &mut Vec<Tree>, steps: &mut Vec
         // sysfs can be mounted only in a network namespace the container owns: on the host's (or a pod's
         // made by the engine), the host's /sys is bound read-only instead, with berth's masks on it.
         "sysfs" => (kind, Fallback::BindHostReadOnly("/sys".into())),
-        "cgroup" | "cgroup2" if host.cgroup_v2 => ("cgroup2", Fallback::Skip),
+        // On v2, the container's own cgroup2 tree (its cgroup namespace's root), on an empty read-only tmpfs:
+        // where /sys is the host's (bound, as above), /sys/fs/cgroup is the root of the host's cgroup2 mount,
+        // and the kernel refuses to mount a file system on the root of a mount of the same superblock (EBUSY;
+        // cgroup2 has one, whatever the namespace). Where cgroup2 cannot be mounted, the tmpfs stays, empty.
+        "cgroup" | "cgroup2" if host.cgroup_v2 => {
+            steps.push(Step::MountInRoot {
+                fstype: "tmpfs".into(),
+                source: "cgroup".into(),
+                target: dest.clone(),
+                flags: Flags::RDONLY | Flags::NOSUID | Flags::NODEV | Flags::NOEXEC,
+                data: "mode=755,size=4k".into(),
+                fallback: Fallback::None,
+            });
+            ("cgroup2", Fallback::Skip)
+        }
         // A v1 hierarchy cannot be mounted from a user namespace: the container's own cgroup directories are
         // bound instead, read-only, each under its hierarchy's name (`memory`, `cpu,cpuacct`, ...).
         "cgroup" | "cgroup2" => {
@@ -343,9 +357,46 @@ mod tests {
             let err = compile(&config(serde_json::json!([m])), &host).unwrap_err().to_string();
             assert!(err.contains(needle), "{err}");
         }
-        let c = config(serde_json::json!([{"destination": "/sys/fs/cgroup", "type": "cgroup"}]));
+    }
+
+    #[test]
+    fn on_v2_the_containers_cgroup2_tree_is_mounted_on_a_tmpfs_of_its_own() {
+        let bundle = tempfile::tempdir().unwrap();
+        std::fs::create_dir(bundle.path().join("rootfs")).unwrap();
+        let host = Host {
+            bundle: bundle.path(),
+            scratch: Path::new("/run/x"),
+            cgroup_v2: true,
+            cgroup_dirs: &[],
+            workspace: None,
+        };
+        let c = config(serde_json::json!([
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "ro"]},
+            {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["nosuid", "ro"]}
+        ]));
         let plan = compile(&c, &host).unwrap();
-        assert!(plan.steps.iter().any(|s| matches!(s, Step::MountInRoot { fstype, .. } if fstype == "cgroup2")));
+        let at_cgroup: Vec<(&str, Flags, &Fallback)> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::MountInRoot { fstype, target, flags, fallback, .. } if target == "/sys/fs/cgroup" => {
+                    Some((fstype.as_str(), *flags, fallback))
+                }
+                _ => None,
+            })
+            .collect();
+        // Never the cgroup2 tree straight on /sys/fs/cgroup: when /sys is the host's, that is the root of the
+        // host's cgroup2 mount.
+        assert_eq!(at_cgroup.len(), 2, "{at_cgroup:?}");
+        let (fstype, flags, fallback) = at_cgroup[0];
+        assert_eq!((fstype, fallback), ("tmpfs", &Fallback::None));
+        assert!(flags.contains(Flags::RDONLY | Flags::NOSUID | Flags::NODEV | Flags::NOEXEC));
+        let (fstype, flags, fallback) = at_cgroup[1];
+        assert_eq!((fstype, fallback), ("cgroup2", &Fallback::Skip));
+        assert!(flags.contains(Flags::RDONLY | Flags::NOSUID | Flags::NODEV));
+        // Nothing of the v1 layout: no directories bound, no seal.
+        assert!(!plan.steps.iter().any(|s| matches!(s, Step::SealInRoot { .. })));
+        assert_eq!(plan.trees.len(), 1);
     }
 
     #[test]
