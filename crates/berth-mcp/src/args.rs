@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -46,6 +46,13 @@ pub struct CreateArgs {
     /// The boundary it runs behind: "namespaces" (the host kernel's) or "gvisor" (a kernel of its own, for
     /// code nobody vetted). Default: the daemon's.
     pub isolation: Option<String>,
+    /// Give it a virtual desktop (a screen with a window manager, and a browser to open pages in), to see with
+    /// desktop_screenshot and use with desktop_action. Default: false.
+    pub desktop: Option<bool>,
+    /// The desktop's screen width in pixels (64 to 4096; default 1280). Implies desktop.
+    pub desktop_width: Option<u32>,
+    /// The desktop's screen height in pixels (64 to 4096; default 800). Implies desktop.
+    pub desktop_height: Option<u32>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -239,4 +246,124 @@ pub struct NetLogArgs {
     pub sandbox: String,
     /// Only the most recent this many attempts. Default: 100.
     pub last: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScreenshotArgs {
+    /// The sandbox's id or name (one created with a desktop).
+    pub sandbox: String,
+    /// Make the screenshot at most this many pixels wide, its proportions kept. Default: it fits within
+    /// 1280x800 (a screen that already fits is shot at its own size).
+    pub max_width: Option<u32>,
+    /// Make the screenshot at most this many pixels high, its proportions kept.
+    pub max_height: Option<u32>,
+}
+
+/// What a desktop action is.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionKind {
+    /// Move the pointer to x,y.
+    Move,
+    /// Click at x,y (or where the pointer is): button, count (2 for a double click).
+    Click,
+    /// Press a button at `from`, move to `to` holding it, release it there.
+    Drag,
+    /// Press a button alone (for a drag of your own making).
+    MouseDown,
+    /// Release a button.
+    MouseUp,
+    /// Turn the wheel at x,y (or where the pointer is): dy notches down (negative: up), dx right.
+    Scroll,
+    /// Type `text` as the keyboard would.
+    Type,
+    /// Press a key or a chord in `keys`.
+    Key,
+    /// Open `target`, a file inside the sandbox or a URL, with its default program (the browser for a URL).
+    Open,
+    /// Start the program `argv` on the desktop, in the background.
+    Launch,
+    /// Raise and focus the window whose id is `window` (from desktop_info).
+    Focus,
+}
+
+/// One action on a desktop, as berth's API takes it: `action` says which, and only its own fields are given.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DesktopActionArg {
+    pub action: ActionKind,
+    /// For move, click and scroll: pixels from the left, in the screenshot's coordinates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub x: Option<i32>,
+    /// For move, click and scroll: pixels from the top, in the screenshot's coordinates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub y: Option<i32>,
+    /// For click, drag, mouse_down and mouse_up: "left" (the default), "middle" or "right".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub button: Option<String>,
+    /// For click: how many clicks (2 for a double click). Default: 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// For drag: where it starts, [x, y].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<[i32; 2]>,
+    /// For drag: where it ends, [x, y].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<[i32; 2]>,
+    /// For scroll: notches right (negative: left).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dx: Option<i32>,
+    /// For scroll: notches down (negative: up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dy: Option<i32>,
+    /// For type: the text (any Unicode; use a key action for Enter).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// For key: X key names joined by '+', such as "Return", "ctrl+a", "ctrl+shift+t", "alt+F4" ("enter",
+    /// "esc", "cmd", "pagedown" are taken too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keys: Option<String>,
+    /// For open: a path inside the sandbox or a URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// For launch: the program and its arguments, such as ["xterm"].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+    /// For focus: the window's id ("0x…"), from desktop_info.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+}
+
+/// A width and a height in pixels.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SizeArg {
+    pub width: u32,
+    pub height: u32,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DesktopActionArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// The actions, done in order (1 to 100); every one is checked before the first is done, and the first
+    /// that fails stops the rest.
+    pub actions: Vec<DesktopActionArg>,
+    /// The size of the screenshot the coordinates were read from, as desktop_screenshot gave it: the
+    /// coordinates are scaled from it to the screen's. Leave it out only for coordinates in the screen's own
+    /// pixels.
+    pub coordinates_in: Option<SizeArg>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DesktopWaitArgs {
+    /// The sandbox's id or name.
+    pub sandbox: String,
+    /// How long the screen must stay the same, in milliseconds. Default: 500.
+    pub settle_ms: Option<u64>,
+    /// The longest wait, in milliseconds (at most 120000). Default: 10000.
+    pub timeout_ms: Option<u64>,
 }

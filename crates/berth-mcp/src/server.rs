@@ -34,7 +34,9 @@ const BEYOND_A_SESSION: &[&str] =
 const INSTRUCTIONS: &str = "berth runs Linux sandboxes. Create one with sandbox_create, run commands in it \
     with exec (or code in a live interpreter with run_code), move files with file_write, file_read, \
     file_list and file_move (and wait for changes with file_watch), snapshot, fork and diff its files, and remove it with sandbox_remove when done. A sandbox has \
-    no network unless it is allowed destinations (allow_net on create, net_allow later).";
+    no network unless it is allowed destinations (allow_net on create, net_allow later). A sandbox created \
+    with desktop: true has a screen to use like a person: take a screenshot with desktop_screenshot, then act \
+    with desktop_action in that screenshot's pixels (its size as coordinates_in), then take another.";
 
 /// berth's MCP server.
 #[derive(Clone)]

@@ -20,7 +20,7 @@ const DEFAULT_RUN_TIMEOUT: f64 = 30.0;
 
 type Outcome = Result<CallToolResult, ApiError>;
 
-fn sandbox_path(sandbox: &str, rest: &str) -> String {
+pub(crate) fn sandbox_path(sandbox: &str, rest: &str) -> String {
     format!("/v1/sandboxes/{}{rest}", segment(sandbox))
 }
 
@@ -44,7 +44,8 @@ impl Berth {
                        return its record; use its id or name in the other tools. It has no network unless \
                        allow_net (or net_mode) says what it may reach. Files persist between execs; \
                        everything is removed by sandbox_remove, or when ttl_seconds or idle_timeout_seconds \
-                       run out.",
+                       run out. With desktop: true it has a virtual desktop (a screen, a window manager, a \
+                       browser) for desktop_screenshot and desktop_action.",
         annotations(read_only_hint = false, destructive_hint = false)
     )]
     async fn sandbox_create(
@@ -66,6 +67,12 @@ impl Berth {
         put(&mut body, "labels", a.labels);
         put(&mut body, "from_snapshot", a.from_snapshot);
         put(&mut body, "isolation", a.isolation);
+        if a.desktop == Some(true) || a.desktop_width.is_some() || a.desktop_height.is_some() {
+            let mut desktop = Map::new();
+            put(&mut desktop, "width", a.desktop_width);
+            put(&mut desktop, "height", a.desktop_height);
+            body.insert("desktop".into(), Value::Object(desktop));
+        }
         let mut network = Map::new();
         put(&mut network, "allow", a.allow_net);
         put(&mut network, "deny", a.deny_net);
@@ -370,7 +377,7 @@ impl Berth {
 impl Berth {
     /// Every tool.
     pub(crate) fn router() -> rmcp::handler::server::router::tool::ToolRouter<Berth> {
-        Self::tool_router()
+        Self::tool_router() + Self::desktop_router()
     }
 
     /// One call whose JSON answer is the result (an array under `key` in the structured content).

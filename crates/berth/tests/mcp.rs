@@ -1,8 +1,8 @@
 //! berth's MCP server, driven by the official MCP client (the `mcp` package, installed by scripts/setup into
 //! target/venv) through tests/mcp/client.py: over stdio (`berth --socket S mcp`), over streamable HTTP at
 //! `/mcp` on the TCP listener with an API token and with a sandbox's session token, and from inside a sandbox
-//! at `$BERTH_API/mcp` with its session token. The script checks each answer; this side checks its errors
-//! against the API's own.
+//! at `$BERTH_API/mcp` with its session token; and the desktop's tools on a sandbox with a desktop. The
+//! script checks each answer; this side checks its errors against the API's own.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -235,4 +235,35 @@ fn a_session_token_from_inside_a_sandbox_gets_its_scope() {
     assert!(out.status.success(), "client.py inside the sandbox:\n{}{}", text(&out.stdout), text(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     check_scoped(&d, &owner, &report);
+}
+
+#[test]
+fn a_desktop_is_seen_and_used_through_its_tools() {
+    let d = Daemon::start();
+    let id = d.create(&["--desktop", "--resolution", "1600x1000", "--memory", "1G"]);
+    let berth = env!("CARGO_BIN_EXE_berth");
+    let report = client(&["stdio", berth, d.socket().to_str().unwrap(), "desktop", "auto", &id]);
+    // A point off the screenshot is the API's refusal, word for word, as a tool error.
+    let off =
+        r#"{"actions": [{"action": "click", "x": 700, "y": 10}], "coordinates_in": {"width": 640, "height": 400}}"#;
+    let sentence = api_sentence(&d, "POST", &format!("/v1/sandboxes/{id}/desktop/actions"), off);
+    assert!(sentence.contains("off the 640x400 screen"), "{sentence}");
+    let seen = &report["off_screen"];
+    assert_eq!(seen["text"], sentence, "{report}");
+    assert_eq!(seen["structured"]["error"]["code"], "invalid_request", "{report}");
+    assert_eq!(seen["structured"]["status"], 400, "{report}");
+    // Each tool call was an API request, journaled as the API's: the screenshots by their size, the click
+    // with the screenshot's size it came in and the pointer where it put it on the screen.
+    let journal = journal(&d, &id);
+    let desktop: Vec<&Value> = journal.iter().filter(|r| r["action"] == "desktop").collect();
+    let sizes: Vec<(&Value, &Value)> = desktop
+        .iter()
+        .filter(|r| r["args"]["action"] == "screenshot")
+        .map(|r| (&r["result"]["width"], &r["result"]["height"]))
+        .collect();
+    assert_eq!(sizes, [(&1280.into(), &800.into()), (&640.into(), &400.into())], "{desktop:?}");
+    let click = desktop.iter().find(|r| r["args"]["actions"].is_array()).expect("the click's record");
+    assert_eq!(click["args"]["coordinates_in"], serde_json::json!({"width": 640, "height": 400}), "{click}");
+    assert_eq!(click["result"]["cursor"], serde_json::json!({"x": 800, "y": 500}), "{click}");
+    assert!(d.berth(&["rm", &id]).status.success());
 }

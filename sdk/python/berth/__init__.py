@@ -31,7 +31,8 @@ from .errors import (
     Unavailable,
     WaitTimeout,
 )
-from .models import Mount, Network, Quota, VolumeMount
+from .desktop import Screenshot
+from .models import Desktop, Mount, Network, Quota, VolumeMount
 from .results import CommandResult, Execution, ExecutionError, Result
 from .sandbox import ExecStream, Process, Sandbox
 
@@ -40,8 +41,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ApiError", "AsyncClient", "AsyncCodeContext", "AsyncExecStream", "AsyncProcess", "AsyncSandbox",
     "BerthError", "Client", "CodeContext", "CodeError", "CommandFailed", "CommandResult", "Conflict",
-    "ExecStream", "Forbidden", "Execution", "ExecutionError", "HeadersTooLarge", "InternalError", "InvalidRequest",
+    "Desktop", "ExecStream", "Forbidden", "Execution", "ExecutionError", "HeadersTooLarge", "InternalError", "InvalidRequest",
     "MethodNotAllowed", "Mount", "Network", "NotFound", "PayloadTooLarge", "Process", "Quota", "QuotaExceeded", "RequestTimeout",
-    "Result", "Sandbox", "TransportError", "Unauthorized", "Unavailable", "VolumeMount", "WaitTimeout",
+    "Result", "Sandbox", "Screenshot", "TransportError", "Unauthorized", "Unavailable", "VolumeMount", "WaitTimeout",
     "models", "size",
 ]  # fmt: skip

@@ -21,7 +21,7 @@ CREATE_FIELDS = (
     "name", "image", "memory_bytes", "pids", "cpus", "ttl_seconds", "idle_timeout_seconds", "idle_pause_seconds",
     "idle_hibernate_seconds", "ttl_active_only", "ttl_action", "budget", "env", "labels",
     "mounts", "persistent", "disk_bytes", "volumes", "from_snapshot", "outputs", "network", "secrets",
-    "isolation", "tenant",
+    "isolation", "tenant", "desktop",
 )  # fmt: skip
 # Friendly names accepted by Sandbox.create, and the field each stands for.
 CREATE_ALIASES = {
@@ -64,6 +64,12 @@ def create_body(options: dict[str, Any]) -> dict[str, Any]:
             value = drop_none(value.to_dict())
         elif key in ("mounts", "volumes"):
             value = [v.to_dict() if isinstance(v, m.Model) else v for v in value]
+        elif key == "desktop":
+            from .desktop import create_option
+
+            value = create_option(value)
+            if value is None:
+                continue
         body[key] = value
     return body
 

@@ -35,6 +35,7 @@ from ._core import (
     was_sent,
 )
 from .contexts import ContextAPI
+from .desktop import DesktopControl
 from .results import CommandResult, ExecGather, Execution, Frame, RunGather
 
 _POLL = (0.02, 0.05, 0.1, 0.2, 0.5)
@@ -210,6 +211,7 @@ class AsyncSandbox(SandboxAPI):
         self._client = client
         self.files = Files(self)
         self.net = Net(self)
+        self.desktop = DesktopControl(self)
         self._contexts: dict[str, AsyncCodeContext] = {}
 
     def __repr__(self) -> str:

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from ._model import Model
 from .models_access import MintedToken, Quota, SecretInfo, Tenant, TenantUse, TokenInfo  # noqa: F401 (models of this module too)
+from .models_desktop import ActionsDone, Cursor, Desktop, DesktopInfo, ScreenSize, Settled, Window  # noqa: F401 (likewise)
 
 
 # ---- Sandboxes ----
@@ -136,6 +137,7 @@ class SandboxInfo(Model):
     usage: Optional[Usage] = None
     isolation: str = "namespaces"
     tenant: Optional[str] = None
+    desktop: Optional[Desktop] = None
 
 
 @dataclass

@@ -14,6 +14,7 @@ from ._api import Files, Net, SandboxAPI
 from ._core import Op, argv_of, exec_body, model, seg, stream_timeout
 from .client import Client, default_client
 from .contexts import CodeContext
+from .desktop import DesktopControl
 from .results import CommandResult, ExecGather, Frame
 
 _POLL = (0.02, 0.05, 0.1, 0.2, 0.5)
@@ -24,7 +25,7 @@ class Sandbox(SandboxAPI):
 
     ``Sandbox.create(...)`` makes one; used as a context manager it is removed on exit, also when the body
     raises. ``Sandbox.connect(id_or_name)`` takes an existing one. Files are under ``sb.files``, egress under
-    ``sb.net``."""
+    ``sb.net``, the virtual desktop (``desktop=`` on create) under ``sb.desktop``."""
 
     def __init__(self, info: m.SandboxInfo, client: Client):
         self.info = info
@@ -32,6 +33,7 @@ class Sandbox(SandboxAPI):
         self._client = client
         self.files = Files(self)
         self.net = Net(self)
+        self.desktop = DesktopControl(self)
         self._contexts: dict[str, CodeContext] = {}
 
     def __repr__(self) -> str:
@@ -51,7 +53,8 @@ class Sandbox(SandboxAPI):
     def create(cls, *, client: Client | None = None, **options: Any) -> "Sandbox":
         """Create a sandbox. Options are the API's create fields (``name``, ``image``, ``memory_bytes``,
         ``cpus``, ``ttl_seconds``, ``env``, ``mounts``, ``network``, ``persistent``, ``secrets``...), with
-        ``memory``/``disk`` (``"512M"``), ``ttl`` and ``idle_timeout`` as shorter names."""
+        ``memory``/``disk`` (``"512M"``), ``ttl`` and ``idle_timeout`` as shorter names. ``desktop=``: a
+        virtual desktop, ``True`` (1280x800), a :class:`berth.Desktop` or a ``(width, height)`` pair."""
         client = client or default_client()
         return cls(client.create_sandbox(**options), client)
 

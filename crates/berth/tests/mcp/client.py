@@ -1,18 +1,23 @@
 """Drive berth's MCP server with the official MCP client (the `mcp` package), as a model's host would.
 
-    client.py stdio BERTH SOCKET SCENARIO [MODE]    berth --socket SOCKET mcp, over stdio
-    client.py http URL TOKEN SCENARIO [MODE]        streamable HTTP at URL, with TOKEN as the bearer token
+    client.py stdio BERTH SOCKET SCENARIO [MODE [SANDBOX]]    berth --socket SOCKET mcp, over stdio
+    client.py http URL TOKEN SCENARIO [MODE [SANDBOX]]        streamable HTTP at URL, with TOKEN as the bearer token
 
-SCENARIO is `session` (a whole session: create, exec, files, fork, diff, remove) or `scoped` (a sandbox's
-session token: only its tools, and the API's refusals). MODE is the client's: `auto` (the default: the
-newest protocol, discovered) or `legacy` (the initialize handshake of earlier protocol versions, which most
-MCP hosts still speak). Checks fail with an AssertionError; what was seen is
-printed as one JSON object on stdout for the test to check against the API.
+SCENARIO is `session` (a whole session: create, exec, files, fork, diff, remove), `scoped` (a sandbox's
+session token: only its tools, and the API's refusals), `tenant` (a tenant's token) or `desktop` (the desktop
+tools on SANDBOX, a 1600x1000 desktop: screenshots decoded, a click in a screenshot's coordinates, an
+off-screen point). MODE is the client's: `auto` (the default: the newest protocol, discovered) or `legacy`
+(the initialize handshake of earlier protocol versions, which most MCP hosts still speak). Checks fail with
+an AssertionError; what was seen is printed as one JSON object on stdout for the test to check against the
+API.
 """
 
 import asyncio
+import base64
 import json
+import struct
 import sys
+import zlib
 
 import httpx2
 from mcp import Client, StdioServerParameters
@@ -21,7 +26,8 @@ from mcp.client.streamable_http import streamable_http_client
 ALL_TOOLS = {
     "sandbox_create", "sandbox_list", "sandbox_inspect", "sandbox_remove", "exec", "run_code", "file_read",
     "file_write", "file_list", "file_move", "file_watch", "snapshot", "restore", "fork", "diff", "net_allow", "net_deny", "net_log",
-    "net_suggest", "sandbox_pause", "sandbox_resume", "sandbox_expose",
+    "net_suggest", "sandbox_pause", "sandbox_resume", "sandbox_expose", "desktop_screenshot", "desktop_action",
+    "desktop_info", "desktop_wait",
 }
 BEYOND_A_SESSION = {"snapshot", "restore", "fork", "net_allow", "net_deny", "net_suggest", "sandbox_expose"}
 
@@ -48,7 +54,7 @@ async def session(client, report):
         assert t.input_schema.get("type") == "object", f"{t.name}: {t.input_schema}"
     read_only = {t.name for t in tools if t.annotations and t.annotations.read_only_hint}
     assert read_only == {"sandbox_list", "sandbox_inspect", "file_read", "file_list", "file_watch", "diff",
-                         "net_log", "net_suggest"}, read_only
+                         "net_log", "net_suggest", "desktop_screenshot", "desktop_info", "desktop_wait"}, read_only
     exec_props = next(t for t in tools if t.name == "exec").input_schema["properties"]
     assert {"sandbox", "argv", "command", "timeout_seconds", "max_output_bytes"} <= set(exec_props), exec_props
 
@@ -246,6 +252,82 @@ async def tenant(client, report):
     assert receipt["clean"] is True, receipt
 
 
+def png_rgb(data):
+    """A PNG's width, height and rows of pixels (8-bit RGB, every row's filter undone)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:8]
+    at, idat, head = 8, b"", None
+    while at < len(data):
+        (length,), kind = struct.unpack(">I", data[at:at + 4]), data[at + 4:at + 8]
+        body = data[at + 8:at + 8 + length]
+        if kind == b"IHDR":
+            head = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        at += 12 + length
+    width, height, depth, colour, _, _, interlace = head
+    assert (depth, colour, interlace) == (8, 2, 0), head
+    raw, stride, rows, prev = zlib.decompress(idat), width * 3, [], bytearray(width * 3)
+    assert len(raw) == height * (stride + 1), (len(raw), width, height)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a, b, c = line[i - 3] if i >= 3 else 0, prev[i], prev[i - 3] if i >= 3 else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 255
+            elif kind == 2:
+                line[i] = (line[i] + b) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(line)
+        prev = line
+    return width, height, rows
+
+
+async def desktop(client, report, sandbox):
+    """The desktop tools on `sandbox` (a 1600x1000 screen): screenshot, act in its coordinates, see the pointer."""
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    for name in ("desktop_screenshot", "desktop_action"):
+        said = tools[name].description
+        assert "screenshot first" in said and "pixels" in said and "coordinates_in" in said, (name, said)
+    shot = await call(client, "desktop_screenshot", {"sandbox": sandbox})
+    images = [c for c in shot.content if c.type == "image"]
+    assert [i.mime_type for i in images] == ["image/png"], shot.content
+    width, height, rows = png_rgb(base64.b64decode(images[0].data))
+    assert (width, height, len(rows)) == (1280, 800, 800), (width, height)
+    assert shot.structured_content == {"width": 1280, "height": 800, "screen": {"width": 1600, "height": 1000}}
+    assert "screenshot 1280x800 of a 1600x1000 screen" in text(shot), text(shot)
+    small = await call(client, "desktop_screenshot", {"sandbox": sandbox, "max_width": 640})
+    width, height, _ = png_rgb(base64.b64decode(next(c for c in small.content if c.type == "image").data))
+    assert (width, height) == (640, 400) and small.structured_content["width"] == 640, small.structured_content
+
+    # A click at the small screenshot's centre is at the screen's.
+    clicked = (await call(client, "desktop_action", {
+        "sandbox": sandbox, "actions": [{"action": "move", "x": 10, "y": 10}, {"action": "click", "x": 320, "y": 200}],
+        "coordinates_in": {"width": 640, "height": 400},
+    }))
+    done = clicked.structured_content
+    assert done["done"] == 2 and done["cursor"] == {"x": 800, "y": 500}, done
+    assert done["cursor_in"] == {"x": 320, "y": 200} and "(320, 200) in the 640x400" in text(clicked), text(clicked)
+    info = (await call(client, "desktop_info", {"sandbox": sandbox})).structured_content
+    assert (info["width"], info["height"], info["cursor"]) == (1600, 1000, {"x": 800, "y": 500}), info
+    assert isinstance(info["windows"], list), info
+    settled = (await call(client, "desktop_wait", {"sandbox": sandbox, "settle_ms": 200})).structured_content
+    assert settled["settled"] is True, settled
+
+    # Off the screenshot: the API's refusal, and the pointer stays where it was.
+    off = await call(client, "desktop_action", {
+        "sandbox": sandbox, "actions": [{"action": "click", "x": 700, "y": 10}],
+        "coordinates_in": {"width": 640, "height": 400},
+    }, ok=False)
+    report["off_screen"] = {"text": text(off), "structured": off.structured_content}
+    info = (await call(client, "desktop_info", {"sandbox": sandbox})).structured_content
+    assert info["cursor"] == {"x": 800, "y": 500}, info
+
+
 async def main():
     transport, where, secret, scenario = sys.argv[1:5]
     mode = sys.argv[5] if len(sys.argv) > 5 else "auto"
@@ -257,7 +339,10 @@ async def main():
     report = {}
     async with Client(server, cache=None, mode=mode) as client:
         report["protocol"] = client.protocol_version
-        await {"session": session, "scoped": scoped, "tenant": tenant}[scenario](client, report)
+        if scenario == "desktop":
+            await desktop(client, report, sys.argv[6])
+        else:
+            await {"session": session, "scoped": scoped, "tenant": tenant}[scenario](client, report)
     print(json.dumps(report))
 
 
