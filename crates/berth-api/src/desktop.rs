@@ -2,9 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The smallest and largest side of a desktop's screen, in pixels.
+/// The smallest and largest side of a desktop's screen, in pixels: at most a 4K screen's width, so that the
+/// largest screen's file (4 bytes a pixel) stays within what one read of a sandbox's file may be (64 MiB).
 pub const MIN_DESKTOP_SIDE: u32 = 64;
-pub const MAX_DESKTOP_SIDE: u32 = 4096;
+pub const MAX_DESKTOP_SIDE: u32 = 3840;
 
 /// `desktop` in `POST /v1/sandboxes`: a display server at this size, with a window manager, run inside as the
 /// sandbox's `user` (its display is `:0`, in every exec's `DISPLAY`).

@@ -49,9 +49,9 @@ pub struct CreateArgs {
     /// Give it a virtual desktop (a screen with a window manager, and a browser to open pages in), to see with
     /// desktop_screenshot and use with desktop_action. Default: false.
     pub desktop: Option<bool>,
-    /// The desktop's screen width in pixels (64 to 4096; default 1280). Implies desktop.
+    /// The desktop's screen width in pixels (64 to 3840; default 1280). Implies desktop.
     pub desktop_width: Option<u32>,
-    /// The desktop's screen height in pixels (64 to 4096; default 800). Implies desktop.
+    /// The desktop's screen height in pixels (64 to 3840; default 800). Implies desktop.
     pub desktop_height: Option<u32>,
 }
 

@@ -227,7 +227,27 @@ fn an_agent_sees_the_page_clicks_its_button_and_sees_it_change() {
     assert!(out.contains("has no desktop"), "{out}");
     let out = d.berth(&["create", "--resolution", "10x10"]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("each side must be 64 to 4096"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("each side must be 64 to 3840"), "{}", text(&out.stderr));
+    // Limits a desktop cannot start within are refused before anything is made, with what it needs.
+    let ids = || -> Vec<String> {
+        let list: Value = serde_json::from_str(&d.http("GET", "/v1/sandboxes", "").1).unwrap();
+        let list = list.get("sandboxes").unwrap_or(&list).as_array().cloned().unwrap_or_default();
+        list.iter().map(|s| s["id"].as_str().unwrap_or_default().to_string()).collect()
+    };
+    let before = ids();
+    assert!(before.contains(&plain), "{before:?}");
+    let small = r#"{"desktop":{"width":3840,"height":2160},"memory_bytes":4194304}"#;
+    let (status, out) = d.http("POST", "/v1/sandboxes", small);
+    assert_eq!(status, 400, "{out}");
+    assert!(out.contains("needs memory_bytes of at least") && out.contains("3840x2160"), "{out}");
+    let (status, out) = d.http("POST", "/v1/sandboxes", r#"{"desktop":{},"pids":1}"#);
+    assert_eq!(status, 400, "{out}");
+    assert!(out.contains("needs pids of at least 32"), "{out}");
+    // One whose TTL runs out while its desktop starts is a conflict that says so, and is gone.
+    let (status, out) = d.http("POST", "/v1/sandboxes", r#"{"desktop":{},"ttl_seconds":0.001}"#);
+    assert_eq!(status, 409, "{out}");
+    assert!(out.contains("ended before its desktop was ready (its TTL ran out)"), "{out}");
+    assert_eq!(ids(), before, "a refused create left a sandbox");
 
     // A persistent desktop sandbox stopped and started again has its desktop back.
     let kept = d.create(&["--desktop", "--resolution", "1024x640", "--persistent"]);

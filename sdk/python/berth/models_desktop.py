@@ -14,7 +14,7 @@ from ._model import Model
 
 @dataclass
 class Desktop(Model):
-    """A desktop's screen, in pixels: create's ``desktop=berth.Desktop(1920, 1080)`` (each side 64 to 4096)."""
+    """A desktop's screen, in pixels: create's ``desktop=berth.Desktop(1920, 1080)`` (each side 64 to 3840)."""
 
     __schema__ = "Desktop"
     width: int = 1280

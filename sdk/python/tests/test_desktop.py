@@ -171,7 +171,7 @@ def test_bad_input_is_refused(client, desktop_sandbox, sandbox):
         desktop_sandbox.desktop.screenshot(max_width=0)
     with pytest.raises(berth.Conflict, match="has no desktop"):
         sandbox.desktop.screenshot()
-    with pytest.raises(berth.InvalidRequest, match="64 to 4096"):
+    with pytest.raises(berth.InvalidRequest, match="64 to 3840"):
         berth.Sandbox.create(client=client, ttl=60, desktop=(10, 10))
 
 

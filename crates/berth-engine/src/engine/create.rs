@@ -90,6 +90,9 @@ impl Engine {
         // Without limits of its own, a sandbox gets the daemon's defaults (a child gets its share above).
         req.memory_bytes = req.memory_bytes.or(self.bounds.default_memory_bytes);
         req.pids = req.pids.or(self.bounds.default_pids);
+        if let Some(d) = &req.desktop {
+            super::desktop::check_limits(d, req.memory_bytes, req.pids)?;
+        }
         self.check_volumes(&req.volumes)?;
         receipt::check_outputs(&req.outputs)?;
         network::policy_of(&req.network)?;
@@ -207,6 +210,7 @@ impl Engine {
         if let Some(d) = req.desktop.filter(|_| !restored)
             && let Err(e) = self.start_desktop(&record.id, d).await
         {
+            let e = self.ended_while_starting(&record.id, e).await;
             let _ = self.remove(&record.id).await;
             return Err(e);
         }

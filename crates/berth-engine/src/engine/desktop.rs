@@ -73,6 +73,38 @@ pub(super) fn check(d: &Desktop, isolation: berth_api::Isolation) -> Result<(), 
     Ok(())
 }
 
+/// The fewest processes a desktop runs with: its bus, display server, window manager and the shell that
+/// waits on them, with room for the X tools each action runs and a few programs.
+pub const MIN_DESKTOP_PIDS: u64 = 32;
+
+/// The least memory a desktop sandbox is made with: the display server, window manager and bus at rest
+/// (about 60 MiB measured), with room for a program, plus the screen itself, which is in the sandbox's memory.
+pub fn min_desktop_memory(d: &Desktop) -> u64 {
+    128 * 1024 * 1024 + u64::from(d.width) * u64::from(d.height) * 4
+}
+
+/// Check that a sandbox's limits leave its desktop room to start: below them the display server would be
+/// killed by the sandbox's own memory or process limit, with nothing to show for it.
+pub(super) fn check_limits(d: &Desktop, memory_bytes: Option<u64>, pids: Option<u64>) -> Result<(), EngineError> {
+    let least = min_desktop_memory(d);
+    if let Some(m) = memory_bytes.filter(|&m| m < least) {
+        return Err(EngineError::invalid(format!(
+            "a {}x{} desktop needs memory_bytes of at least {least} ({} MiB), its screen and display server \
+             included; {m} was asked",
+            d.width,
+            d.height,
+            least.div_ceil(1024 * 1024)
+        )));
+    }
+    if let Some(p) = pids.filter(|&p| p < MIN_DESKTOP_PIDS) {
+        return Err(EngineError::invalid(format!(
+            "a desktop needs pids of at least {MIN_DESKTOP_PIDS} (its display server, window manager, bus and \
+             the tools each action runs); {p} was asked"
+        )));
+    }
+    Ok(())
+}
+
 /// The environment every exec of a desktop sandbox gets: its display and session bus, and the browser
 /// `xdg-open` starts (Debian's chromium, whose flags for a sandbox are in the image's /etc/chromium.d).
 pub(super) fn env() -> [(&'static str, &'static str); 4] {
@@ -178,6 +210,38 @@ impl Engine {
             }
         })
         .await
+    }
+
+    /// Why a desktop's start failed: its sandbox's own end (a TTL, budget or idle timeout that ran out while it
+    /// started), when that came first, is the caller's to know, not a failure of the daemon.
+    pub(super) async fn ended_while_starting(&self, id: &str, failed: EngineError) -> EngineError {
+        let live = |s: &Result<berth_api::SandboxState, EngineError>| {
+            matches!(s, Ok(berth_api::SandboxState::Running | berth_api::SandboxState::Paused))
+        };
+        let mut state = self.get(id).await.map(|s| s.state);
+        // An init that went away is seen by the command before its end is recorded: a moment for that.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while live(&state) && matches!(failed, EngineError::InitGone) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            state = self.get(id).await.map(|s| s.state);
+        }
+        if live(&state) {
+            return failed;
+        }
+        // One on its way out has its receipt, with the reason, in a moment.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let why = loop {
+            match self.receipt(id) {
+                Ok(receipt) if receipt.reason == "reaped" => break "its TTL ran out".into(),
+                Ok(receipt) => break receipt.reason,
+                Err(_) if Instant::now() < deadline && !matches!(state, Ok(berth_api::SandboxState::Stopped)) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    state = self.get(id).await.map(|s| s.state);
+                }
+                Err(_) => break "its TTL, a budget or its idle timeout ran out".into(),
+            }
+        };
+        EngineError::Conflict(format!("sandbox {id} ended before its desktop was ready ({why}), and is removed"))
     }
 
     /// A screenshot of sandbox `id`'s desktop, made to fit `max` when given (never larger than the screen).
