@@ -24,6 +24,7 @@ pub(crate) const SUPPORTS: Supports = Supports {
     needs_criu: false,
     hibernate_holds_execs: false,
     checkpoint_running: false,
+    shm_from_host: false,
 };
 
 /// What gVisor's kernel serves itself, which the host holds only the empty mount points of.

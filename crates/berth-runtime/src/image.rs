@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::RuntimeError;
 
 /// Bumped whenever the skeleton's contents change, so old skeletons are rebuilt.
-const SKELETON_VERSION: &str = "5";
+const SKELETON_VERSION: &str = "6";
 
 /// Host `/etc` entries copied into the skeleton: what programs from the host's `/usr` expect to find.
 const HOST_ETC: &[&str] = &[
@@ -208,7 +208,7 @@ fn write_skeleton(root: &Path) -> std::io::Result<()> {
     // Debian's chromium wrapper reads its flags from here: inside a sandbox its own sandbox cannot be made
     // (it needs namespaces berth does not give), so it runs without, as under any container runtime.
     if etc.join("chromium.d").is_dir() {
-        fs::write(etc.join("chromium.d/berth"), CHROMIUM_FLAGS)?;
+        fs::write(etc.join("chromium.d/no-sandbox"), CHROMIUM_FLAGS)?;
     }
     Ok(())
 }

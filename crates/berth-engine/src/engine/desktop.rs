@@ -52,8 +52,8 @@ const NEEDS: &[(&str, &str)] = &[
 
 /// Check a desktop's screen size, and that the sandbox's boundary can show it.
 pub(super) fn check(d: &Desktop, isolation: berth_api::Isolation) -> Result<(), EngineError> {
-    // Behind gVisor the screen's file is in the sandbox's own kernel's memory, out of the daemon's reach.
-    if isolation == berth_api::Isolation::Gvisor {
+    // A boundary whose memory file system the daemon cannot read (gVisor's own kernel) cannot show a screen.
+    if !berth_runtime::backend(isolation).supports().shm_from_host {
         return Err(EngineError::Unsupported(
             "a desktop runs behind the namespaces isolation only: behind gVisor its screen is in a file system of \
              the sandbox's own kernel, which the daemon cannot read"
@@ -140,14 +140,16 @@ impl Engine {
         let made = self.run_inside(id, None, &["mkdir", "-p", "-m", "1777", "/tmp/.X11-unix"], Duration::from_secs(10));
         made.await?;
         // A session bus first (xfwm4 keeps its settings through it, and quits without one), at a fixed address
-        // every exec has in its environment; then the display, and the window manager once it listens.
+        // every exec has in its environment; then the display, and the window manager once it listens, started
+        // again should it end while the display lives.
         let script = format!(
             "mkdir -p {SCREEN_DIR} && \
              dbus-daemon --session --address={BUS} --nofork --nopidfile --nosyslog & \
              Xvfb {DISPLAY} -screen 0 {w}x{h}x24 -dpi 96 -nolisten tcp -fbdir {SCREEN_DIR} & x=$!; \
              i=0; until [ -S /tmp/.X11-unix/X0 ] && [ -S {BUS_PATH} ]; do \
                i=$((i+1)); [ $i -lt 600 ] || exit 1; sleep 0.05; done; \
-             xfwm4 --compositor=off --sm-client-disable & wait $x",
+             while kill -0 $x 2>/dev/null; do xfwm4 --compositor=off --sm-client-disable; \
+               echo \"the window manager ended ($?): started again\" >&2; sleep 0.5; done & wait $x",
             w = d.width,
             h = d.height
         );
@@ -173,13 +175,23 @@ impl Engine {
             }
             if Instant::now() > deadline {
                 return Err(EngineError::Create(format!(
-                    "the desktop was not ready within {} s: {}",
+                    "the desktop was not ready within {} s: {}; its programs said: {}",
                     START_WITHIN.as_secs(),
-                    ready.stderr.trim()
+                    ready.stderr.trim(),
+                    self.log_tail(id, &started.exec_id).await
                 )));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// The end of what the desktop's programs wrote, for a start that failed (the sandbox, and so the log, is
+    /// removed with it).
+    async fn log_tail(&self, id: &str, exec_id: &str) -> String {
+        let Ok(path) = self.log_path(id, exec_id).await else { return "(no log)".into() };
+        let log = tokio::fs::read(&path).await.unwrap_or_default();
+        let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(800)..]).trim().replace('\n', " | ");
+        if tail.is_empty() { "nothing".into() } else { tail }
     }
 
     /// Sandbox `id`'s desktop screen, if it has one: refused with a sentence for one made without.

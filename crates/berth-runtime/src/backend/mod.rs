@@ -113,6 +113,9 @@ pub struct Supports {
     pub hibernate_holds_execs: bool,
     /// [`Backend::checkpoint`] works: forks and snapshots with processes.
     pub checkpoint_running: bool,
+    /// A file the sandbox keeps in its memory file system (`/dev/shm`) is read from the host through
+    /// [`Backend::file_root`]: a desktop's screen, which Xvfb keeps there.
+    pub shm_from_host: bool,
 }
 
 /// Whose OOM kills a command's `oom_killed` counts.

@@ -33,6 +33,7 @@ pub(crate) const SUPPORTS: Supports = Supports {
     needs_criu: true,
     hibernate_holds_execs: true,
     checkpoint_running: true,
+    shm_from_host: true,
 };
 
 impl Backend for NamespacesBackend {

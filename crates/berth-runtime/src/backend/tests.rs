@@ -28,6 +28,7 @@ fn namespaces_supports_everything_berth_does_on_the_host() {
             needs_criu: true,
             hibernate_holds_execs: true,
             checkpoint_running: true,
+            shm_from_host: true,
         }
     );
     // Always offered: the host's own kernel.
@@ -54,6 +55,7 @@ fn gvisor_supports_what_its_own_kernel_allows() {
             needs_criu: false,
             hibernate_holds_execs: false,
             checkpoint_running: false,
+            shm_from_host: false,
         }
     );
     let root = b.file_root();
